@@ -1,0 +1,89 @@
+//! The `Source` and `Target` traits every connector implements, and the
+//! window they read over.
+
+use futures_core::stream::BoxStream;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConnectorError;
+use crate::record::{Record, Schema};
+
+/// A half-open time window `[start, end)` over record creation times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// First instant included.
+    pub start: Timestamp,
+    /// First instant excluded.
+    pub end: Timestamp,
+}
+
+impl Window {
+    /// Whether `t` falls inside the window.
+    pub fn contains(&self, t: Timestamp) -> bool {
+        self.start <= t && t < self.end
+    }
+}
+
+/// One page of records as a connector fetched it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    /// Records in the order the system returned them.
+    pub records: Vec<Record>,
+}
+
+/// A system recon reads records from.
+///
+/// Reads are streams of pages so that memory follows the page size, not the
+/// window size.
+#[async_trait::async_trait]
+pub trait Source: Send + Sync {
+    /// A short human name for errors and logs (`stripe charges`, `payments.csv`).
+    fn describe(&self) -> String;
+
+    /// Every record whose creation time falls inside `window` (all records
+    /// for sources without time, such as an export file), page by page.
+    fn read(&self, schema: &Schema, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>>;
+
+    /// Records for exactly these keys, those that exist; used to confirm a
+    /// discrepancy at the window edge before reporting it.
+    async fn lookup(&self, schema: &Schema, keys: &[String]) -> Result<Vec<Record>, ConnectorError>;
+}
+
+/// How a backfill writes a record whose key may already exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Insert missing records; leave existing ones untouched.
+    Insert,
+    /// Insert missing records and overwrite compared fields of existing ones.
+    Upsert,
+}
+
+/// What happened to one record of a backfill batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The record was created.
+    Created,
+    /// The record existed and was updated.
+    Updated,
+    /// The record existed and was left as it was.
+    Unchanged,
+    /// The target refused this record.
+    Failed(String),
+}
+
+/// A system recon compares against and backfills into.
+#[async_trait::async_trait]
+pub trait Target: Source {
+    /// Confirms that the key is unique in the target, so that upserts are
+    /// idempotent; the error says how to add the constraint.
+    async fn check_unique_key(&self) -> Result<(), ConnectorError>;
+
+    /// Writes records idempotently, keyed by external ID; one outcome per record.
+    async fn write(
+        &self,
+        schema: &Schema,
+        records: &[Record],
+        mode: WriteMode,
+    ) -> Result<Vec<WriteOutcome>, ConnectorError>;
+}

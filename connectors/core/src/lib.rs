@@ -1,0 +1,22 @@
+//! Core types shared by every recon connector.
+//!
+//! - [`Money`] and [`Currency`]: exact integer minor units with the ISO 4217
+//!   exponent table; decimal strings are converted digit by digit, never
+//!   through floating point.
+//! - [`Record`], [`Value`], [`Schema`]: the canonical record, keyed by
+//!   external ID, with typed values in schema order.
+//! - [`Source`] and [`Target`]: async streams of pages, point lookups by key,
+//!   and idempotent writes, implemented once per connector crate (the sqlx
+//!   model: one trait, one implementation per backend).
+//!
+//! This crate does no I/O of its own.
+
+mod connector;
+mod error;
+mod money;
+mod record;
+
+pub use connector::{Page, Source, Target, Window, WriteMode, WriteOutcome};
+pub use error::{ConnectorError, Location};
+pub use money::{format_minor, Currency, Money, MoneyError};
+pub use record::{format_timestamp, Field, FieldKind, Record, Schema, Value, ValueRef};

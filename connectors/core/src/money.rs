@@ -1,0 +1,335 @@
+//! Exact money: integer minor units plus an ISO 4217 currency.
+//!
+//! Amounts never pass through floating point. A decimal string such as
+//! Shopify's `"29.99"` is parsed digit by digit into minor units using the
+//! currency's exponent (2 for USD, 0 for JPY, 3 for KWD), and formatted back
+//! the same way.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// An ISO 4217 currency code, stored as three upper-case ASCII letters.
+///
+/// Only codes listed in the ISO 4217 table (see [`Currency::exponent`]) can be
+/// constructed, so every `Currency` knows its number of minor-unit digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Currency([u8; 3]);
+
+/// ISO 4217 active codes with a non-2 exponent. Every other listed code in
+/// [`TWO_DECIMAL`] has two decimals. Source: ISO 4217 list one (2024), as
+/// used by Stripe's and Shopify's zero-decimal and three-decimal tables.
+const ZERO_DECIMAL: &[&str] = &[
+    "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND",
+    "VUV", "XAF", "XOF", "XPF",
+];
+const THREE_DECIMAL: &[&str] = &["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"];
+const FOUR_DECIMAL: &[&str] = &["CLF", "UYW"];
+const TWO_DECIMAL: &[&str] = &[
+    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT",
+    "BGN", "BMD", "BND", "BOB", "BOV", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD", "CDF",
+    "CHE", "CHF", "CHW", "CNY", "COP", "COU", "CRC", "CUP", "CVE", "CZK", "DKK", "DOP", "DZD",
+    "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD", "GTQ", "GYD",
+    "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IRR", "JMD", "KES", "KGS", "KHR", "KPW",
+    "KYD", "KZT", "LAK", "LBP", "LKR", "LRD", "LSL", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT",
+    "MOP", "MRU", "MUR", "MVR", "MWK", "MXN", "MXV", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK",
+    "NPR", "NZD", "PAB", "PEN", "PGK", "PHP", "PKR", "PLN", "QAR", "RON", "RSD", "RUB", "SAR",
+    "SBD", "SCR", "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP",
+    "SZL", "THB", "TJS", "TMT", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "USD", "USN", "UYU",
+    "UZS", "VED", "VES", "WST", "XCD", "XCG", "YER", "ZAR", "ZMW", "ZWG",
+];
+
+impl Currency {
+    /// Parses a currency code, case-insensitively (`usd`, as Stripe writes
+    /// it, and `USD`, as Shopify does, are the same currency).
+    pub fn parse(code: &str) -> Result<Currency, MoneyError> {
+        let bytes = code.trim().as_bytes();
+        if bytes.len() != 3 || !bytes.iter().all(u8::is_ascii_alphabetic) {
+            return Err(MoneyError::UnknownCurrency(code.to_string()));
+        }
+        let upper = [
+            bytes[0].to_ascii_uppercase(),
+            bytes[1].to_ascii_uppercase(),
+            bytes[2].to_ascii_uppercase(),
+        ];
+        let c = Currency(upper);
+        if c.lookup_exponent().is_none() {
+            return Err(MoneyError::UnknownCurrency(code.to_string()));
+        }
+        Ok(c)
+    }
+
+    fn lookup_exponent(&self) -> Option<u32> {
+        let code = self.code();
+        if TWO_DECIMAL.binary_search(&code).is_ok() {
+            Some(2)
+        } else if ZERO_DECIMAL.contains(&code) {
+            Some(0)
+        } else if THREE_DECIMAL.contains(&code) {
+            Some(3)
+        } else if FOUR_DECIMAL.contains(&code) {
+            Some(4)
+        } else {
+            None
+        }
+    }
+
+    /// Number of digits after the decimal point in the major unit
+    /// (USD 2, JPY 0, KWD 3).
+    pub fn exponent(&self) -> u32 {
+        // Construction guarantees the code is in the table.
+        self.lookup_exponent().unwrap_or(2)
+    }
+
+    /// The upper-case three-letter code.
+    pub fn code(&self) -> &str {
+        // Construction guarantees ASCII.
+        std::str::from_utf8(&self.0).unwrap_or("???")
+    }
+}
+
+impl fmt::Display for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+impl fmt::Debug for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Currency({})", self.code())
+    }
+}
+
+impl FromStr for Currency {
+    type Err = MoneyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Currency::parse(s)
+    }
+}
+
+impl Serialize for Currency {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code())
+    }
+}
+
+impl<'de> Deserialize<'de> for Currency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Currency::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An amount of money in integer minor units (cents, yen, fils).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct Money {
+    /// Amount in the currency's minor unit; negative for refunds and credits.
+    pub minor: i64,
+    /// The currency the amount is in.
+    pub currency: Currency,
+}
+
+/// Why an amount or currency could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoneyError {
+    /// The code is not an ISO 4217 currency.
+    #[error("unknown currency code `{0}`; expected an ISO 4217 code such as USD, EUR, JPY")]
+    UnknownCurrency(String),
+    /// The text is not a decimal number.
+    #[error("`{0}` is not a number; expected digits with an optional sign and decimal point, such as 29.99 or -5")]
+    NotANumber(String),
+    /// More significant decimals than the currency has.
+    #[error("`{amount}` has more decimal places than {currency} allows ({exponent}); amounts are never rounded")]
+    TooManyDecimals {
+        /// The text as given.
+        amount: String,
+        /// The currency.
+        currency: Currency,
+        /// Decimals the currency allows.
+        exponent: u32,
+    },
+    /// Does not fit in 64-bit minor units.
+    #[error("`{0}` is too large to represent in minor units")]
+    Overflow(String),
+}
+
+impl Money {
+    /// Builds an amount from minor units.
+    pub fn from_minor(minor: i64, currency: Currency) -> Money {
+        Money { minor, currency }
+    }
+
+    /// Parses an integer count of minor units, such as Stripe's `2999`.
+    pub fn parse_minor(text: &str, currency: Currency) -> Result<Money, MoneyError> {
+        let t = text.trim();
+        let minor: i64 = t.parse().map_err(|_| {
+            if t.chars().all(|c| c.is_ascii_digit() || c == '-' || c == '+') && !t.is_empty() {
+                MoneyError::Overflow(text.to_string())
+            } else {
+                MoneyError::NotANumber(text.to_string())
+            }
+        })?;
+        Ok(Money { minor, currency })
+    }
+
+    /// Parses a decimal string in major units, such as Shopify's `"29.99"`,
+    /// exactly. Trailing zeros past the currency's exponent are accepted
+    /// (`"500.0"` JPY is 500); a non-zero digit past it is an error.
+    pub fn parse_major(text: &str, currency: Currency) -> Result<Money, MoneyError> {
+        let t = text.trim();
+        let (negative, digits) = match t.as_bytes().first() {
+            Some(b'-') => (true, &t[1..]),
+            Some(b'+') => (false, &t[1..]),
+            _ => (false, t),
+        };
+        let (int_part, frac_part) = match digits.split_once('.') {
+            Some((i, f)) => (i, f),
+            None => (digits, ""),
+        };
+        let nan = || MoneyError::NotANumber(text.to_string());
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(nan());
+        }
+        if !int_part.bytes().all(|b| b.is_ascii_digit())
+            || !frac_part.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(nan());
+        }
+        let exponent = currency.exponent() as usize;
+        if frac_part.len() > exponent && frac_part[exponent..].bytes().any(|b| b != b'0') {
+            return Err(MoneyError::TooManyDecimals {
+                amount: text.to_string(),
+                currency,
+                exponent: exponent as u32,
+            });
+        }
+        let overflow = || MoneyError::Overflow(text.to_string());
+        let mut minor: i64 = 0;
+        let frac_digits = frac_part.as_bytes().iter().take(exponent);
+        for &b in int_part.as_bytes().iter().chain(frac_digits) {
+            minor = minor
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(i64::from(b - b'0')))
+                .ok_or_else(overflow)?;
+        }
+        for _ in frac_part.len().min(exponent)..exponent {
+            minor = minor.checked_mul(10).ok_or_else(overflow)?;
+        }
+        Ok(Money {
+            minor: if negative { -minor } else { minor },
+            currency,
+        })
+    }
+
+    /// Formats in major units with exactly the currency's decimals
+    /// (`2999` USD is `29.99`, `500` JPY is `500`, `-1234` KWD is `-1.234`).
+    pub fn to_major_string(&self) -> String {
+        format_minor(i128::from(self.minor), self.currency)
+    }
+}
+
+/// Formats a (possibly summed) minor-unit amount in major units.
+pub fn format_minor(minor: i128, currency: Currency) -> String {
+    let exponent = currency.exponent();
+    let negative = minor < 0;
+    let abs = minor.unsigned_abs();
+    if exponent == 0 {
+        return format!("{}{}", if negative { "-" } else { "" }, abs);
+    }
+    let scale = 10u128.pow(exponent);
+    format!(
+        "{}{}.{:0width$}",
+        if negative { "-" } else { "" },
+        abs / scale,
+        abs % scale,
+        width = exponent as usize
+    )
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.to_major_string(), self.currency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cur(c: &str) -> Currency {
+        Currency::parse(c).unwrap()
+    }
+
+    #[test]
+    fn table_is_sorted_for_binary_search() {
+        let mut sorted = TWO_DECIMAL.to_vec();
+        sorted.sort();
+        assert_eq!(sorted, TWO_DECIMAL);
+    }
+
+    #[test]
+    fn parses_major_units_exactly() {
+        assert_eq!(Money::parse_major("29.99", cur("USD")).unwrap().minor, 2999);
+        assert_eq!(Money::parse_major("500", cur("JPY")).unwrap().minor, 500);
+        assert_eq!(Money::parse_major("500.0", cur("JPY")).unwrap().minor, 500);
+        assert_eq!(Money::parse_major("1.234", cur("KWD")).unwrap().minor, 1234);
+        assert_eq!(Money::parse_major("0.100", cur("KWD")).unwrap().minor, 100);
+        assert_eq!(Money::parse_major("0.10", cur("usd")).unwrap().minor, 10);
+        assert_eq!(Money::parse_major("-12.5", cur("EUR")).unwrap().minor, -1250);
+        assert_eq!(Money::parse_major(".5", cur("EUR")).unwrap().minor, 50);
+        assert_eq!(Money::parse_major("7.", cur("EUR")).unwrap().minor, 700);
+        // 0.1 + 0.2 style values that float arithmetic gets wrong.
+        assert_eq!(Money::parse_major("0.29", cur("USD")).unwrap().minor, 29);
+        assert_eq!(Money::parse_major("1.15", cur("USD")).unwrap().minor, 115);
+    }
+
+    #[test]
+    fn rejects_bad_amounts_with_clear_errors() {
+        let e = Money::parse_major("1.234", cur("USD")).unwrap_err();
+        assert!(matches!(e, MoneyError::TooManyDecimals { exponent: 2, .. }));
+        assert!(e.to_string().contains("USD allows (2)"), "{e}");
+        assert!(matches!(
+            Money::parse_major("1.5", cur("JPY")),
+            Err(MoneyError::TooManyDecimals { exponent: 0, .. })
+        ));
+        for bad in ["", "-", "abc", "1,5", "1.2.3", "1e5", "12 34"] {
+            assert!(
+                matches!(
+                    Money::parse_major(bad, cur("USD")),
+                    Err(MoneyError::NotANumber(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Money::parse_major("99999999999999999999", cur("USD")),
+            Err(MoneyError::Overflow(_))
+        ));
+        assert!(matches!(
+            Money::parse_minor("12.5", cur("USD")),
+            Err(MoneyError::NotANumber(_))
+        ));
+        let e = Currency::parse("XYZ").unwrap_err();
+        assert!(e.to_string().contains("unknown currency code `XYZ`"));
+        assert!(Currency::parse("US").is_err());
+    }
+
+    #[test]
+    fn formats_by_exponent() {
+        assert_eq!(Money::from_minor(2999, cur("usd")).to_major_string(), "29.99");
+        assert_eq!(Money::from_minor(5, cur("usd")).to_major_string(), "0.05");
+        assert_eq!(Money::from_minor(-5, cur("usd")).to_major_string(), "-0.05");
+        assert_eq!(Money::from_minor(500, cur("JPY")).to_major_string(), "500");
+        assert_eq!(Money::from_minor(-1234, cur("KWD")).to_major_string(), "-1.234");
+        assert_eq!(format_minor(i128::from(i64::MAX) * 3, cur("USD")), "276701161105643274.21");
+    }
+
+    #[test]
+    fn parse_and_format_round_trip() {
+        for (text, c) in [("29.99", "USD"), ("500", "JPY"), ("-1.234", "KWD"), ("0.00", "EUR")] {
+            let m = Money::parse_major(text, cur(c)).unwrap();
+            assert_eq!(m.to_major_string(), text);
+        }
+    }
+}

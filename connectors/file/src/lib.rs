@@ -1,0 +1,476 @@
+//! CSV and JSON Lines export files as a recon source or target.
+//!
+//! Files are streamed: a CSV row or a JSONL line is read into a reused
+//! buffer, turned into typed [`ValueRef`]s that borrow from it, handed to the
+//! caller, and forgotten. Nothing ever holds a whole file as rows, so a 10
+//! GB export diffs in the memory of one side's keys.
+//!
+//! Every error names the file and the line (1-based, counting the header
+//! line of a CSV), and says what was expected.
+
+mod convert;
+mod source;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
+
+pub use source::FileSource;
+
+use convert::{convert, Cell};
+pub use convert::parse_timestamp;
+
+/// The two export formats, chosen by file extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// RFC 4180 CSV with a header row.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+impl Format {
+    /// `.csv` is CSV, `.jsonl`/`.ndjson` is JSON Lines.
+    pub fn from_path(path: &Path) -> Result<Format, ConnectorError> {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| e.to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("csv") => Ok(Format::Csv),
+            Some("jsonl") | Some("ndjson") => Ok(Format::Jsonl),
+            _ => Err(ConnectorError::Config(format!(
+                "{}: unknown file type; name it .csv or .jsonl",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// How amounts are written in a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AmountFormat {
+    /// Integer minor units (Stripe: `2999`).
+    #[default]
+    Minor,
+    /// Decimal major units (Shopify, dashboards: `29.99`), converted exactly.
+    Major,
+}
+
+/// Which file columns feed which canonical fields.
+#[derive(Clone, Debug)]
+pub struct FileSpec {
+    /// The file.
+    pub path: PathBuf,
+    /// Column (or JSON path, dotted) holding the external ID.
+    pub key_column: String,
+    /// For each schema field in order, the column (or dotted JSON path) holding it.
+    pub columns: Vec<String>,
+    /// Column holding the currency of money fields; `None` when the file has no money.
+    pub currency_column: Option<String>,
+    /// How amounts are written.
+    pub amount_format: AmountFormat,
+}
+
+/// A streaming reader over one export file.
+pub struct FileReader {
+    spec: FileSpec,
+    kinds: Vec<FieldKind>,
+    inner: Inner,
+    display: String,
+}
+
+enum Inner {
+    Csv {
+        reader: csv::Reader<BufReader<File>>,
+        key_idx: usize,
+        idx: Vec<usize>,
+        currency_idx: Option<usize>,
+    },
+    Jsonl {
+        reader: BufReader<File>,
+        line_no: u64,
+        checked_first: bool,
+    },
+}
+
+const BUFFER: usize = 1 << 20;
+
+impl FileReader {
+    /// Opens the file and checks that every needed column exists.
+    pub fn open(spec: FileSpec, schema: &Schema) -> Result<FileReader, ConnectorError> {
+        let display = spec.path.display().to_string();
+        let format = Format::from_path(&spec.path)?;
+        if spec.columns.len() != schema.fields.len() {
+            return Err(ConnectorError::Config(format!(
+                "{display}: {} columns mapped for {} fields",
+                spec.columns.len(),
+                schema.fields.len()
+            )));
+        }
+        let file = File::open(&spec.path).map_err(|source| ConnectorError::Io {
+            what: display.clone(),
+            source,
+        })?;
+        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            return Err(ConnectorError::Config(format!(
+                "{display} is a folder; expected a .csv or .jsonl file"
+            )));
+        }
+        let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+        if empty {
+            return Err(ConnectorError::Malformed {
+                location: Location(format!("{display} line 1")),
+                message: match format {
+                    Format::Csv => "file is empty; expected a header row naming the columns".into(),
+                    Format::Jsonl => "file is empty; expected one JSON object per line".into(),
+                },
+            });
+        }
+        let kinds = schema.fields.iter().map(|f| f.kind).collect::<Vec<_>>();
+        let needs_currency = kinds.contains(&FieldKind::Money);
+        if needs_currency && spec.currency_column.is_none() {
+            return Err(ConnectorError::Config(format!(
+                "{display}: money fields need a currency column"
+            )));
+        }
+        let buffered = BufReader::with_capacity(BUFFER, file);
+        let inner = match format {
+            Format::Csv => {
+                let mut reader = csv::ReaderBuilder::new()
+                    .has_headers(true)
+                    .buffer_capacity(BUFFER)
+                    .from_reader(buffered);
+                let headers = reader
+                    .byte_headers()
+                    .map_err(|e| csv_error(&display, e))?
+                    .clone();
+                let names: Vec<String> = headers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| {
+                        let h = String::from_utf8_lossy(h);
+                        // Excel writes a byte-order mark before the first header.
+                        if i == 0 {
+                            h.trim_start_matches('\u{feff}').trim().to_string()
+                        } else {
+                            h.trim().to_string()
+                        }
+                    })
+                    .collect();
+                let find = |col: &str, role: &str| -> Result<usize, ConnectorError> {
+                    names.iter().position(|n| n == col).ok_or_else(|| {
+                        ConnectorError::MissingField {
+                            location: Location(format!("{display} line 1")),
+                            message: format!(
+                                "{role} column `{col}` not found in the header; columns are: {}",
+                                names.join(", ")
+                            ),
+                        }
+                    })
+                };
+                let key_idx = find(&spec.key_column, "key")?;
+                let mut idx = Vec::with_capacity(spec.columns.len());
+                for (col, field) in spec.columns.iter().zip(&schema.fields) {
+                    let role = if field.compared { "compare" } else { "amount" };
+                    idx.push(find(col, role)?);
+                }
+                let currency_idx = match (&spec.currency_column, needs_currency) {
+                    (Some(c), true) => Some(find(c, "currency")?),
+                    _ => None,
+                };
+                Inner::Csv {
+                    reader,
+                    key_idx,
+                    idx,
+                    currency_idx,
+                }
+            }
+            Format::Jsonl => Inner::Jsonl {
+                reader: buffered,
+                line_no: 0,
+                checked_first: false,
+            },
+        };
+        Ok(FileReader {
+            spec,
+            kinds,
+            inner,
+            display,
+        })
+    }
+
+    /// A short name for messages: the path.
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// Calls `f` with the key and values of every record in file order.
+    /// Values borrow from the reader's buffer and live only for the call.
+    /// `f` returns the caller's own error type, wrapped in [`ReadError::Caller`].
+    pub fn for_each<E>(
+        &mut self,
+        mut f: impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<(), E>,
+    ) -> Result<(), ReadError<E>> {
+        self.for_each_while(|k, v, l| f(k, v, l).map(|()| true))
+            .map(|_| ())
+    }
+
+    /// Like [`FileReader::for_each`], but stops after the record for which
+    /// `f` returns `false`; the next call continues with the following
+    /// record. Returns whether the end of the file was reached.
+    pub fn for_each_while<E>(
+        &mut self,
+        mut f: impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
+    ) -> Result<bool, ReadError<E>> {
+        let display = self.display.clone();
+        let kinds = self.kinds.clone();
+        let amount_format = self.spec.amount_format;
+        // One allocation for the whole file, recycled between rows (the
+        // in-place collect keeps the buffer while changing its lifetime).
+        let mut recycled: Vec<ValueRef<'static>> = Vec::with_capacity(kinds.len());
+        match &mut self.inner {
+            Inner::Csv {
+                reader,
+                key_idx,
+                idx,
+                currency_idx,
+            } => {
+                let mut row = csv::ByteRecord::new();
+                loop {
+                    match reader.read_byte_record(&mut row) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(e) => return Err(ReadError::Connector(csv_error(&display, e))),
+                    }
+                    let line = row.position().map(|p| p.line()).unwrap_or(0);
+                    let location = || Location(format!("{display} line {line}"));
+                    let text = |i: usize| -> Result<&str, ConnectorError> {
+                        std::str::from_utf8(row.get(i).unwrap_or_default()).map_err(|_| {
+                            ConnectorError::Malformed {
+                                location: location(),
+                                message: "not valid UTF-8; save the export as UTF-8".into(),
+                            }
+                        })
+                    };
+                    let key = text(*key_idx).map_err(ReadError::Connector)?;
+                    if key.is_empty() {
+                        return Err(ReadError::Connector(ConnectorError::Malformed {
+                            location: location(),
+                            message: format!("empty key in column `{}`", self.spec.key_column),
+                        }));
+                    }
+                    let currency = match currency_idx {
+                        Some(ci) => Some(text(*ci).map_err(ReadError::Connector)?),
+                        None => None,
+                    };
+                    let mut values: Vec<ValueRef<'_>> =
+                        recycled.into_iter().filter_map(|_| None).collect();
+                    for (k, (&i, &kind)) in idx.iter().zip(&kinds).enumerate() {
+                        let cell = Cell::Text(text(i).map_err(ReadError::Connector)?);
+                        let v = convert(cell, kind, currency, amount_format).map_err(|m| {
+                            ReadError::Connector(m.at(location(), &self.spec.columns[k]))
+                        })?;
+                        values.push(v);
+                    }
+                    let more = f(key, &values, &location).map_err(ReadError::Caller)?;
+                    values.clear();
+                    recycled = values.into_iter().filter_map(|_| None).collect();
+                    if !more {
+                        return Ok(false);
+                    }
+                }
+            }
+            Inner::Jsonl {
+                reader,
+                line_no,
+                checked_first,
+            } => {
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    let n = reader.read_line(&mut line).map_err(|source| {
+                        ReadError::Connector(ConnectorError::Io {
+                            what: display.clone(),
+                            source,
+                        })
+                    })?;
+                    if n == 0 {
+                        break;
+                    }
+                    *line_no += 1;
+                    let ln = *line_no;
+                    let location = || Location(format!("{display} line {ln}"));
+                    let trimmed = line.trim();
+                    if trimmed.is_empty() {
+                        continue;
+                    }
+                    let obj: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| {
+                        ReadError::Connector(ConnectorError::Malformed {
+                            location: location(),
+                            message: format!("malformed JSON ({e}); expected one JSON object per line"),
+                        })
+                    })?;
+                    if !obj.is_object() {
+                        return Err(ReadError::Connector(ConnectorError::Malformed {
+                            location: location(),
+                            message: "expected a JSON object".into(),
+                        }));
+                    }
+                    if !*checked_first {
+                        // Columns missing from the first object are a wrong
+                        // name, not sparse data: say so at once.
+                        let mut needed = vec![("key", &self.spec.key_column)];
+                        needed.extend(self.spec.columns.iter().map(|c| ("compare", c)));
+                        if let Some(c) = &self.spec.currency_column {
+                            if kinds.contains(&FieldKind::Money) {
+                                needed.push(("currency", c));
+                            }
+                        }
+                        for (role, col) in needed {
+                            if json_path(&obj, col).is_none() {
+                                let present = obj
+                                    .as_object()
+                                    .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+                                    .unwrap_or_default();
+                                return Err(ReadError::Connector(ConnectorError::MissingField {
+                                    location: location(),
+                                    message: format!(
+                                        "{role} field `{col}` not found in the first object; fields are: {present}"
+                                    ),
+                                }));
+                            }
+                        }
+                        *checked_first = true;
+                    }
+                    let key = match json_path(&obj, &self.spec.key_column) {
+                        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+                        Some(serde_json::Value::Number(n)) => n.to_string(),
+                        _ => {
+                            return Err(ReadError::Connector(ConnectorError::Malformed {
+                                location: location(),
+                                message: format!(
+                                    "key `{}` is missing, empty or not a string or number",
+                                    self.spec.key_column
+                                ),
+                            }))
+                        }
+                    };
+                    let currency_owned = match &self.spec.currency_column {
+                        Some(c) if kinds.contains(&FieldKind::Money) => json_text(json_path(&obj, c)),
+                        _ => None,
+                    };
+                    let currency = Some(currency_owned.as_deref().unwrap_or(""));
+                    let cells: Vec<Option<String>> = self
+                        .spec
+                        .columns
+                        .iter()
+                        .map(|c| json_text(json_path(&obj, c)))
+                        .collect();
+                    let mut values: Vec<ValueRef<'_>> =
+                        recycled.into_iter().filter_map(|_| None).collect();
+                    for (k, (cell, &kind)) in cells.iter().zip(&kinds).enumerate() {
+                        let cell = match cell {
+                            Some(s) => Cell::Text(s),
+                            None => Cell::Null,
+                        };
+                        let v = convert(cell, kind, currency, amount_format).map_err(|m| {
+                            ReadError::Connector(m.at(location(), &self.spec.columns[k]))
+                        })?;
+                        values.push(v);
+                    }
+                    let more = f(&key, &values, &location).map_err(ReadError::Caller)?;
+                    values.clear();
+                    recycled = values.into_iter().filter_map(|_| None).collect();
+                    if !more {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// An error while streaming: the file's, or the callback's.
+#[derive(Debug)]
+pub enum ReadError<E> {
+    /// The file is unreadable or malformed.
+    Connector(ConnectorError),
+    /// The callback failed.
+    Caller(E),
+}
+
+fn json_path<'v>(obj: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    if let Some(v) = obj.get(path) {
+        return Some(v);
+    }
+    let mut cur = obj;
+    for part in path.split('.') {
+        cur = cur.get(part)?;
+    }
+    Some(cur)
+}
+
+fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
+    match v? {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        // The shortest round-trip form: 29.99 stays "29.99", never 29.989999.
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        other => Some(other.to_string()),
+    }
+}
+
+fn csv_error(display: &str, e: csv::Error) -> ConnectorError {
+    let line = e.position().map(|p| p.line());
+    let location = Location(match line {
+        Some(l) => format!("{display} line {l}"),
+        None => display.to_string(),
+    });
+    match e.into_kind() {
+        csv::ErrorKind::Io(source) => ConnectorError::Io {
+            what: display.to_string(),
+            source,
+        },
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => ConnectorError::Malformed {
+            location,
+            message: format!(
+                "row has {len} fields but the header has {expected_len}; check for an unquoted comma or a missing field"
+            ),
+        },
+        csv::ErrorKind::Utf8 { .. } => ConnectorError::Malformed {
+            location,
+            message: "not valid UTF-8; save the export as UTF-8".into(),
+        },
+        other => ConnectorError::Malformed {
+            location,
+            message: format!("unreadable CSV: {other:?}"),
+        },
+    }
+}
+
+/// Reads a whole file into owned records; for tests and small files only.
+pub fn read_all(spec: FileSpec, schema: &Schema) -> Result<Vec<recon_core::Record>, ConnectorError> {
+    let mut reader = FileReader::open(spec, schema)?;
+    let mut out = Vec::new();
+    reader
+        .for_each(|key, values, _| {
+            out.push(recon_core::Record {
+                key: key.to_string(),
+                values: values.iter().map(|v| v.to_owned_value()).collect(),
+            });
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            ReadError::Connector(c) => c,
+            ReadError::Caller(never) => match never {},
+        })?;
+    Ok(out)
+}

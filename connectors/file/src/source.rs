@@ -1,0 +1,128 @@
+//! The file connector behind the `Source` trait, for `recon run` jobs whose
+//! source or target is an export file.
+
+use std::sync::Mutex;
+
+use futures_core::stream::BoxStream;
+use recon_core::{ConnectorError, Page, Record, Schema, Source, Value, Window};
+
+use crate::{FileReader, FileSpec, ReadError};
+
+/// Records per page handed to the pipeline.
+const PAGE: usize = 1000;
+
+/// An export file as a [`Source`]. When `time_field` names a timestamp
+/// field of the schema, only records inside the window are read.
+#[derive(Clone, Debug)]
+pub struct FileSource {
+    /// Which columns feed which fields.
+    pub spec: FileSpec,
+    /// Schema index of the creation-time field used for windows.
+    pub time_field: Option<usize>,
+}
+
+/// Reads one page at a time from an open reader; the file is never held
+/// in memory as rows.
+struct PageStream<F> {
+    state: Mutex<Option<Result<FileReader, ConnectorError>>>,
+    keep: F,
+}
+
+impl<F: Fn(&Record) -> bool> PageStream<F> {
+    fn next_page(&self) -> Option<Result<Page, ConnectorError>> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reader = match state.take()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut page = Page::default();
+        loop {
+            let result = reader.for_each_while(|key, values, _| {
+                let record = Record {
+                    key: key.to_string(),
+                    values: values.iter().map(|v| v.to_owned_value()).collect(),
+                };
+                if (self.keep)(&record) {
+                    page.records.push(record);
+                }
+                Ok::<bool, std::convert::Infallible>(page.records.len() < PAGE)
+            });
+            match result {
+                Ok(true) => {
+                    // End of file: the stream ends after this page.
+                    return if page.records.is_empty() {
+                        None
+                    } else {
+                        Some(Ok(page))
+                    };
+                }
+                Ok(false) => {
+                    *state = Some(Ok(reader));
+                    return Some(Ok(page));
+                }
+                Err(ReadError::Connector(e)) => return Some(Err(e)),
+                Err(ReadError::Caller(never)) => match never {},
+            }
+        }
+    }
+}
+
+impl<F: Fn(&Record) -> bool + Unpin> futures_core::Stream for PageStream<F> {
+    type Item = Result<Page, ConnectorError>;
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        // Local file reads are short and bounded by one page; they run inline.
+        std::task::Poll::Ready(self.next_page())
+    }
+}
+
+impl FileSource {
+    fn stream<'a>(
+        &'a self,
+        schema: &Schema,
+        keep: impl Fn(&Record) -> bool + Send + Sync + Unpin + 'a,
+    ) -> BoxStream<'a, Result<Page, ConnectorError>> {
+        Box::pin(PageStream {
+            state: Mutex::new(Some(FileReader::open(self.spec.clone(), schema))),
+            keep,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for FileSource {
+    fn describe(&self) -> String {
+        self.spec.path.display().to_string()
+    }
+
+    fn read(&self, schema: &Schema, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
+        let time_field = self.time_field;
+        self.stream(schema, move |r| match time_field {
+            Some(i) => matches!(r.values.get(i), Some(Value::Timestamp(t)) if window.contains(*t)),
+            None => true,
+        })
+    }
+
+    async fn lookup(&self, schema: &Schema, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
+        let wanted: std::collections::HashSet<String> = keys.iter().cloned().collect();
+        let mut reader = FileReader::open(self.spec.clone(), schema)?;
+        let mut found = Vec::new();
+        reader
+            .for_each(|key, values, _| {
+                if wanted.contains(key) {
+                    found.push(Record {
+                        key: key.to_string(),
+                        values: values.iter().map(|v| v.to_owned_value()).collect(),
+                    });
+                }
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .map_err(|e| match e {
+                ReadError::Connector(c) => c,
+                ReadError::Caller(never) => match never {},
+            })?;
+        Ok(found)
+    }
+}

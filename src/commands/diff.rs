@@ -1,0 +1,255 @@
+//! `recon diff SOURCE TARGET`: an ad-hoc diff of two export files.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use recon_core::{Field, FieldKind, Schema};
+use recon_file::{AmountFormat, FileReader, FileSpec, ReadError};
+
+use crate::cli::{AmountFormatArg, DiffArgs};
+use crate::diff::{DiffEngine, DiffError, DiffOutcome, DiffSpec, Tolerance};
+use crate::report::{write_diff_reports, ReportDir, RunMeta};
+use crate::Status;
+
+/// A diff fully validated from its arguments, before any file is opened.
+#[derive(Debug)]
+pub struct DiffPlan {
+    /// How to read the source file.
+    pub source: FileSpec,
+    /// How to read the target file.
+    pub target: FileSpec,
+    /// What to compare.
+    pub spec: DiffSpec,
+    /// Where the reports go.
+    pub out: PathBuf,
+}
+
+fn parse_renames(flag: &str, items: &[String]) -> Result<HashMap<String, String>> {
+    let mut map = HashMap::new();
+    for item in items.iter().filter(|i| !i.is_empty()) {
+        let Some((column, name)) = item.split_once('=') else {
+            bail!("--{flag} `{item}`: expected FILE_COLUMN=NAME, for example stripe_id=id");
+        };
+        map.insert(name.trim().to_string(), column.trim().to_string());
+    }
+    Ok(map)
+}
+
+fn amount_format(a: AmountFormatArg) -> AmountFormat {
+    match a {
+        AmountFormatArg::Minor => AmountFormat::Minor,
+        AmountFormatArg::Major => AmountFormat::Major,
+    }
+}
+
+impl DiffPlan {
+    /// Validates arguments into a plan; every mistake is named here, before I/O.
+    pub fn from_args(args: DiffArgs) -> Result<DiffPlan> {
+        let key = args.key.trim().to_string();
+        if key.is_empty() {
+            bail!("--key is empty; name the column holding the external ID");
+        }
+        let mut compare: Vec<String> = Vec::new();
+        for c in args.compare.iter().map(|c| c.trim()).filter(|c| !c.is_empty()) {
+            if c == key {
+                bail!("--compare lists the key column `{key}`; the key is always matched, remove it");
+            }
+            if !compare.iter().any(|x| x == c) {
+                compare.push(c.to_string());
+            }
+        }
+        let amount = args
+            .amount
+            .clone()
+            .or_else(|| compare.iter().any(|c| c == "amount").then(|| "amount".to_string()));
+
+        let mut tolerances: HashMap<String, Tolerance> = HashMap::new();
+        for t in args.tolerance.iter().filter(|t| !t.is_empty()) {
+            let Some((field, value)) = t.split_once('=') else {
+                bail!("--tolerance `{t}`: expected FIELD=N (minor units) or FIELD=Ns (seconds)");
+            };
+            let field = field.trim();
+            if !compare.iter().any(|c| c == field) {
+                bail!("--tolerance `{t}`: `{field}` is not a compared field; add it to --compare");
+            }
+            let value = value.trim();
+            let (number, seconds) = match value.strip_suffix('s') {
+                Some(n) => (n, true),
+                None => (value, false),
+            };
+            let n: i64 = number.parse().ok().filter(|n| *n >= 0).with_context(|| {
+                format!("--tolerance `{t}`: `{value}` is not a non-negative whole number")
+            })?;
+            tolerances.insert(
+                field.to_string(),
+                if seconds {
+                    Tolerance::Seconds(n)
+                } else {
+                    Tolerance::Units(n)
+                },
+            );
+        }
+        for ts in args.timestamps.iter().filter(|t| !t.is_empty()) {
+            if !compare.iter().any(|c| c == ts) {
+                bail!("--timestamps `{ts}` is not a compared field; add it to --compare");
+            }
+        }
+
+        let mut fields = Vec::new();
+        let mut tols = Vec::new();
+        for name in &compare {
+            let tol = tolerances.get(name).copied();
+            let kind = if Some(name) == amount.as_ref() {
+                if matches!(tol, Some(Tolerance::Seconds(_))) {
+                    bail!("--tolerance for the amount `{name}` is in minor units; drop the `s`");
+                }
+                FieldKind::Money
+            } else if name == &args.currency {
+                if tol.is_some() {
+                    bail!("--tolerance on the currency `{name}` makes no sense; remove it");
+                }
+                FieldKind::Currency
+            } else if args.timestamps.contains(name) || matches!(tol, Some(Tolerance::Seconds(_))) {
+                if matches!(tol, Some(Tolerance::Units(_))) {
+                    bail!("--tolerance for the timestamp `{name}` is in seconds: write {name}=Ns");
+                }
+                FieldKind::Timestamp
+            } else if matches!(tol, Some(Tolerance::Units(_))) {
+                FieldKind::Integer
+            } else {
+                FieldKind::Text
+            };
+            fields.push(Field {
+                name: name.clone(),
+                kind,
+                compared: true,
+            });
+            tols.push(tol);
+        }
+        if let Some(a) = &amount {
+            if !compare.contains(a) {
+                // Read for the per-currency totals only.
+                fields.push(Field {
+                    name: a.clone(),
+                    kind: FieldKind::Money,
+                    compared: false,
+                });
+                tols.push(None);
+            }
+        }
+        let schema = Schema { fields };
+        let has_money = schema.money_field().is_some();
+
+        let side = |path: &PathBuf, flag: &str, renames: &[String], format: AmountFormatArg| -> Result<FileSpec> {
+            let renames = parse_renames(flag, renames)?;
+            let column = |name: &str| renames.get(name).cloned().unwrap_or_else(|| name.to_string());
+            Ok(FileSpec {
+                path: path.clone(),
+                key_column: column(&key),
+                columns: schema.fields.iter().map(|f| column(&f.name)).collect(),
+                currency_column: has_money.then(|| column(&args.currency)),
+                amount_format: amount_format(format),
+            })
+        };
+        let source = side(&args.source, "source-rename", &args.source_rename, args.source_amount_format)?;
+        let target = side(&args.target, "target-rename", &args.target_rename, args.target_amount_format)?;
+        Ok(DiffPlan {
+            source,
+            target,
+            spec: DiffSpec {
+                schema,
+                tolerances: tols,
+            },
+            out: args.out,
+        })
+    }
+}
+
+/// Streams one file into the engine.
+fn feed(
+    reader: &mut FileReader,
+    engine: &mut DiffEngine,
+    source_side: bool,
+) -> Result<()> {
+    let result = reader.for_each(|key, values, _location| {
+        if source_side {
+            engine.add_source(key, values)
+        } else {
+            engine.add_target(key, values)
+        }
+    });
+    match result {
+        Ok(()) => Ok(()),
+        Err(ReadError::Connector(e)) => Err(e.into()),
+        Err(ReadError::Caller(e)) => Err(anyhow::Error::from(e as DiffError)),
+    }
+}
+
+/// Runs a plan: reads both files, diffs, writes the reports.
+pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
+    let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
+    // Open both before reading either, so a wrong column on the target is
+    // reported at once rather than after the whole source is read.
+    let mut source = FileReader::open(plan.source.clone(), &plan.spec.schema)?;
+    let mut target = FileReader::open(plan.target.clone(), &plan.spec.schema)?;
+    let mut dir = ReportDir::create(&plan.out)?;
+    let mut engine = DiffEngine::new(plan.spec.clone());
+    feed(&mut source, &mut engine, true)?;
+    let source_ms = started.elapsed().as_millis();
+    feed(&mut target, &mut engine, false)?;
+    let target_ms = started.elapsed().as_millis() - source_ms;
+    let outcome = engine.finish();
+    let status = status_of(&outcome);
+    let meta = RunMeta {
+        job: "diff".into(),
+        source: plan.source.path.display().to_string(),
+        target: plan.target.path.display().to_string(),
+        window: None,
+        started_at: recon_core::format_timestamp(started_at),
+        source_ms,
+        target_ms,
+        total_ms: started.elapsed().as_millis(),
+    };
+    write_diff_reports(&mut dir, &plan.spec.schema, &outcome, &meta, status.code())?;
+    let path = dir.commit()?;
+    Ok((outcome, status, path))
+}
+
+/// 1 when anything is left open, 0 otherwise.
+pub fn status_of(outcome: &DiffOutcome) -> Status {
+    if outcome.gaps.is_empty()
+        && outcome.orphans.is_empty()
+        && outcome.mismatches.is_empty()
+        && outcome.duplicates.is_empty()
+    {
+        Status::Clean
+    } else {
+        Status::Discrepancies
+    }
+}
+
+/// The `recon diff` command.
+pub fn run(args: DiffArgs) -> Result<Status> {
+    let plan = DiffPlan::from_args(args)?;
+    let (outcome, status, path) = execute(plan)?;
+    println!("{}", render_summary(&outcome));
+    println!("reports: {}", path.display());
+    Ok(status)
+}
+
+/// A few readable lines for the terminal.
+pub fn render_summary(o: &DiffOutcome) -> String {
+    format!(
+        "source {} records, target {} records\n  matched     {}\n  gaps        {}\n  orphans     {}\n  mismatches  {}\n  duplicates  {}",
+        o.source_records,
+        o.target_records,
+        o.matched,
+        o.gaps.len(),
+        o.orphans.len(),
+        o.mismatches.len(),
+        o.duplicates.len()
+    )
+}

@@ -1,0 +1,410 @@
+//! The diff engine: pure, no I/O.
+//!
+//! Records of the source side are loaded first into a compact key index;
+//! records of the target side are then streamed past it, one at a time.
+//! Memory grows with the source side's keys (and compared values) plus the
+//! discrepancies found, never with the target side's full rows.
+//!
+//! Every distinct external ID lands in exactly one class:
+//! - **duplicate**: it occurs more than once on either side. This wins over
+//!   every other class, because a doubled record makes the pair ambiguous
+//!   (which of the two copies should be compared?) and is the bug to fix first.
+//! - **gap**: only in the source; **orphan**: only in the target;
+//! - **mismatch**: in both once, and a compared field differs beyond its
+//!   tolerance; **matched**: in both once, and equal.
+//!
+//! Per-currency totals sum every row read (duplicates included), so a
+//! duplicated payment shows up in the money delta as well as in the count.
+
+mod arena;
+
+use std::collections::{BTreeMap, HashMap};
+
+use recon_core::{Currency, FieldKind, Record, Schema, Value, ValueRef};
+use serde::Serialize;
+
+use arena::{KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH, OFFSET_MASK, SEEN_OTHER};
+
+/// How far apart two values of one field may be and still match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tolerance {
+    /// Money or integers: at most this many minor units apart.
+    Units(i64),
+    /// Timestamps: at most this many seconds apart.
+    Seconds(i64),
+}
+
+/// What to compare: the fields, their types and tolerances.
+#[derive(Clone, Debug)]
+pub struct DiffSpec {
+    /// Canonical fields; records carry values in this order.
+    pub schema: Schema,
+    /// One entry per schema field.
+    pub tolerances: Vec<Option<Tolerance>>,
+}
+
+impl DiffSpec {
+    /// A spec with exact comparison of every compared field.
+    pub fn exact(schema: Schema) -> DiffSpec {
+        let n = schema.fields.len();
+        DiffSpec {
+            schema,
+            tolerances: vec![None; n],
+        }
+    }
+}
+
+/// Misuse of the engine by its caller.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// A source record arrived after target records had started.
+    #[error("source record `{0}` added after the target side started")]
+    SourceAfterTarget(String),
+    /// A record has the wrong number of values.
+    #[error("record `{key}` has {got} values; the schema has {want} fields")]
+    Arity {
+        /// The record.
+        key: String,
+        /// Values given.
+        got: usize,
+        /// Fields in the schema.
+        want: usize,
+    },
+}
+
+/// Which side of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// The source of truth.
+    Source,
+    /// The system checked against it.
+    Target,
+}
+
+impl Side {
+    /// `source` or `target`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Target => "target",
+        }
+    }
+}
+
+/// One differing field of a mismatched record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldDiff {
+    /// Schema index of the field.
+    pub field: usize,
+    /// Value in the source.
+    pub source: Value,
+    /// Value in the target.
+    pub target: Value,
+}
+
+/// A record present once on each side with differing compared fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// External ID.
+    pub key: String,
+    /// Every differing field, in schema order.
+    pub fields: Vec<FieldDiff>,
+}
+
+/// An external ID present more than once on at least one side.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Duplicate {
+    /// External ID.
+    pub key: String,
+    /// Occurrences in the source.
+    pub source_count: u32,
+    /// Occurrences in the target.
+    pub target_count: u32,
+}
+
+/// Count and sum of one currency on one side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CurrencyTotal {
+    /// Rows read with this currency (duplicates included).
+    pub records: u64,
+    /// Sum of their amounts in minor units.
+    pub minor: i128,
+}
+
+/// Per-currency totals of one side. `None` collects rows without an amount.
+pub type Totals = BTreeMap<Option<Currency>, CurrencyTotal>;
+
+/// The complete classification of one diff.
+#[derive(Clone, Debug, Default)]
+pub struct DiffOutcome {
+    /// Distinct external IDs in the source.
+    pub source_records: u64,
+    /// Distinct external IDs in the target.
+    pub target_records: u64,
+    /// Rows read from the source (duplicates counted each time).
+    pub source_rows: u64,
+    /// Rows read from the target.
+    pub target_rows: u64,
+    /// IDs in both once, equal.
+    pub matched: u64,
+    /// Source records missing from the target, sorted by key.
+    pub gaps: Vec<Record>,
+    /// Target records missing from the source, sorted by key.
+    pub orphans: Vec<Record>,
+    /// Records differing in compared fields, sorted by key.
+    pub mismatches: Vec<Mismatch>,
+    /// IDs occurring more than once on a side, sorted by key.
+    pub duplicates: Vec<Duplicate>,
+    /// Totals of every source row.
+    pub source_totals: Totals,
+    /// Totals of every target row.
+    pub target_totals: Totals,
+}
+
+struct PendingMismatch {
+    offset: u64,
+    diffs: Vec<FieldDiff>,
+}
+
+/// Classifies records of two sides. Add every source record, then every
+/// target record, then call [`DiffEngine::finish`].
+pub struct DiffEngine {
+    spec: DiffSpec,
+    money_field: Option<usize>,
+    source: KeyIndex,
+    orphans: KeyIndex,
+    /// Occurrence counts of duplicated keys, by source offset.
+    source_dups: HashMap<u64, (u32, u32)>,
+    /// Occurrence counts of duplicated orphan keys, by orphan offset.
+    orphan_dups: HashMap<u64, u32>,
+    mismatches: Vec<PendingMismatch>,
+    source_totals: Totals,
+    target_totals: Totals,
+    source_rows: u64,
+    target_rows: u64,
+    target_started: bool,
+}
+
+impl DiffEngine {
+    /// A new engine for this spec.
+    pub fn new(spec: DiffSpec) -> DiffEngine {
+        let money_field = spec.schema.money_field();
+        DiffEngine {
+            spec,
+            money_field,
+            source: KeyIndex::new(),
+            orphans: KeyIndex::new(),
+            source_dups: HashMap::new(),
+            orphan_dups: HashMap::new(),
+            mismatches: Vec::new(),
+            source_totals: Totals::new(),
+            target_totals: Totals::new(),
+            source_rows: 0,
+            target_rows: 0,
+            target_started: false,
+        }
+    }
+
+    /// The spec this engine compares by.
+    pub fn spec(&self) -> &DiffSpec {
+        &self.spec
+    }
+
+    fn check_arity(&self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
+        let want = self.spec.schema.fields.len();
+        if values.len() != want {
+            return Err(DiffError::Arity {
+                key: key.to_string(),
+                got: values.len(),
+                want,
+            });
+        }
+        Ok(())
+    }
+
+    fn add_total(totals: &mut Totals, money_field: Option<usize>, values: &[ValueRef<'_>]) {
+        let (currency, minor) = match money_field.map(|i| values[i]) {
+            Some(ValueRef::Money(m)) => (Some(m.currency), i128::from(m.minor)),
+            _ => (None, 0),
+        };
+        let t = totals.entry(currency).or_default();
+        t.records += 1;
+        t.minor += minor;
+    }
+
+    /// Adds one source record.
+    pub fn add_source(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
+        if self.target_started {
+            return Err(DiffError::SourceAfterTarget(key.to_string()));
+        }
+        self.check_arity(key, values)?;
+        self.source_rows += 1;
+        Self::add_total(&mut self.source_totals, self.money_field, values);
+        let hash = self.source.hash(key);
+        if let Some(entry) = self.source.find_mut(hash, key) {
+            *entry |= DUP_SELF;
+            let offset = *entry & OFFSET_MASK;
+            self.source_dups.entry(offset).or_insert((1, 0)).0 += 1;
+        } else {
+            self.source.insert(hash, key, values);
+        }
+        Ok(())
+    }
+
+    /// Adds one target record. Source records can no longer be added.
+    pub fn add_target(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
+        self.target_started = true;
+        self.check_arity(key, values)?;
+        self.target_rows += 1;
+        Self::add_total(&mut self.target_totals, self.money_field, values);
+        let hash = self.source.hash(key);
+        if let Some(entry) = self.source.find_mut(hash, key) {
+            let offset = *entry & OFFSET_MASK;
+            if *entry & SEEN_OTHER != 0 {
+                *entry |= DUP_OTHER;
+                let counts = self.source_dups.entry(offset).or_insert((1, 1));
+                counts.1 += 1;
+                return Ok(());
+            }
+            *entry |= SEEN_OTHER;
+            if *entry & DUP_SELF != 0 {
+                // Already a duplicate: comparing fields would be meaningless.
+                self.source_dups.entry(offset).or_insert((1, 0)).1 = 1;
+                return Ok(());
+            }
+            let diffs = self.compare(offset, values);
+            if !diffs.is_empty() {
+                if let Some(entry) = self.source.find_mut(hash, key) {
+                    *entry |= MISMATCH;
+                }
+                self.mismatches.push(PendingMismatch { offset, diffs });
+            }
+        } else {
+            let hash = self.orphans.hash(key);
+            if let Some(entry) = self.orphans.find_mut(hash, key) {
+                *entry |= DUP_SELF;
+                let offset = *entry & OFFSET_MASK;
+                *self.orphan_dups.entry(offset).or_insert(1) += 1;
+            } else {
+                self.orphans.insert(hash, key, values);
+            }
+        }
+        Ok(())
+    }
+
+    fn compare(&self, offset: u64, target: &[ValueRef<'_>]) -> Vec<FieldDiff> {
+        let mut diffs = Vec::new();
+        let fields = &self.spec.schema.fields;
+        self.source.visit_values(offset, fields.len(), |i, source| {
+            let field = &fields[i];
+            if field.compared && !equal(source, target[i], field.kind, self.spec.tolerances[i]) {
+                diffs.push(FieldDiff {
+                    field: i,
+                    source: source.to_owned_value(),
+                    target: target[i].to_owned_value(),
+                });
+            }
+            true
+        });
+        diffs
+    }
+
+    /// Classifies every key and returns the outcome.
+    pub fn finish(self) -> DiffOutcome {
+        let n = self.spec.schema.fields.len();
+        let mut out = DiffOutcome {
+            source_rows: self.source_rows,
+            target_rows: self.target_rows,
+            source_records: self.source.len() as u64,
+            source_totals: self.source_totals,
+            target_totals: self.target_totals,
+            ..DiffOutcome::default()
+        };
+        let to_record = |index: &KeyIndex, offset: u64| {
+            let (key, values) = index.record(offset, n);
+            Record {
+                key: key.to_string(),
+                values: values.iter().map(ValueRef::to_owned_value).collect(),
+            }
+        };
+        let mut seen_in_target = 0u64;
+        for entry in self.source.entries() {
+            let offset = entry & OFFSET_MASK;
+            if entry & SEEN_OTHER != 0 {
+                seen_in_target += 1;
+            }
+            if entry & (DUP_SELF | DUP_OTHER) != 0 {
+                let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
+                let target_count = if entry & SEEN_OTHER != 0 { t.max(1) } else { 0 };
+                out.duplicates.push(Duplicate {
+                    key: to_record(&self.source, offset).key,
+                    source_count: s,
+                    target_count,
+                });
+            } else if entry & SEEN_OTHER == 0 {
+                out.gaps.push(to_record(&self.source, offset));
+            } else if entry & MISMATCH == 0 {
+                out.matched += 1;
+            }
+        }
+        for pending in self.mismatches {
+            // A key that later turned out duplicated is reported as a duplicate only.
+            let entry_is_dup = self.source_dups.contains_key(&pending.offset);
+            if !entry_is_dup {
+                out.mismatches.push(Mismatch {
+                    key: to_record(&self.source, pending.offset).key,
+                    fields: pending.diffs,
+                });
+            }
+        }
+        for entry in self.orphans.entries() {
+            let offset = entry & OFFSET_MASK;
+            if entry & DUP_SELF != 0 {
+                out.duplicates.push(Duplicate {
+                    key: to_record(&self.orphans, offset).key,
+                    source_count: 0,
+                    target_count: self.orphan_dups.get(&offset).copied().unwrap_or(2),
+                });
+            } else {
+                out.orphans.push(to_record(&self.orphans, offset));
+            }
+        }
+        out.target_records = seen_in_target + self.orphans.len() as u64;
+        out.gaps.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out.orphans.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out.mismatches.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+}
+
+/// Whether two values of one field agree, within its tolerance.
+pub fn equal(a: ValueRef<'_>, b: ValueRef<'_>, kind: FieldKind, tolerance: Option<Tolerance>) -> bool {
+    let within = |x: i64, y: i64, tol: i64| (i128::from(x) - i128::from(y)).abs() <= i128::from(tol);
+    match (a, b) {
+        (ValueRef::Money(x), ValueRef::Money(y)) => {
+            x.currency == y.currency
+                && match tolerance {
+                    Some(Tolerance::Units(t)) => within(x.minor, y.minor, t),
+                    _ => x.minor == y.minor,
+                }
+        }
+        (ValueRef::Integer(x), ValueRef::Integer(y)) => match tolerance {
+            Some(Tolerance::Units(t)) => within(x, y, t),
+            _ => x == y,
+        },
+        (ValueRef::Timestamp(x), ValueRef::Timestamp(y)) => match tolerance {
+            Some(Tolerance::Seconds(t)) => within(x.as_second(), y.as_second(), t),
+            _ => x.as_second() == y.as_second(),
+        },
+        _ => {
+            let _ = kind;
+            a == b
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,276 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use recon_core::{Currency, Field, FieldKind, Money, Record, Schema, Value};
+
+use super::*;
+
+fn schema() -> Schema {
+    Schema {
+        fields: vec![
+            Field {
+                name: "amount".into(),
+                kind: FieldKind::Money,
+                compared: true,
+            },
+            Field {
+                name: "status".into(),
+                kind: FieldKind::Text,
+                compared: true,
+            },
+            Field {
+                name: "note".into(),
+                kind: FieldKind::Text,
+                compared: false,
+            },
+        ],
+    }
+}
+
+fn run(spec: DiffSpec, source: &[Record], target: &[Record]) -> DiffOutcome {
+    let mut engine = DiffEngine::new(spec);
+    for r in source {
+        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+        engine.add_source(&r.key, &v).unwrap();
+    }
+    for r in target {
+        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+        engine.add_target(&r.key, &v).unwrap();
+    }
+    engine.finish()
+}
+
+fn rec(key: &str, minor: i64, cur: &str, status: &str) -> Record {
+    Record {
+        key: key.into(),
+        values: vec![
+            Value::Money(Money::from_minor(minor, Currency::parse(cur).unwrap())),
+            Value::Text(status.into()),
+            Value::Text("ignored".into()),
+        ],
+    }
+}
+
+#[test]
+fn classifies_each_planted_discrepancy() {
+    let source = vec![
+        rec("a", 100, "usd", "succeeded"),
+        rec("b", 200, "usd", "succeeded"),
+        rec("c", 300, "eur", "succeeded"),
+        rec("d", 400, "jpy", "succeeded"),
+        rec("d", 400, "jpy", "succeeded"),
+        rec("e", 500, "usd", "succeeded"),
+    ];
+    let mut changed_note = rec("a", 100, "usd", "succeeded");
+    changed_note.values[2] = Value::Text("different but not compared".into());
+    let target = vec![
+        changed_note,
+        rec("c", 301, "eur", "failed"),
+        rec("d", 400, "jpy", "succeeded"),
+        rec("e", 500, "usd", "succeeded"),
+        rec("e", 500, "usd", "succeeded"),
+        rec("z", 900, "usd", "succeeded"),
+    ];
+    let out = run(DiffSpec::exact(schema()), &source, &target);
+    assert_eq!(out.matched, 1);
+    assert_eq!(out.gaps.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(out.orphans.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["z"]);
+    assert_eq!(out.mismatches.len(), 1);
+    assert_eq!(out.mismatches[0].key, "c");
+    assert_eq!(
+        out.mismatches[0].fields.iter().map(|f| f.field).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    assert_eq!(
+        out.duplicates,
+        vec![
+            Duplicate {
+                key: "d".into(),
+                source_count: 2,
+                target_count: 1
+            },
+            Duplicate {
+                key: "e".into(),
+                source_count: 1,
+                target_count: 2
+            },
+        ]
+    );
+    assert_eq!(out.source_records, 5);
+    assert_eq!(out.target_records, 5);
+    assert_eq!(out.source_rows, 6);
+    assert_eq!(out.target_rows, 6);
+    let usd = Some(Currency::parse("USD").unwrap());
+    assert_eq!(out.source_totals[&usd], CurrencyTotal { records: 3, minor: 800 });
+    assert_eq!(out.target_totals[&usd], CurrencyTotal { records: 4, minor: 2000 });
+}
+
+#[test]
+fn tolerances_apply_per_field() {
+    let mut spec = DiffSpec::exact(schema());
+    spec.tolerances[0] = Some(Tolerance::Units(1));
+    let out = run(
+        spec.clone(),
+        &[rec("a", 100, "usd", "x"), rec("b", 100, "usd", "x"), rec("c", 100, "usd", "x")],
+        &[rec("a", 101, "usd", "x"), rec("b", 102, "usd", "x"), rec("c", 100, "eur", "x")],
+    );
+    assert_eq!(out.matched, 1);
+    assert_eq!(
+        out.mismatches.iter().map(|m| m.key.as_str()).collect::<Vec<_>>(),
+        ["b", "c"],
+        "2 units off and a currency change both exceed a 1-unit tolerance"
+    );
+    let t = |s| Value::Timestamp(jiff::Timestamp::from_second(s).unwrap());
+    let ts = Schema {
+        fields: vec![Field {
+            name: "created".into(),
+            kind: FieldKind::Timestamp,
+            compared: true,
+        }],
+    };
+    let mut spec = DiffSpec::exact(ts);
+    spec.tolerances[0] = Some(Tolerance::Seconds(5));
+    let r = |k: &str, s| Record {
+        key: k.into(),
+        values: vec![t(s)],
+    };
+    let out = run(spec, &[r("a", 1000), r("b", 1000)], &[r("a", 1005), r("b", 1006)]);
+    assert_eq!(out.matched, 1);
+    assert_eq!(out.mismatches[0].key, "b");
+}
+
+#[test]
+fn null_differs_from_a_value() {
+    let mut with_null = rec("a", 100, "usd", "x");
+    with_null.values[1] = Value::Null;
+    let out = run(DiffSpec::exact(schema()), &[rec("a", 100, "usd", "x")], &[with_null]);
+    assert_eq!(out.mismatches.len(), 1);
+    assert_eq!(out.mismatches[0].fields[0].target, Value::Null);
+}
+
+#[test]
+fn source_after_target_is_refused() {
+    let mut engine = DiffEngine::new(DiffSpec::exact(schema()));
+    let r = rec("a", 1, "usd", "x");
+    let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+    engine.add_target("a", &v).unwrap();
+    assert!(matches!(
+        engine.add_source("a", &v),
+        Err(DiffError::SourceAfterTarget(_))
+    ));
+    assert!(matches!(
+        engine.add_target("a", &v[..1]),
+        Err(DiffError::Arity { got: 1, want: 3, .. })
+    ));
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    (
+        0u8..40,
+        -3i64..3,
+        prop::sample::select(vec!["usd", "jpy", "kwd"]),
+        prop::sample::select(vec!["succeeded", "failed"]),
+    )
+        .prop_map(|(k, minor, cur, status)| rec(&format!("id{k}"), minor, cur, status))
+}
+
+fn arb_side() -> impl Strategy<Value = Vec<Record>> {
+    prop::collection::vec(arb_record(), 0..60)
+}
+
+fn class_sets(out: &DiffOutcome) -> [BTreeSet<String>; 4] {
+    [
+        out.gaps.iter().map(|r| r.key.clone()).collect(),
+        out.orphans.iter().map(|r| r.key.clone()).collect(),
+        out.mismatches.iter().map(|m| m.key.clone()).collect(),
+        out.duplicates.iter().map(|d| d.key.clone()).collect(),
+    ]
+}
+
+fn sums(records: &[Record]) -> Totals {
+    let mut t = Totals::new();
+    for r in records {
+        if let Value::Money(m) = r.values[0] {
+            let e = t.entry(Some(m.currency)).or_default();
+            e.records += 1;
+            e.minor += i128::from(m.minor);
+        }
+    }
+    t
+}
+
+proptest! {
+    #[test]
+    fn every_id_lands_in_exactly_one_class(source in arb_side(), target in arb_side()) {
+        let out = run(DiffSpec::exact(schema()), &source, &target);
+        let [gaps, orphans, mismatches, duplicates] = class_sets(&out);
+        let count = |side: &[Record]| {
+            let mut m = BTreeMap::<String, usize>::new();
+            for r in side { *m.entry(r.key.clone()).or_default() += 1; }
+            m
+        };
+        let (s, t) = (count(&source), count(&target));
+        let all: BTreeSet<String> = s.keys().chain(t.keys()).cloned().collect();
+        let listed = gaps.len() + orphans.len() + mismatches.len() + duplicates.len();
+        prop_assert_eq!(listed as u64 + out.matched, all.len() as u64);
+        let union: BTreeSet<String> = gaps.iter().chain(&orphans).chain(&mismatches).chain(&duplicates).cloned().collect();
+        prop_assert_eq!(union.len(), listed, "classes overlap");
+        for id in &all {
+            let (ns, nt) = (s.get(id).copied().unwrap_or(0), t.get(id).copied().unwrap_or(0));
+            if ns > 1 || nt > 1 {
+                prop_assert!(duplicates.contains(id));
+            } else if nt == 0 {
+                prop_assert!(gaps.contains(id));
+            } else if ns == 0 {
+                prop_assert!(orphans.contains(id));
+            } else {
+                let a = source.iter().find(|r| &r.key == id).unwrap();
+                let b = target.iter().find(|r| &r.key == id).unwrap();
+                let differs = a.values[..2] != b.values[..2];
+                prop_assert_eq!(mismatches.contains(id), differs);
+            }
+        }
+        prop_assert_eq!(out.source_records, s.len() as u64);
+        prop_assert_eq!(out.target_records, t.len() as u64);
+    }
+
+    #[test]
+    fn swapping_sides_swaps_gaps_and_orphans(source in arb_side(), target in arb_side()) {
+        let ab = run(DiffSpec::exact(schema()), &source, &target);
+        let ba = run(DiffSpec::exact(schema()), &target, &source);
+        let [g1, o1, m1, d1] = class_sets(&ab);
+        let [g2, o2, m2, d2] = class_sets(&ba);
+        prop_assert_eq!(&g1, &o2);
+        prop_assert_eq!(&o1, &g2);
+        prop_assert_eq!(&m1, &m2);
+        prop_assert_eq!(&d1, &d2);
+        prop_assert_eq!(ab.matched, ba.matched);
+        for (x, y) in ab.mismatches.iter().zip(&ba.mismatches) {
+            for (fx, fy) in x.fields.iter().zip(&y.fields) {
+                prop_assert_eq!(&fx.source, &fy.target);
+                prop_assert_eq!(&fx.target, &fy.source);
+            }
+        }
+        for (x, y) in ab.duplicates.iter().zip(&ba.duplicates) {
+            prop_assert_eq!((x.source_count, x.target_count), (y.target_count, y.source_count));
+        }
+    }
+
+    #[test]
+    fn identical_inputs_are_all_matched(mut side in arb_side()) {
+        // Duplicates are their own class; identical inputs without them match entirely.
+        let mut seen = BTreeSet::new();
+        side.retain(|r| seen.insert(r.key.clone()));
+        let out = run(DiffSpec::exact(schema()), &side, &side);
+        prop_assert_eq!(out.matched, side.len() as u64);
+        prop_assert!(out.gaps.is_empty() && out.orphans.is_empty());
+        prop_assert!(out.mismatches.is_empty() && out.duplicates.is_empty());
+    }
+
+    #[test]
+    fn totals_equal_the_sums_of_the_inputs(source in arb_side(), target in arb_side()) {
+        let out = run(DiffSpec::exact(schema()), &source, &target);
+        prop_assert_eq!(out.source_totals, sums(&source));
+        prop_assert_eq!(out.target_totals, sums(&target));
+    }
+}

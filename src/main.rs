@@ -1,0 +1,19 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use recon::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    recon::logging::init(&cli.log);
+    let result = match cli.command {
+        Command::Diff(args) => recon::commands::diff::run(args),
+    };
+    match result {
+        Ok(status) => status.into(),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            recon::Status::Trouble.into()
+        }
+    }
+}
