@@ -9,7 +9,9 @@ use recon_core::{Field, FieldKind, Schema};
 use recon_file::{AmountFormat, FileReader, FileSpec, ReadError};
 
 use crate::cli::{AmountFormatArg, DiffArgs};
-use crate::diff::{DiffEngine, DiffError, DiffOutcome, DiffSpec, Tolerance};
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+
+use crate::diff::{DiffEngine, DiffOutcome, DiffSpec, RecordBatch, Tolerance};
 use crate::report::{write_diff_reports, ReportDir, RunMeta};
 use crate::Status;
 
@@ -167,23 +169,62 @@ impl DiffPlan {
     }
 }
 
-/// Streams one file into the engine.
-fn feed(
+/// Records per batch handed from the reader thread to the engine.
+const BATCH: usize = 8192;
+
+/// What the reader thread sends.
+enum Message {
+    /// A batch of source records, and an estimate of the source's size.
+    Source(RecordBatch, Option<usize>),
+    /// A batch of target records.
+    Target(RecordBatch),
+}
+
+/// Parses one file into batches on the calling thread, sending each full batch.
+fn read_side(
     reader: &mut FileReader,
-    engine: &mut DiffEngine,
+    spec: &DiffSpec,
     source_side: bool,
+    tx: &SyncSender<Message>,
+    free: &Receiver<RecordBatch>,
 ) -> Result<()> {
-    let result = reader.for_each(|key, values, _location| {
-        if source_side {
-            engine.add_source(key, values)
-        } else {
-            engine.add_target(key, values)
+    let fresh = |free: &Receiver<RecordBatch>| {
+        let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
+        b.clear();
+        b
+    };
+    let mut first = true;
+    loop {
+        let mut batch = fresh(free);
+        let done = reader.for_each_while(|key, values, _| -> Result<bool> {
+            batch.push(key, values)?;
+            Ok(batch.len() < BATCH)
+        });
+        let done = match done {
+            Ok(done) => done,
+            Err(ReadError::Connector(e)) => return Err(e.into()),
+            Err(ReadError::Caller(e)) => return Err(e),
+        };
+        if !batch.is_empty() {
+            let msg = if source_side {
+                // Estimate the source's size from the first batch's bytes per
+                // row, so that the engine sizes its index once.
+                let (read, total) = reader.progress();
+                let estimate = (first && read > 0).then(|| {
+                    (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize
+                });
+                Message::Source(batch, estimate)
+            } else {
+                Message::Target(batch)
+            };
+            first = false;
+            // The engine stops listening only after failing itself.
+            tx.send(msg)
+                .map_err(|_| anyhow::anyhow!("diff engine stopped"))?;
         }
-    });
-    match result {
-        Ok(()) => Ok(()),
-        Err(ReadError::Connector(e)) => Err(e.into()),
-        Err(ReadError::Caller(e)) => Err(anyhow::Error::from(e as DiffError)),
+        if done {
+            return Ok(());
+        }
     }
 }
 
@@ -197,9 +238,44 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     let mut target = FileReader::open(plan.target.clone(), &plan.spec.schema)?;
     let mut dir = ReportDir::create(&plan.out)?;
     let mut engine = DiffEngine::new(plan.spec.clone());
-    feed(&mut source, &mut engine, true)?;
-    let source_ms = started.elapsed().as_millis();
-    feed(&mut target, &mut engine, false)?;
+    let mut source_ms = 0;
+    // Two stages on two threads: one parses and encodes, the other indexes
+    // and probes. Batches travel through a short queue and come back for reuse.
+    let spec = &plan.spec;
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = sync_channel::<Message>(4);
+        let (free_tx, free_rx) = channel::<RecordBatch>();
+        let reader = scope.spawn(move || -> Result<()> {
+            read_side(&mut source, spec, true, &tx, &free_rx)?;
+            read_side(&mut target, spec, false, &tx, &free_rx)
+        });
+        let mut source_done = false;
+        for msg in rx {
+            match msg {
+                Message::Source(batch, estimate) => {
+                    if let Some(n) = estimate {
+                        engine.reserve_source(n);
+                    }
+                    engine.add_source_batch(&batch)?;
+                    let _ = free_tx.send(batch);
+                }
+                Message::Target(batch) => {
+                    if !source_done {
+                        source_done = true;
+                        source_ms = started.elapsed().as_millis();
+                    }
+                    engine.add_target_batch(&batch);
+                    let _ = free_tx.send(batch);
+                }
+            }
+        }
+        reader
+            .join()
+            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
+    })?;
+    if source_ms == 0 {
+        source_ms = started.elapsed().as_millis();
+    }
     let target_ms = started.elapsed().as_millis() - source_ms;
     let outcome = engine.finish();
     let status = status_of(&outcome);

@@ -23,7 +23,86 @@ use std::collections::{BTreeMap, HashMap};
 use recon_core::{Currency, FieldKind, Record, Schema, Value, ValueRef};
 use serde::Serialize;
 
-use arena::{KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH, OFFSET_MASK, SEEN_OTHER};
+use arena::{
+    decode_values, encode_record, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH,
+    OFFSET_MASK, SEEN_OTHER,
+};
+
+/// Records of one side, encoded and hashed ahead of the engine, possibly on
+/// another thread: a reader fills batches while the engine indexes or
+/// probes the previous one.
+pub struct RecordBatch {
+    bytes: Vec<u8>,
+    /// (hash, start, end) of each encoded record in `bytes`.
+    rows: Vec<(u64, usize, usize)>,
+    totals: Totals,
+    money_field: Option<usize>,
+    arity: usize,
+}
+
+impl RecordBatch {
+    /// An empty batch for records of this spec.
+    pub fn new(spec: &DiffSpec) -> RecordBatch {
+        RecordBatch {
+            bytes: Vec::new(),
+            rows: Vec::new(),
+            totals: Totals::new(),
+            money_field: spec.schema.money_field(),
+            arity: spec.schema.fields.len(),
+        }
+    }
+
+    /// Adds one record.
+    pub fn push(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
+        if values.len() != self.arity {
+            return Err(DiffError::Arity {
+                key: key.to_string(),
+                got: values.len(),
+                want: self.arity,
+            });
+        }
+        add_total(&mut self.totals, self.money_field, values);
+        let start = self.bytes.len();
+        encode_record(&mut self.bytes, key, values);
+        self.rows.push((hash_key(key.as_bytes()), start, self.bytes.len()));
+        Ok(())
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Empties the batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.rows.clear();
+        self.totals.clear();
+    }
+}
+
+fn add_total(totals: &mut Totals, money_field: Option<usize>, values: &[ValueRef<'_>]) {
+    let (currency, minor) = match money_field.map(|i| values[i]) {
+        Some(ValueRef::Money(m)) => (Some(m.currency), i128::from(m.minor)),
+        _ => (None, 0),
+    };
+    let t = totals.entry(currency).or_default();
+    t.records += 1;
+    t.minor += minor;
+}
+
+fn merge_totals(into: &mut Totals, from: &Totals) {
+    for (c, t) in from {
+        let e = into.entry(*c).or_default();
+        e.records += t.records;
+        e.minor += t.minor;
+    }
+}
 
 /// How far apart two values of one field may be and still match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -172,7 +251,6 @@ struct PendingMismatch {
 /// target record, then call [`DiffEngine::finish`].
 pub struct DiffEngine {
     spec: DiffSpec,
-    money_field: Option<usize>,
     source: KeyIndex,
     orphans: KeyIndex,
     /// Occurrence counts of duplicated keys, by source offset.
@@ -185,15 +263,15 @@ pub struct DiffEngine {
     source_rows: u64,
     target_rows: u64,
     target_started: bool,
+    /// Every field compared exactly: equal encodings mean equal records.
+    bytewise: bool,
+    scratch: RecordBatch,
 }
 
 impl DiffEngine {
     /// A new engine for this spec.
     pub fn new(spec: DiffSpec) -> DiffEngine {
-        let money_field = spec.schema.money_field();
         DiffEngine {
-            spec,
-            money_field,
             source: KeyIndex::new(),
             orphans: KeyIndex::new(),
             source_dups: HashMap::new(),
@@ -204,7 +282,15 @@ impl DiffEngine {
             source_rows: 0,
             target_rows: 0,
             target_started: false,
+            bytewise: spec_is_bytewise(&spec),
+            scratch: RecordBatch::new(&spec),
+            spec,
         }
+    }
+
+    /// Makes room for about `records` distinct source keys up front.
+    pub fn reserve_source(&mut self, records: usize) {
+        self.source.reserve(records.saturating_sub(self.source.len()));
     }
 
     /// The spec this engine compares by.
@@ -212,91 +298,118 @@ impl DiffEngine {
         &self.spec
     }
 
-    fn check_arity(&self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
-        let want = self.spec.schema.fields.len();
-        if values.len() != want {
-            return Err(DiffError::Arity {
-                key: key.to_string(),
-                got: values.len(),
-                want,
-            });
-        }
-        Ok(())
-    }
-
-    fn add_total(totals: &mut Totals, money_field: Option<usize>, values: &[ValueRef<'_>]) {
-        let (currency, minor) = match money_field.map(|i| values[i]) {
-            Some(ValueRef::Money(m)) => (Some(m.currency), i128::from(m.minor)),
-            _ => (None, 0),
-        };
-        let t = totals.entry(currency).or_default();
-        t.records += 1;
-        t.minor += minor;
-    }
-
     /// Adds one source record.
     pub fn add_source(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
         if self.target_started {
             return Err(DiffError::SourceAfterTarget(key.to_string()));
         }
-        self.check_arity(key, values)?;
-        self.source_rows += 1;
-        Self::add_total(&mut self.source_totals, self.money_field, values);
-        let hash = self.source.hash(key);
-        if let Some(entry) = self.source.find_mut(hash, key) {
-            *entry |= DUP_SELF;
-            let offset = *entry & OFFSET_MASK;
-            self.source_dups.entry(offset).or_insert((1, 0)).0 += 1;
-        } else {
-            self.source.insert(hash, key, values);
+        let mut batch = std::mem::replace(&mut self.scratch, RecordBatch::new(&self.spec));
+        batch.clear();
+        let result = batch.push(key, values);
+        if result.is_ok() {
+            self.add_source_batch(&batch)?;
         }
-        Ok(())
+        self.scratch = batch;
+        result
     }
 
     /// Adds one target record. Source records can no longer be added.
     pub fn add_target(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
-        self.target_started = true;
-        self.check_arity(key, values)?;
-        self.target_rows += 1;
-        Self::add_total(&mut self.target_totals, self.money_field, values);
-        let hash = self.source.hash(key);
-        if let Some(entry) = self.source.find_mut(hash, key) {
-            let offset = *entry & OFFSET_MASK;
-            if *entry & SEEN_OTHER != 0 {
-                *entry |= DUP_OTHER;
-                let counts = self.source_dups.entry(offset).or_insert((1, 1));
-                counts.1 += 1;
-                return Ok(());
+        let mut batch = std::mem::replace(&mut self.scratch, RecordBatch::new(&self.spec));
+        batch.clear();
+        let result = batch.push(key, values);
+        if result.is_ok() {
+            self.add_target_batch(&batch);
+        }
+        self.scratch = batch;
+        result
+    }
+
+    /// Adds a batch of source records.
+    pub fn add_source_batch(&mut self, batch: &RecordBatch) -> Result<(), DiffError> {
+        if self.target_started {
+            let key = batch
+                .rows
+                .first()
+                .map(|&(_, s, _)| String::from_utf8_lossy(split_record(&batch.bytes, s).0).into_owned())
+                .unwrap_or_default();
+            return Err(DiffError::SourceAfterTarget(key));
+        }
+        self.source_rows += batch.len() as u64;
+        merge_totals(&mut self.source_totals, &batch.totals);
+        for (n, &(hash, start, end)) in batch.rows.iter().enumerate() {
+            if let Some(&(h, _, _)) = batch.rows.get(n + PREFETCH_SLOTS) {
+                self.source.prefetch_slot(h);
             }
-            *entry |= SEEN_OTHER;
-            if *entry & DUP_SELF != 0 {
-                // Already a duplicate: comparing fields would be meaningless.
-                self.source_dups.entry(offset).or_insert((1, 0)).1 = 1;
-                return Ok(());
-            }
-            let diffs = self.compare(offset, values);
-            if !diffs.is_empty() {
-                if let Some(entry) = self.source.find_mut(hash, key) {
-                    *entry |= MISMATCH;
-                }
-                self.mismatches.push(PendingMismatch { offset, diffs });
-            }
-        } else {
-            let hash = self.orphans.hash(key);
-            if let Some(entry) = self.orphans.find_mut(hash, key) {
+            let (key, _) = split_record(&batch.bytes, start);
+            if let Some(entry) = self.source.find_mut(hash, key) {
                 *entry |= DUP_SELF;
                 let offset = *entry & OFFSET_MASK;
-                *self.orphan_dups.entry(offset).or_insert(1) += 1;
+                self.source_dups.entry(offset).or_insert((1, 0)).0 += 1;
             } else {
-                self.orphans.insert(hash, key, values);
+                self.source.insert_encoded(hash, &batch.bytes[start..end]);
             }
         }
         Ok(())
     }
 
-    fn compare(&self, offset: u64, target: &[ValueRef<'_>]) -> Vec<FieldDiff> {
+    /// Adds a batch of target records. Source records can no longer be added.
+    pub fn add_target_batch(&mut self, batch: &RecordBatch) {
+        self.target_started = true;
+        self.target_rows += batch.len() as u64;
+        merge_totals(&mut self.target_totals, &batch.totals);
+        for (n, &(hash, start, end)) in batch.rows.iter().enumerate() {
+            // Two-stage prefetch: the slot of a row far ahead, then the
+            // record of a row nearer (its slot has arrived by now).
+            if let Some(&(h, _, _)) = batch.rows.get(n + PREFETCH_SLOTS) {
+                self.source.prefetch_slot(h);
+            }
+            if let Some(&(h, _, _)) = batch.rows.get(n + PREFETCH_RECORDS) {
+                self.source.prefetch_record(h);
+            }
+            let record = &batch.bytes[start..end];
+            let (key, values_at) = split_record(record, 0);
+            if let Some(entry) = self.source.find_mut(hash, key) {
+                let offset = *entry & OFFSET_MASK;
+                if *entry & SEEN_OTHER != 0 {
+                    *entry |= DUP_OTHER;
+                    let counts = self.source_dups.entry(offset).or_insert((1, 1));
+                    counts.1 += 1;
+                    continue;
+                }
+                *entry |= SEEN_OTHER;
+                if *entry & DUP_SELF != 0 {
+                    // Already a duplicate: comparing fields would be meaningless.
+                    self.source_dups.entry(offset).or_insert((1, 0)).1 = 1;
+                    continue;
+                }
+                // Records are encoded the same way on both sides, so equal
+                // bytes mean equal records: the common case costs one memcmp.
+                if self.bytewise && self.source.bytes_from(offset).starts_with(record) {
+                    continue;
+                }
+                let diffs = self.compare(offset, record, values_at);
+                if !diffs.is_empty() {
+                    if let Some(entry) = self.source.find_mut(hash, key) {
+                        *entry |= MISMATCH;
+                    }
+                    self.mismatches.push(PendingMismatch { offset, diffs });
+                }
+            } else if let Some(entry) = self.orphans.find_mut(hash, key) {
+                *entry |= DUP_SELF;
+                let offset = *entry & OFFSET_MASK;
+                *self.orphan_dups.entry(offset).or_insert(1) += 1;
+            } else {
+                self.orphans.insert_encoded(hash, record);
+            }
+        }
+    }
+
+    fn compare(&self, offset: u64, record: &[u8], values_at: usize) -> Vec<FieldDiff> {
         let mut diffs = Vec::new();
         let fields = &self.spec.schema.fields;
+        let mut target = Vec::with_capacity(fields.len());
+        decode_values(record, values_at, fields.len(), |_, v| target.push(v));
         self.source.visit_values(offset, fields.len(), |i, source| {
             let field = &fields[i];
             if field.compared && !equal(source, target[i], field.kind, self.spec.tolerances[i]) {
@@ -378,6 +491,15 @@ impl DiffEngine {
         out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out
     }
+}
+
+/// How many rows ahead slots are prefetched.
+const PREFETCH_SLOTS: usize = 16;
+/// How many rows ahead records are prefetched.
+const PREFETCH_RECORDS: usize = 8;
+
+fn spec_is_bytewise(spec: &DiffSpec) -> bool {
+    spec.schema.fields.iter().all(|f| f.compared) && spec.tolerances.iter().all(Option::is_none)
 }
 
 /// Whether two values of one field agree, within its tolerance.

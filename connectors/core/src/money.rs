@@ -40,6 +40,34 @@ const TWO_DECIMAL: &[&str] = &[
     "UZS", "VED", "VES", "WST", "XCD", "XCG", "YER", "ZAR", "ZMW", "ZWG",
 ];
 
+const NOT_A_CURRENCY: u8 = u8::MAX;
+
+const fn table_index(a: u8, b: u8, c: u8) -> usize {
+    ((a - b'A') as usize) * 26 * 26 + ((b - b'A') as usize) * 26 + (c - b'A') as usize
+}
+
+/// Exponent of every three-letter code, indexed by [`table_index`]: one
+/// byte read per lookup instead of a string search, because every amount of
+/// a ten-million-row export is parsed with its currency.
+static EXPONENTS: [u8; 26 * 26 * 26] = build_exponents();
+
+const fn build_exponents() -> [u8; 26 * 26 * 26] {
+    let mut table = [NOT_A_CURRENCY; 26 * 26 * 26];
+    let lists: [(&[&str], u8); 4] = [(TWO_DECIMAL, 2), (ZERO_DECIMAL, 0), (THREE_DECIMAL, 3), (FOUR_DECIMAL, 4)];
+    let mut l = 0;
+    while l < lists.len() {
+        let (codes, exponent) = lists[l];
+        let mut i = 0;
+        while i < codes.len() {
+            let b = codes[i].as_bytes();
+            table[table_index(b[0], b[1], b[2])] = exponent;
+            i += 1;
+        }
+        l += 1;
+    }
+    table
+}
+
 impl Currency {
     /// Parses a currency code, case-insensitively (`usd`, as Stripe writes
     /// it, and `USD`, as Shopify does, are the same currency).
@@ -61,17 +89,10 @@ impl Currency {
     }
 
     fn lookup_exponent(&self) -> Option<u32> {
-        let code = self.code();
-        if TWO_DECIMAL.binary_search(&code).is_ok() {
-            Some(2)
-        } else if ZERO_DECIMAL.contains(&code) {
-            Some(0)
-        } else if THREE_DECIMAL.contains(&code) {
-            Some(3)
-        } else if FOUR_DECIMAL.contains(&code) {
-            Some(4)
-        } else {
-            None
+        let [a, b, c] = self.0;
+        match EXPONENTS[table_index(a, b, c)] {
+            NOT_A_CURRENCY => None,
+            e => Some(u32::from(e)),
         }
     }
 
@@ -262,10 +283,20 @@ mod tests {
     }
 
     #[test]
-    fn table_is_sorted_for_binary_search() {
-        let mut sorted = TWO_DECIMAL.to_vec();
-        sorted.sort();
-        assert_eq!(sorted, TWO_DECIMAL);
+    fn every_listed_code_has_its_exponent() {
+        let lists: [(&[&str], u32); 4] =
+            [(TWO_DECIMAL, 2), (ZERO_DECIMAL, 0), (THREE_DECIMAL, 3), (FOUR_DECIMAL, 4)];
+        let mut count = 0;
+        for (codes, exponent) in lists {
+            for code in codes {
+                assert_eq!(cur(code).exponent(), exponent, "{code}");
+                count += 1;
+            }
+        }
+        let known = (0..26 * 26 * 26).filter(|&i| EXPONENTS[i] != NOT_A_CURRENCY).count();
+        assert_eq!(known, count, "no code listed twice");
+        assert_eq!(cur("jpy").exponent(), 0);
+        assert_eq!(cur("KWD").exponent(), 3);
     }
 
     #[test]

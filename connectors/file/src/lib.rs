@@ -81,6 +81,7 @@ pub struct FileReader {
     kinds: Vec<FieldKind>,
     inner: Inner,
     display: String,
+    file_len: u64,
 }
 
 enum Inner {
@@ -94,6 +95,7 @@ enum Inner {
         reader: BufReader<File>,
         line_no: u64,
         checked_first: bool,
+        bytes: u64,
     },
 }
 
@@ -120,8 +122,8 @@ impl FileReader {
                 "{display} is a folder; expected a .csv or .jsonl file"
             )));
         }
-        let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
-        if empty {
+        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if file_len == 0 {
             return Err(ConnectorError::Malformed {
                 location: Location(format!("{display} line 1")),
                 message: match format {
@@ -193,6 +195,7 @@ impl FileReader {
                 reader: buffered,
                 line_no: 0,
                 checked_first: false,
+                bytes: 0,
             },
         };
         Ok(FileReader {
@@ -200,7 +203,18 @@ impl FileReader {
             kinds,
             inner,
             display,
+            file_len,
         })
+    }
+
+    /// Bytes consumed so far and the file's size, for progress and for
+    /// sizing indexes ahead of time.
+    pub fn progress(&self) -> (u64, u64) {
+        let read = match &self.inner {
+            Inner::Csv { reader, .. } => reader.position().byte(),
+            Inner::Jsonl { bytes, .. } => *bytes,
+        };
+        (read, self.file_len)
     }
 
     /// A short name for messages: the path.
@@ -239,24 +253,18 @@ impl FileReader {
                 idx,
                 currency_idx,
             } => {
-                let mut row = csv::ByteRecord::new();
+                // One UTF-8 check per row (StringRecord), not one per field.
+                let mut row = csv::StringRecord::new();
                 loop {
-                    match reader.read_byte_record(&mut row) {
+                    match reader.read_record(&mut row) {
                         Ok(true) => {}
                         Ok(false) => break,
                         Err(e) => return Err(ReadError::Connector(csv_error(&display, e))),
                     }
                     let line = row.position().map(|p| p.line()).unwrap_or(0);
                     let location = || Location(format!("{display} line {line}"));
-                    let text = |i: usize| -> Result<&str, ConnectorError> {
-                        std::str::from_utf8(row.get(i).unwrap_or_default()).map_err(|_| {
-                            ConnectorError::Malformed {
-                                location: location(),
-                                message: "not valid UTF-8; save the export as UTF-8".into(),
-                            }
-                        })
-                    };
-                    let key = text(*key_idx).map_err(ReadError::Connector)?;
+                    let text = |i: usize| -> &str { row.get(i).unwrap_or_default() };
+                    let key = text(*key_idx);
                     if key.is_empty() {
                         return Err(ReadError::Connector(ConnectorError::Malformed {
                             location: location(),
@@ -264,13 +272,13 @@ impl FileReader {
                         }));
                     }
                     let currency = match currency_idx {
-                        Some(ci) => Some(text(*ci).map_err(ReadError::Connector)?),
+                        Some(ci) => Some(text(*ci)),
                         None => None,
                     };
                     let mut values: Vec<ValueRef<'_>> =
                         recycled.into_iter().filter_map(|_| None).collect();
                     for (k, (&i, &kind)) in idx.iter().zip(&kinds).enumerate() {
-                        let cell = Cell::Text(text(i).map_err(ReadError::Connector)?);
+                        let cell = Cell::Text(text(i));
                         let v = convert(cell, kind, currency, amount_format).map_err(|m| {
                             ReadError::Connector(m.at(location(), &self.spec.columns[k]))
                         })?;
@@ -288,6 +296,7 @@ impl FileReader {
                 reader,
                 line_no,
                 checked_first,
+                bytes,
             } => {
                 let mut line = String::new();
                 loop {
@@ -301,6 +310,7 @@ impl FileReader {
                     if n == 0 {
                         break;
                     }
+                    *bytes += n as u64;
                     *line_no += 1;
                     let ln = *line_no;
                     let location = || Location(format!("{display} line {ln}"));
