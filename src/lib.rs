@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod diff;
 pub mod logging;
+pub mod memory;
 pub mod report;
 
 /// The exit status contract, as `diff(1)`.

@@ -263,6 +263,7 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
                     if !source_done {
                         source_done = true;
                         source_ms = started.elapsed().as_millis();
+                        tracing::debug!(message = "Source side indexed.", ms = source_ms, peak_rss_mib = crate::memory::peak_rss_mib());
                     }
                     engine.add_target_batch(&batch);
                     let _ = free_tx.send(batch);
@@ -277,7 +278,9 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         source_ms = started.elapsed().as_millis();
     }
     let target_ms = started.elapsed().as_millis() - source_ms;
+    tracing::debug!(message = "Target side probed.", ms = target_ms, peak_rss_mib = crate::memory::peak_rss_mib());
     let outcome = engine.finish();
+    tracing::debug!(message = "Classified.", peak_rss_mib = crate::memory::peak_rss_mib());
     let status = status_of(&outcome);
     let meta = RunMeta {
         job: "diff".into(),

@@ -4,8 +4,10 @@
 //! Each slot holds the arena offset of its record (low 40 bits), 16 bits of
 //! the key's hash (so that a probe rarely reads the arena for a key that is
 //! not its own) and flag bits (high 8 bits). A record in the arena is
-//! `varint(key_len) key values…`, each value a tag byte and a payload. For
-//! Stripe-like rows that is about 56 bytes per key plus ~13 bytes of table:
+//! `varint(key_len) key values…`; values carry no type tag, since the schema
+//! gives each field's kind (text is `varint(len + 1)` and bytes, 0 for null;
+//! integers and timestamps a zigzag varint; a currency two bytes). For
+//! Stripe-like rows that is about 50 bytes per key plus ~13 bytes of table:
 //! a fraction of what a map of owned `String`s and `Vec<Value>`s would take.
 //!
 //! Why not `hashbrown`: at ten million keys nearly every probe misses the
@@ -16,7 +18,7 @@
 
 use foldhash::fast::FixedState;
 use jiff::Timestamp;
-use recon_core::{Currency, Money, ValueRef};
+use recon_core::{Currency, FieldKind, Money, ValueRef};
 use std::hash::BuildHasher;
 
 pub(crate) const OFFSET_MASK: u64 = (1 << 40) - 1;
@@ -36,12 +38,11 @@ pub(crate) const DUP_OTHER: u64 = 1 << 61;
 /// At least one compared field differs.
 pub(crate) const MISMATCH: u64 = 1 << 60;
 
-const TAG_NULL: u8 = 0;
-const TAG_TEXT: u8 = 1;
-const TAG_INTEGER: u8 = 2;
-const TAG_MONEY: u8 = 3;
-const TAG_CURRENCY: u8 = 4;
-const TAG_TIMESTAMP: u8 = 5;
+/// Null for integer-like kinds: a varint that `write_varint` never
+/// produces (a continuation byte followed by a zero byte).
+const NULL_VARINT: [u8; 2] = [0x80, 0x00];
+/// Null for a currency, whose codes are stored as `Currency::to_index`.
+const NULL_CURRENCY: u16 = u16::MAX;
 
 pub(crate) struct KeyIndex {
     arena: Vec<u8>,
@@ -75,12 +76,31 @@ pub(crate) fn hash_key(key: &[u8]) -> u64 {
 }
 
 /// Appends `varint(key_len) key values…` to `buf`.
-pub(crate) fn encode_record(buf: &mut Vec<u8>, key: &str, values: &[ValueRef<'_>]) {
+/// Each value must be of its field's kind or null (the caller checks).
+pub(crate) fn encode_record(
+    buf: &mut Vec<u8>,
+    key: &str,
+    values: &[ValueRef<'_>],
+    kinds: &[FieldKind],
+) {
     write_varint(buf, key.len() as u64);
     buf.extend_from_slice(key.as_bytes());
-    for v in values {
-        encode(buf, v);
+    for (v, &kind) in values.iter().zip(kinds) {
+        encode(buf, v, kind);
     }
+}
+
+/// Whether a value can be stored for a field of this kind.
+pub(crate) fn fits(kind: FieldKind, v: &ValueRef<'_>) -> bool {
+    matches!(
+        (kind, v),
+        (_, ValueRef::Null)
+            | (FieldKind::Text, ValueRef::Text(_))
+            | (FieldKind::Integer, ValueRef::Integer(_))
+            | (FieldKind::Money, ValueRef::Money(_))
+            | (FieldKind::Currency, ValueRef::Currency(_))
+            | (FieldKind::Timestamp, ValueRef::Timestamp(_))
+    )
 }
 
 /// Splits an encoded record into its key and the offset where values start.
@@ -92,11 +112,11 @@ pub(crate) fn split_record(buf: &[u8], offset: usize) -> (&[u8], usize) {
 pub(crate) fn decode_values<'a>(
     buf: &'a [u8],
     mut pos: usize,
-    n: usize,
+    kinds: &[FieldKind],
     mut f: impl FnMut(usize, ValueRef<'a>),
 ) {
-    for i in 0..n {
-        let (v, next) = decode(buf, pos);
+    for (i, &kind) in kinds.iter().enumerate() {
+        let (v, next) = decode(buf, pos, kind);
         f(i, v);
         pos = next;
     }
@@ -140,6 +160,11 @@ impl KeyIndex {
             }
             self.slots[i] = e;
         }
+    }
+
+    /// Frees the hash table; records stay readable by offset, lookups end.
+    pub(crate) fn release_table(&mut self) {
+        self.slots = vec![EMPTY; 1];
     }
 
     /// The arena from `offset` to its end; a record's encoded bytes are a prefix.
@@ -212,11 +237,11 @@ impl KeyIndex {
     }
 
     /// The key and decoded values of the record at `offset`.
-    pub(crate) fn record(&self, offset: u64, n_values: usize) -> (&str, Vec<ValueRef<'_>>) {
+    pub(crate) fn record(&self, offset: u64, kinds: &[FieldKind]) -> (&str, Vec<ValueRef<'_>>) {
         let (key, mut pos) = key_and_end(&self.arena, offset);
-        let mut values = Vec::with_capacity(n_values);
-        for _ in 0..n_values {
-            let (v, next) = decode(&self.arena, pos);
+        let mut values = Vec::with_capacity(kinds.len());
+        for &kind in kinds {
+            let (v, next) = decode(&self.arena, pos, kind);
             values.push(v);
             pos = next;
         }
@@ -227,12 +252,12 @@ impl KeyIndex {
     pub(crate) fn visit_values(
         &self,
         offset: u64,
-        n_values: usize,
+        kinds: &[FieldKind],
         mut f: impl FnMut(usize, ValueRef<'_>) -> bool,
     ) {
         let (_, mut pos) = key_and_end(&self.arena, offset);
-        for i in 0..n_values {
-            let (v, next) = decode(&self.arena, pos);
+        for (i, &kind) in kinds.iter().enumerate() {
+            let (v, next) = decode(&self.arena, pos, kind);
             if !f(i, v) {
                 return;
             }
@@ -286,64 +311,65 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>) {
+fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind) {
     match *v {
-        ValueRef::Null => buf.push(TAG_NULL),
+        // The decoder knows the kind, so each null reads back unambiguously.
+        ValueRef::Null => match kind {
+            FieldKind::Text => buf.push(0),
+            FieldKind::Currency => buf.extend_from_slice(&NULL_CURRENCY.to_le_bytes()),
+            _ => buf.extend_from_slice(&NULL_VARINT),
+        },
         ValueRef::Text(s) => {
-            buf.push(TAG_TEXT);
-            write_varint(buf, s.len() as u64);
+            write_varint(buf, s.len() as u64 + 1);
             buf.extend_from_slice(s.as_bytes());
         }
-        ValueRef::Integer(i) => {
-            buf.push(TAG_INTEGER);
-            write_varint(buf, zigzag(i));
-        }
+        ValueRef::Integer(i) => write_varint(buf, zigzag(i)),
         ValueRef::Money(m) => {
-            buf.push(TAG_MONEY);
             write_varint(buf, zigzag(m.minor));
-            buf.extend_from_slice(m.currency.code().as_bytes());
+            buf.extend_from_slice(&m.currency.to_index().to_le_bytes());
         }
-        ValueRef::Currency(c) => {
-            buf.push(TAG_CURRENCY);
-            buf.extend_from_slice(c.code().as_bytes());
-        }
-        ValueRef::Timestamp(t) => {
-            buf.push(TAG_TIMESTAMP);
-            write_varint(buf, zigzag(t.as_second()));
-        }
+        ValueRef::Currency(c) => buf.extend_from_slice(&c.to_index().to_le_bytes()),
+        ValueRef::Timestamp(t) => write_varint(buf, zigzag(t.as_second())),
     }
 }
 
 fn currency_at(buf: &[u8], pos: usize) -> Currency {
-    Currency::parse(as_str(&buf[pos..pos + 3])).expect("arena holds valid currency codes")
+    let index = u16::from_le_bytes([buf[pos], buf[pos + 1]]);
+    Currency::from_index(index).expect("arena holds valid currency codes")
 }
 
-fn decode(buf: &[u8], pos: usize) -> (ValueRef<'_>, usize) {
-    let tag = buf[pos];
-    let pos = pos + 1;
-    match tag {
-        TAG_NULL => (ValueRef::Null, pos),
-        TAG_TEXT => {
+fn decode(buf: &[u8], pos: usize, kind: FieldKind) -> (ValueRef<'_>, usize) {
+    let is_null_varint = buf.get(pos..pos + 2) == Some(&NULL_VARINT[..]);
+    match kind {
+        FieldKind::Text => {
             let (len, p) = read_varint(buf, pos);
-            let end = p + len as usize;
+            if len == 0 {
+                return (ValueRef::Null, p);
+            }
+            let end = p + len as usize - 1;
             (ValueRef::Text(as_str(&buf[p..end])), end)
         }
-        TAG_INTEGER => {
+        FieldKind::Currency => {
+            if u16::from_le_bytes([buf[pos], buf[pos + 1]]) == NULL_CURRENCY {
+                return (ValueRef::Null, pos + 2);
+            }
+            (ValueRef::Currency(currency_at(buf, pos)), pos + 2)
+        }
+        _ if is_null_varint => (ValueRef::Null, pos + 2),
+        FieldKind::Integer => {
             let (v, p) = read_varint(buf, pos);
             (ValueRef::Integer(unzigzag(v)), p)
         }
-        TAG_MONEY => {
+        FieldKind::Money => {
             let (v, p) = read_varint(buf, pos);
             let c = currency_at(buf, p);
-            (ValueRef::Money(Money::from_minor(unzigzag(v), c)), p + 3)
+            (ValueRef::Money(Money::from_minor(unzigzag(v), c)), p + 2)
         }
-        TAG_CURRENCY => (ValueRef::Currency(currency_at(buf, pos)), pos + 3),
-        TAG_TIMESTAMP => {
+        FieldKind::Timestamp => {
             let (v, p) = read_varint(buf, pos);
             let t = Timestamp::from_second(unzigzag(v)).expect("arena holds valid timestamps");
             (ValueRef::Timestamp(t), p)
         }
-        other => unreachable!("unknown arena tag {other}"),
     }
 }
 
@@ -356,13 +382,39 @@ mod tests {
         let usd = Currency::parse("usd").unwrap();
         let t = Timestamp::from_second(1_764_374_399).unwrap();
         let values = [
-            ValueRef::Null,
             ValueRef::Text("succeeded – ünïcode"),
             ValueRef::Integer(-42),
             ValueRef::Integer(i64::MIN),
             ValueRef::Money(Money::from_minor(-2999, usd)),
             ValueRef::Currency(usd),
             ValueRef::Timestamp(t),
+            ValueRef::Null,
+            ValueRef::Null,
+            ValueRef::Null,
+            ValueRef::Null,
+            ValueRef::Null,
+            ValueRef::Integer(0),
+            ValueRef::Integer(64),
+            ValueRef::Integer(i64::MAX),
+            ValueRef::Text(""),
+        ];
+        use FieldKind as K;
+        let kinds = [
+            K::Text,
+            K::Integer,
+            K::Integer,
+            K::Money,
+            K::Currency,
+            K::Timestamp,
+            K::Text,
+            K::Integer,
+            K::Money,
+            K::Currency,
+            K::Timestamp,
+            K::Integer,
+            K::Integer,
+            K::Integer,
+            K::Text,
         ];
         let mut index = KeyIndex::new();
         let keys: Vec<String> = (0..1000).map(|i| format!("ch_{i:024x}")).collect();
@@ -371,14 +423,14 @@ mod tests {
             let h = hash_key(k.as_bytes());
             assert!(index.find_mut(h, k.as_bytes()).is_none());
             buf.clear();
-            encode_record(&mut buf, k, &values);
+            encode_record(&mut buf, k, &values, &kinds);
             index.insert_encoded(h, &buf);
         }
         assert_eq!(index.len(), 1000);
         for k in &keys {
             let h = hash_key(k.as_bytes());
             let e = *index.find_mut(h, k.as_bytes()).expect("inserted key is found");
-            let (key, decoded) = index.record(e & OFFSET_MASK, values.len());
+            let (key, decoded) = index.record(e & OFFSET_MASK, &kinds);
             assert_eq!(key, k);
             assert_eq!(decoded, values);
         }

@@ -24,7 +24,7 @@ use recon_core::{Currency, FieldKind, Record, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_values, encode_record, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH,
+    decode_values, encode_record, fits, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH,
     OFFSET_MASK, SEEN_OTHER,
 };
 
@@ -37,7 +37,7 @@ pub struct RecordBatch {
     rows: Vec<(u64, usize, usize)>,
     totals: Totals,
     money_field: Option<usize>,
-    arity: usize,
+    kinds: Vec<FieldKind>,
 }
 
 impl RecordBatch {
@@ -48,22 +48,29 @@ impl RecordBatch {
             rows: Vec::new(),
             totals: Totals::new(),
             money_field: spec.schema.money_field(),
-            arity: spec.schema.fields.len(),
+            kinds: spec.schema.fields.iter().map(|f| f.kind).collect(),
         }
     }
 
     /// Adds one record.
     pub fn push(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
-        if values.len() != self.arity {
+        if values.len() != self.kinds.len() {
             return Err(DiffError::Arity {
                 key: key.to_string(),
                 got: values.len(),
-                want: self.arity,
+                want: self.kinds.len(),
+            });
+        }
+        if let Some(i) = (0..values.len()).find(|&i| !fits(self.kinds[i], &values[i])) {
+            return Err(DiffError::Kind {
+                key: key.to_string(),
+                field: i,
+                kind: self.kinds[i],
             });
         }
         add_total(&mut self.totals, self.money_field, values);
         let start = self.bytes.len();
-        encode_record(&mut self.bytes, key, values);
+        encode_record(&mut self.bytes, key, values, &self.kinds);
         self.rows.push((hash_key(key.as_bytes()), start, self.bytes.len()));
         Ok(())
     }
@@ -140,6 +147,16 @@ pub enum DiffError {
     /// A source record arrived after target records had started.
     #[error("source record `{0}` added after the target side started")]
     SourceAfterTarget(String),
+    /// A value is not of its field's kind.
+    #[error("record `{key}`: value {field} is not a {kind}")]
+    Kind {
+        /// The record.
+        key: String,
+        /// Schema index of the field.
+        field: usize,
+        /// The kind the schema wants.
+        kind: FieldKind,
+    },
     /// A record has the wrong number of values.
     #[error("record `{key}` has {got} values; the schema has {want} fields")]
     Arity {
@@ -266,6 +283,7 @@ pub struct DiffEngine {
     /// Every field compared exactly: equal encodings mean equal records.
     bytewise: bool,
     scratch: RecordBatch,
+    kinds: Vec<FieldKind>,
 }
 
 impl DiffEngine {
@@ -284,6 +302,7 @@ impl DiffEngine {
             target_started: false,
             bytewise: spec_is_bytewise(&spec),
             scratch: RecordBatch::new(&spec),
+            kinds: spec.schema.fields.iter().map(|f| f.kind).collect(),
             spec,
         }
     }
@@ -409,8 +428,8 @@ impl DiffEngine {
         let mut diffs = Vec::new();
         let fields = &self.spec.schema.fields;
         let mut target = Vec::with_capacity(fields.len());
-        decode_values(record, values_at, fields.len(), |_, v| target.push(v));
-        self.source.visit_values(offset, fields.len(), |i, source| {
+        decode_values(record, values_at, &self.kinds, |_, v| target.push(v));
+        self.source.visit_values(offset, &self.kinds, |i, source| {
             let field = &fields[i];
             if field.compared && !equal(source, target[i], field.kind, self.spec.tolerances[i]) {
                 diffs.push(FieldDiff {
@@ -426,7 +445,7 @@ impl DiffEngine {
 
     /// Classifies every key and returns the outcome.
     pub fn finish(self) -> DiffOutcome {
-        let n = self.spec.schema.fields.len();
+        let kinds = self.kinds.clone();
         let mut out = DiffOutcome {
             source_rows: self.source_rows,
             target_rows: self.target_rows,
@@ -436,38 +455,51 @@ impl DiffEngine {
             ..DiffOutcome::default()
         };
         let to_record = |index: &KeyIndex, offset: u64| {
-            let (key, values) = index.record(offset, n);
+            let (key, values) = index.record(offset, &kinds);
             Record {
                 key: key.to_string(),
                 values: values.iter().map(ValueRef::to_owned_value).collect(),
             }
         };
+        // First note what each entry is, then free the table before any
+        // record is materialised: the peak stays at the index's size.
         let mut seen_in_target = 0u64;
+        let mut gap_offsets = Vec::new();
+        let mut dup_entries = Vec::new();
         for entry in self.source.entries() {
-            let offset = entry & OFFSET_MASK;
             if entry & SEEN_OTHER != 0 {
                 seen_in_target += 1;
             }
             if entry & (DUP_SELF | DUP_OTHER) != 0 {
-                let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
-                let target_count = if entry & SEEN_OTHER != 0 { t.max(1) } else { 0 };
-                out.duplicates.push(Duplicate {
-                    key: to_record(&self.source, offset).key,
-                    source_count: s,
-                    target_count,
-                });
+                dup_entries.push(entry);
             } else if entry & SEEN_OTHER == 0 {
-                out.gaps.push(to_record(&self.source, offset));
+                gap_offsets.push(entry & OFFSET_MASK);
             } else if entry & MISMATCH == 0 {
                 out.matched += 1;
             }
         }
+        let mut source = self.source;
+        source.release_table();
+        for entry in dup_entries {
+            let offset = entry & OFFSET_MASK;
+            let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
+            let target_count = if entry & SEEN_OTHER != 0 { t.max(1) } else { 0 };
+            out.duplicates.push(Duplicate {
+                key: to_record(&source, offset).key,
+                source_count: s,
+                target_count,
+            });
+        }
+        out.gaps = gap_offsets
+            .into_iter()
+            .map(|offset| to_record(&source, offset))
+            .collect();
         for pending in self.mismatches {
             // A key that later turned out duplicated is reported as a duplicate only.
             let entry_is_dup = self.source_dups.contains_key(&pending.offset);
             if !entry_is_dup {
                 out.mismatches.push(Mismatch {
-                    key: to_record(&self.source, pending.offset).key,
+                    key: to_record(&source, pending.offset).key,
                     fields: pending.diffs,
                 });
             }

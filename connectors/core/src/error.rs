@@ -17,7 +17,7 @@ impl std::fmt::Display for Location {
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectorError {
     /// The input could not be opened or read.
-    #[error("cannot read {what}: {source}")]
+    #[error("cannot read {what}")]
     Io {
         /// What was being read.
         what: String,

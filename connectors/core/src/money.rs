@@ -103,6 +103,22 @@ impl Currency {
         self.lookup_exponent().unwrap_or(2)
     }
 
+    /// A dense number below 17,576 for this code, for compact storage.
+    pub fn to_index(&self) -> u16 {
+        let [a, b, c] = self.0;
+        table_index(a, b, c) as u16
+    }
+
+    /// The currency of a number made by [`Currency::to_index`].
+    pub fn from_index(index: u16) -> Option<Currency> {
+        let i = usize::from(index);
+        if i >= EXPONENTS.len() || EXPONENTS[i] == NOT_A_CURRENCY {
+            return None;
+        }
+        let letter = |n: usize| b'A' + (n % 26) as u8;
+        Some(Currency([letter(i / 676), letter(i / 26), letter(i)]))
+    }
+
     /// The upper-case three-letter code.
     pub fn code(&self) -> &str {
         // Construction guarantees ASCII.
@@ -160,6 +176,9 @@ pub enum MoneyError {
     /// The text is not a decimal number.
     #[error("`{0}` is not a number; expected digits with an optional sign and decimal point, such as 29.99 or -5")]
     NotANumber(String),
+    /// A decimal where whole minor units were expected.
+    #[error("`{0}` is a decimal, but this side's amounts are read as whole minor units (2999 for 29.99 USD); if it writes decimal amounts, set its amount format to major")]
+    NotMinorUnits(String),
     /// More significant decimals than the currency has.
     #[error("`{amount}` has more decimal places than {currency} allows ({exponent}); amounts are never rounded")]
     TooManyDecimals {
@@ -187,6 +206,8 @@ impl Money {
         let minor: i64 = t.parse().map_err(|_| {
             if t.chars().all(|c| c.is_ascii_digit() || c == '-' || c == '+') && !t.is_empty() {
                 MoneyError::Overflow(text.to_string())
+            } else if looks_decimal(t) {
+                MoneyError::NotMinorUnits(text.to_string())
             } else {
                 MoneyError::NotANumber(text.to_string())
             }
@@ -250,6 +271,19 @@ impl Money {
     }
 }
 
+/// `-12.50`, `29.99`: a sign, digits, one point, digits.
+fn looks_decimal(t: &str) -> bool {
+    let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+    match digits.split_once('.') {
+        Some((i, f)) => {
+            !(i.is_empty() && f.is_empty())
+                && i.bytes().all(|b| b.is_ascii_digit())
+                && f.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
 /// Formats a (possibly summed) minor-unit amount in major units.
 pub fn format_minor(minor: i128, currency: Currency) -> String {
     let exponent = currency.exponent();
@@ -296,6 +330,11 @@ mod tests {
         let known = (0..26 * 26 * 26).filter(|&i| EXPONENTS[i] != NOT_A_CURRENCY).count();
         assert_eq!(known, count, "no code listed twice");
         assert_eq!(cur("jpy").exponent(), 0);
+        for code in ["USD", "JPY", "KWD", "AED", "ZWG"] {
+            assert_eq!(Currency::from_index(cur(code).to_index()), Some(cur(code)));
+        }
+        assert_eq!(Currency::from_index(0), None, "AAA is not a currency");
+        assert_eq!(Currency::from_index(u16::MAX), None);
         assert_eq!(cur("KWD").exponent(), 3);
     }
 
@@ -337,8 +376,11 @@ mod tests {
             Money::parse_major("99999999999999999999", cur("USD")),
             Err(MoneyError::Overflow(_))
         ));
+        let e = Money::parse_minor("12.5", cur("USD")).unwrap_err();
+        assert!(matches!(e, MoneyError::NotMinorUnits(_)));
+        assert!(e.to_string().contains("amount format to major"), "{e}");
         assert!(matches!(
-            Money::parse_minor("12.5", cur("USD")),
+            Money::parse_minor("12x", cur("USD")),
             Err(MoneyError::NotANumber(_))
         ));
         let e = Currency::parse("XYZ").unwrap_err();

@@ -31,11 +31,36 @@ impl ConvertError {
     }
 }
 
+/// Remembers the last currency code read: exports repeat a handful of
+/// currencies, and each row names its currency for the amount and again for
+/// a compared currency field.
+#[derive(Default)]
+pub(crate) struct CurrencyCache {
+    text: String,
+    parsed: Option<Currency>,
+}
+
+impl CurrencyCache {
+    fn parse(&mut self, text: &str) -> Result<Currency, ConvertError> {
+        if let Some(c) = self.parsed {
+            if self.text == text {
+                return Ok(c);
+            }
+        }
+        let c = Currency::parse(text).map_err(ConvertError::Money)?;
+        self.text.clear();
+        self.text.push_str(text);
+        self.parsed = Some(c);
+        Ok(c)
+    }
+}
+
 pub(crate) fn convert<'a>(
     cell: Cell<'a>,
     kind: FieldKind,
     currency: Option<&str>,
     amount_format: AmountFormat,
+    cache: &mut CurrencyCache,
 ) -> Result<ValueRef<'a>, ConvertError> {
     let text = match cell {
         Cell::Null => return Ok(ValueRef::Null),
@@ -47,9 +72,7 @@ pub(crate) fn convert<'a>(
         FieldKind::Integer => ValueRef::Integer(text.trim().parse().map_err(|_| {
             ConvertError::Other(format!("`{text}` is not a whole number"))
         })?),
-        FieldKind::Currency => {
-            ValueRef::Currency(Currency::parse(text).map_err(ConvertError::Money)?)
-        }
+        FieldKind::Currency => ValueRef::Currency(cache.parse(text)?),
         FieldKind::Money => {
             let code = currency.unwrap_or("");
             if code.is_empty() {
@@ -57,7 +80,7 @@ pub(crate) fn convert<'a>(
                     "amount `{text}` has no currency; fill the currency column"
                 )));
             }
-            let c = Currency::parse(code).map_err(ConvertError::Money)?;
+            let c = cache.parse(code)?;
             ValueRef::Money(
                 match amount_format {
                     AmountFormat::Minor => Money::parse_minor(text, c),

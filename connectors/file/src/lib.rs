@@ -9,6 +9,7 @@
 //! line of a CSV), and says what was expected.
 
 mod convert;
+mod scan;
 mod source;
 
 use std::fs::File;
@@ -19,7 +20,7 @@ use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
 
 pub use source::FileSource;
 
-use convert::{convert, Cell};
+use convert::{convert, Cell, CurrencyCache};
 pub use convert::parse_timestamp;
 
 /// The two export formats, chosen by file extension.
@@ -86,7 +87,8 @@ pub struct FileReader {
 
 enum Inner {
     Csv {
-        reader: csv::Reader<BufReader<File>>,
+        scanner: scan::Scanner<File>,
+        width: usize,
         key_idx: usize,
         idx: Vec<usize>,
         currency_idx: Option<usize>,
@@ -139,22 +141,23 @@ impl FileReader {
                 "{display}: money fields need a currency column"
             )));
         }
-        let buffered = BufReader::with_capacity(BUFFER, file);
         let inner = match format {
             Format::Csv => {
-                let mut reader = csv::ReaderBuilder::new()
-                    .has_headers(true)
-                    .buffer_capacity(BUFFER)
-                    .from_reader(buffered);
-                let headers = reader
-                    .byte_headers()
-                    .map_err(|e| csv_error(&display, e))?
-                    .clone();
-                let names: Vec<String> = headers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, h)| {
-                        let h = String::from_utf8_lossy(h);
+                let mut scanner = scan::Scanner::new(file);
+                let header_location = Location(format!("{display} line 1"));
+                let has_header = scanner
+                    .next_record()
+                    .map_err(|e| scan_error(&display, e))?;
+                if !has_header {
+                    return Err(ConnectorError::Malformed {
+                        location: header_location,
+                        message: "file has no header row; expected a header row naming the columns".into(),
+                    });
+                }
+                let fields = scanner.fields().map_err(|e| scan_error(&display, e))?;
+                let names: Vec<String> = (0..fields.len())
+                    .map(|i| {
+                        let h = fields.get(i);
                         // Excel writes a byte-order mark before the first header.
                         if i == 0 {
                             h.trim_start_matches('\u{feff}').trim().to_string()
@@ -185,14 +188,15 @@ impl FileReader {
                     _ => None,
                 };
                 Inner::Csv {
-                    reader,
+                    width: names.len(),
+                    scanner,
                     key_idx,
                     idx,
                     currency_idx,
                 }
             }
             Format::Jsonl => Inner::Jsonl {
-                reader: buffered,
+                reader: BufReader::with_capacity(BUFFER, file),
                 line_no: 0,
                 checked_first: false,
                 bytes: 0,
@@ -211,7 +215,7 @@ impl FileReader {
     /// sizing indexes ahead of time.
     pub fn progress(&self) -> (u64, u64) {
         let read = match &self.inner {
-            Inner::Csv { reader, .. } => reader.position().byte(),
+            Inner::Csv { scanner, .. } => scanner.position(),
             Inner::Jsonl { bytes, .. } => *bytes,
         };
         (read, self.file_len)
@@ -246,24 +250,36 @@ impl FileReader {
         // One allocation for the whole file, recycled between rows (the
         // in-place collect keeps the buffer while changing its lifetime).
         let mut recycled: Vec<ValueRef<'static>> = Vec::with_capacity(kinds.len());
+        let mut cache = CurrencyCache::default();
         match &mut self.inner {
             Inner::Csv {
-                reader,
+                scanner,
+                width,
                 key_idx,
                 idx,
                 currency_idx,
             } => {
-                // One UTF-8 check per row (StringRecord), not one per field.
-                let mut row = csv::StringRecord::new();
                 loop {
-                    match reader.read_record(&mut row) {
+                    match scanner.next_record() {
                         Ok(true) => {}
                         Ok(false) => break,
-                        Err(e) => return Err(ReadError::Connector(csv_error(&display, e))),
+                        Err(e) => return Err(ReadError::Connector(scan_error(&display, e))),
                     }
-                    let line = row.position().map(|p| p.line()).unwrap_or(0);
+                    let line = scanner.record_line();
                     let location = || Location(format!("{display} line {line}"));
-                    let text = |i: usize| -> &str { row.get(i).unwrap_or_default() };
+                    let row = scanner
+                        .fields()
+                        .map_err(|e| ReadError::Connector(scan_error(&display, e)))?;
+                    if row.len() != *width {
+                        return Err(ReadError::Connector(ConnectorError::Malformed {
+                            location: location(),
+                            message: format!(
+                                "row has {} fields but the header has {width}; check for an unquoted comma or a missing field",
+                                row.len()
+                            ),
+                        }));
+                    }
+                    let text = |i: usize| -> &str { row.get(i) };
                     let key = text(*key_idx);
                     if key.is_empty() {
                         return Err(ReadError::Connector(ConnectorError::Malformed {
@@ -279,7 +295,7 @@ impl FileReader {
                         recycled.into_iter().filter_map(|_| None).collect();
                     for (k, (&i, &kind)) in idx.iter().zip(&kinds).enumerate() {
                         let cell = Cell::Text(text(i));
-                        let v = convert(cell, kind, currency, amount_format).map_err(|m| {
+                        let v = convert(cell, kind, currency, amount_format, &mut cache).map_err(|m| {
                             ReadError::Connector(m.at(location(), &self.spec.columns[k]))
                         })?;
                         values.push(v);
@@ -387,7 +403,7 @@ impl FileReader {
                             Some(s) => Cell::Text(s),
                             None => Cell::Null,
                         };
-                        let v = convert(cell, kind, currency, amount_format).map_err(|m| {
+                        let v = convert(cell, kind, currency, amount_format, &mut cache).map_err(|m| {
                             ReadError::Connector(m.at(location(), &self.spec.columns[k]))
                         })?;
                         values.push(v);
@@ -436,32 +452,19 @@ fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
     }
 }
 
-fn csv_error(display: &str, e: csv::Error) -> ConnectorError {
-    let line = e.position().map(|p| p.line());
-    let location = Location(match line {
-        Some(l) => format!("{display} line {l}"),
-        None => display.to_string(),
-    });
-    match e.into_kind() {
-        csv::ErrorKind::Io(source) => ConnectorError::Io {
+fn scan_error(display: &str, e: scan::ScanError) -> ConnectorError {
+    match e {
+        scan::ScanError::Io(source) => ConnectorError::Io {
             what: display.to_string(),
             source,
         },
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => ConnectorError::Malformed {
-            location,
-            message: format!(
-                "row has {len} fields but the header has {expected_len}; check for an unquoted comma or a missing field"
-            ),
-        },
-        csv::ErrorKind::Utf8 { .. } => ConnectorError::Malformed {
-            location,
+        scan::ScanError::Utf8 { line } => ConnectorError::Malformed {
+            location: Location(format!("{display} line {line}")),
             message: "not valid UTF-8; save the export as UTF-8".into(),
         },
-        other => ConnectorError::Malformed {
-            location,
-            message: format!("unreadable CSV: {other:?}"),
+        scan::ScanError::Unterminated { line } => ConnectorError::Malformed {
+            location: Location(format!("{display} line {line}")),
+            message: "a quoted field is never closed; check for a stray double quote".into(),
         },
     }
 }

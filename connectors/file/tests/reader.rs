@@ -1,0 +1,348 @@
+//! The file reader on real files: CSV quirks (byte-order mark, RFC 4180
+//! quoting, header-only exports) and JSON Lines (dotted paths, numeric
+//! keys, blank lines, JSON numbers as major units).
+
+use std::fs;
+use std::path::PathBuf;
+
+use recon_core::{Currency, Field, FieldKind, Money, Record, Schema, Value};
+use recon_file::{read_all, AmountFormat, FileReader, FileSpec, ReadError};
+
+/// A fresh, empty folder for one test under Cargo's per-target temp dir.
+fn test_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("recon-file-reader")
+        .join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &PathBuf, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn field(name: &str, kind: FieldKind) -> Field {
+    Field {
+        name: name.into(),
+        kind,
+        compared: true,
+    }
+}
+
+fn money(minor: i64, code: &str) -> Value {
+    Value::Money(Money::from_minor(minor, Currency::parse(code).unwrap()))
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.into())
+}
+
+/// Amount and a text column, read with the `currency` column.
+fn amount_and(column: &str) -> Schema {
+    Schema {
+        fields: vec![
+            field("amount", FieldKind::Money),
+            field(column, FieldKind::Text),
+        ],
+    }
+}
+
+fn spec(path: PathBuf, key: &str, columns: &[&str], format: AmountFormat) -> FileSpec {
+    FileSpec {
+        path,
+        key_column: key.into(),
+        columns: columns.iter().map(|c| c.to_string()).collect(),
+        currency_column: Some("currency".into()),
+        amount_format: format,
+    }
+}
+
+/// Every record with the location the reader gave it.
+fn read_with_locations(spec: FileSpec, schema: &Schema) -> Vec<(Record, String)> {
+    let mut reader = FileReader::open(spec, schema).unwrap();
+    let mut out = Vec::new();
+    reader
+        .for_each(|key, values, location| {
+            out.push((
+                Record {
+                    key: key.to_string(),
+                    values: values.iter().map(|v| v.to_owned_value()).collect(),
+                },
+                location().0,
+            ));
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            ReadError::Connector(c) => c,
+            ReadError::Caller(never) => match never {},
+        })
+        .unwrap();
+    out
+}
+
+fn record(key: &str, values: Vec<Value>) -> Record {
+    Record {
+        key: key.into(),
+        values,
+    }
+}
+
+// ------------------------------------------------------------------- CSV
+
+#[test]
+fn csv_header_with_a_utf8_byte_order_mark() {
+    let dir = test_dir("bom");
+    // Excel's "CSV UTF-8": a BOM right before the first (key) column.
+    let path = write(
+        &dir,
+        "excel.csv",
+        b"\xEF\xBB\xBFid,amount,currency,status\r\nch_1,2999,usd,succeeded\r\nch_2,500,JPY,pending\r\n",
+    );
+    let records = read_all(
+        spec(path, "id", &["amount", "status"], AmountFormat::Minor),
+        &amount_and("status"),
+    )
+    .unwrap();
+    assert_eq!(
+        records,
+        vec![
+            record("ch_1", vec![money(2999, "USD"), text("succeeded")]),
+            record("ch_2", vec![money(500, "JPY"), text("pending")]),
+        ]
+    );
+}
+
+#[test]
+fn csv_byte_order_mark_before_a_quoted_header() {
+    let dir = test_dir("bom_quoted");
+    // Windows PowerShell's `Export-Csv -Encoding UTF8` quotes every field
+    // and starts the file with a BOM: the BOM comes before the first quote.
+    let path = write(
+        &dir,
+        "powershell.csv",
+        b"\xEF\xBB\xBF\"id\",\"amount\",\"currency\",\"status\"\r\n\"ch_1\",\"2999\",\"usd\",\"succeeded\"\r\n",
+    );
+    let records = read_all(
+        spec(path, "id", &["amount", "status"], AmountFormat::Minor),
+        &amount_and("status"),
+    )
+    .unwrap();
+    assert_eq!(
+        records,
+        vec![record("ch_1", vec![money(2999, "USD"), text("succeeded")])]
+    );
+}
+
+#[test]
+fn csv_quoted_fields_with_commas_newlines_and_quotes() {
+    let dir = test_dir("quoted");
+    let path = write(
+        &dir,
+        "quoted.csv",
+        concat!(
+            "id,amount,currency,note\n",
+            "\"ch_1\",\"2999\",usd,\"paid, late\"\n",
+            "ch_2,500,jpy,\"line one\nline two\"\n",
+            "ch_3,1234,kwd,\"say \"\"hi\"\", then \"\"bye\"\"\"\n",
+            "\"ch,4\",-150,eur,\"\"\"quoted\"\" at both ends, and\r\na CRLF\"\n",
+            "ch_5,1,usd,plain\n",
+        )
+        .as_bytes(),
+    );
+    let got = read_with_locations(
+        spec(path.clone(), "id", &["amount", "note"], AmountFormat::Minor),
+        &amount_and("note"),
+    );
+    let shown = path.display().to_string();
+    let want = vec![
+        (
+            record("ch_1", vec![money(2999, "USD"), text("paid, late")]),
+            format!("{shown} line 2"),
+        ),
+        (
+            record("ch_2", vec![money(500, "JPY"), text("line one\nline two")]),
+            format!("{shown} line 3"),
+        ),
+        (
+            record(
+                "ch_3",
+                vec![money(1234, "KWD"), text("say \"hi\", then \"bye\"")],
+            ),
+            // The row above spans two lines.
+            format!("{shown} line 5"),
+        ),
+        (
+            record(
+                "ch,4",
+                vec![
+                    money(-150, "EUR"),
+                    text("\"quoted\" at both ends, and\r\na CRLF"),
+                ],
+            ),
+            format!("{shown} line 6"),
+        ),
+        (
+            record("ch_5", vec![money(1, "USD"), text("plain")]),
+            format!("{shown} line 8"),
+        ),
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn csv_with_only_a_header_has_zero_records() {
+    let dir = test_dir("header_only");
+    let schema = amount_and("status");
+    for (name, bytes) in [
+        ("lf.csv", &b"id,amount,currency,status\n"[..]),
+        ("no_newline.csv", &b"id,amount,currency,status"[..]),
+        (
+            "crlf_bom.csv",
+            &b"\xEF\xBB\xBFid,amount,currency,status\r\n"[..],
+        ),
+    ] {
+        let path = write(&dir, name, bytes);
+        let records = read_all(
+            spec(path, "id", &["amount", "status"], AmountFormat::Minor),
+            &schema,
+        )
+        .unwrap();
+        assert!(records.is_empty(), "{name}: {records:?}");
+    }
+}
+
+// ----------------------------------------------------------- JSON Lines
+
+#[test]
+fn jsonl_nested_dotted_path_and_numeric_key() {
+    let dir = test_dir("dotted");
+    let path = write(
+        &dir,
+        "charges.jsonl",
+        concat!(
+            "{\"id\":1001,\"amount_details\":{\"total\":2999,\"tax\":0},\"currency\":\"usd\",\"status\":\"succeeded\"}\n",
+            "{\"id\":\"ch_2\",\"amount_details\":{\"total\":\"500\"},\"currency\":\"JPY\",\"status\":\"pending\"}\n",
+            "{\"id\":1003,\"amount_details\":{\"total\":-1234},\"currency\":\"kwd\",\"status\":null}\n",
+        )
+        .as_bytes(),
+    );
+    let records = read_all(
+        spec(
+            path,
+            "id",
+            &["amount_details.total", "status"],
+            AmountFormat::Minor,
+        ),
+        &amount_and("status"),
+    )
+    .unwrap();
+    assert_eq!(
+        records,
+        vec![
+            record("1001", vec![money(2999, "USD"), text("succeeded")]),
+            record("ch_2", vec![money(500, "JPY"), text("pending")]),
+            record("1003", vec![money(-1234, "KWD"), Value::Null]),
+        ]
+    );
+}
+
+#[test]
+fn jsonl_blank_lines_are_skipped_but_still_counted() {
+    let dir = test_dir("blank_lines");
+    let path = write(
+        &dir,
+        "charges.jsonl",
+        concat!(
+            "\n",
+            "{\"id\":\"a\",\"amount\":100,\"currency\":\"usd\",\"status\":\"succeeded\"}\n",
+            "\n",
+            "   \t \r\n",
+            "{\"id\":\"b\",\"amount\":200,\"currency\":\"usd\",\"status\":\"succeeded\"}\r\n",
+            "\n",
+            "\n",
+        )
+        .as_bytes(),
+    );
+    let shown = path.display().to_string();
+    let got = read_with_locations(
+        spec(
+            path.clone(),
+            "id",
+            &["amount", "status"],
+            AmountFormat::Minor,
+        ),
+        &amount_and("status"),
+    );
+    assert_eq!(
+        got,
+        vec![
+            (
+                record("a", vec![money(100, "USD"), text("succeeded")]),
+                format!("{shown} line 2"),
+            ),
+            (
+                record("b", vec![money(200, "USD"), text("succeeded")]),
+                format!("{shown} line 5"),
+            ),
+        ]
+    );
+
+    // An error after blank lines names the line as an editor shows it.
+    let bad = write(
+        &dir,
+        "bad.jsonl",
+        b"{\"id\":\"a\",\"amount\":100,\"currency\":\"usd\",\"status\":\"x\"}\n\n\n{\"id\":\"b\",\n",
+    );
+    let err = read_all(
+        spec(
+            bad.clone(),
+            "id",
+            &["amount", "status"],
+            AmountFormat::Minor,
+        ),
+        &amount_and("status"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&format!("{} line 4", bad.display())), "{err}");
+}
+
+#[test]
+fn jsonl_number_in_major_units_is_converted_exactly() {
+    let dir = test_dir("major_numbers");
+    let path = write(
+        &dir,
+        "orders.jsonl",
+        concat!(
+            "{\"id\":\"usd\",\"amount\":29.99,\"currency\":\"USD\",\"status\":\"paid\"}\n",
+            // 1.15 is 1.149999... as a float; it must still be 115 cents.
+            "{\"id\":\"float_trap\",\"amount\":1.15,\"currency\":\"USD\",\"status\":\"paid\"}\n",
+            "{\"id\":\"jpy\",\"amount\":500,\"currency\":\"JPY\",\"status\":\"paid\"}\n",
+            "{\"id\":\"kwd\",\"amount\":1.234,\"currency\":\"KWD\",\"status\":\"paid\"}\n",
+            "{\"id\":\"refund\",\"amount\":-12.5,\"currency\":\"EUR\",\"status\":\"refunded\"}\n",
+        )
+        .as_bytes(),
+    );
+    let records = read_all(
+        spec(path, "id", &["amount", "status"], AmountFormat::Major),
+        &amount_and("status"),
+    )
+    .unwrap();
+    let amounts: Vec<(&str, &Value)> = records
+        .iter()
+        .map(|r| (r.key.as_str(), &r.values[0]))
+        .collect();
+    assert_eq!(
+        amounts,
+        vec![
+            ("usd", &money(2999, "USD")),
+            ("float_trap", &money(115, "USD")),
+            ("jpy", &money(500, "JPY")),
+            ("kwd", &money(1234, "KWD")),
+            ("refund", &money(-1250, "EUR")),
+        ]
+    );
+}
