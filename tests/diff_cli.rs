@@ -1196,12 +1196,13 @@ fn twenty_thousand_rows_classified_across_reader_batches() {
     const CURRENCIES: [(&str, u32); 4] = [("USD", 2), ("JPY", 0), ("KWD", 3), ("EUR", 2)];
     let id = |i: usize| format!("ch_{i:06}");
     // Some refunds among the charges.
-    let amount = |i: usize| (i % 5000) as i64 + 1 - if i % 97 == 0 { 3000 } else { 0 };
+    let amount = |i: usize| (i % 5000) as i64 + 1 - if i.is_multiple_of(97) { 3000 } else { 0 };
     let currency = |i: usize| CURRENCIES[i % 4];
     let is_gap = |i: usize| i % 1000 == 7;
     let is_mismatch = |i: usize| i % 1000 == 500;
     // Every row written, per side: (currency, minor), for the totals.
-    let mut rows: BTreeMap<&str, Vec<((&str, u32), i64)>> = BTreeMap::new();
+    type Written<'a> = Vec<((&'a str, u32), i64)>;
+    let mut rows: BTreeMap<&str, Written> = BTreeMap::new();
 
     // Source: CSV, minor units, lower-case currencies. Keys 42, 8191 and
     // 1007 (a gap) appear again at the end, thousands of rows (and reader

@@ -54,18 +54,27 @@ impl DiffPlan {
             bail!("--key is empty; name the column holding the external ID");
         }
         let mut compare: Vec<String> = Vec::new();
-        for c in args.compare.iter().map(|c| c.trim()).filter(|c| !c.is_empty()) {
+        for c in args
+            .compare
+            .iter()
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty())
+        {
             if c == key {
-                bail!("--compare lists the key column `{key}`; the key is always matched, remove it");
+                bail!(
+                    "--compare lists the key column `{key}`; the key is always matched, remove it"
+                );
             }
             if !compare.iter().any(|x| x == c) {
                 compare.push(c.to_string());
             }
         }
-        let amount = args
-            .amount
-            .clone()
-            .or_else(|| compare.iter().any(|c| c == "amount").then(|| "amount".to_string()));
+        let amount = args.amount.clone().or_else(|| {
+            compare
+                .iter()
+                .any(|c| c == "amount")
+                .then(|| "amount".to_string())
+        });
 
         let mut tolerances: HashMap<String, Tolerance> = HashMap::new();
         for t in args.tolerance.iter().filter(|t| !t.is_empty()) {
@@ -144,9 +153,18 @@ impl DiffPlan {
         let schema = Schema { fields };
         let has_money = schema.money_field().is_some();
 
-        let side = |path: &PathBuf, flag: &str, renames: &[String], format: AmountFormatArg| -> Result<FileSpec> {
+        let side = |path: &PathBuf,
+                    flag: &str,
+                    renames: &[String],
+                    format: AmountFormatArg|
+         -> Result<FileSpec> {
             let renames = parse_renames(flag, renames)?;
-            let column = |name: &str| renames.get(name).cloned().unwrap_or_else(|| name.to_string());
+            let column = |name: &str| {
+                renames
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| name.to_string())
+            };
             Ok(FileSpec {
                 path: path.clone(),
                 key_column: column(&key),
@@ -155,8 +173,18 @@ impl DiffPlan {
                 amount_format: amount_format(format),
             })
         };
-        let source = side(&args.source, "source-rename", &args.source_rename, args.source_amount_format)?;
-        let target = side(&args.target, "target-rename", &args.target_rename, args.target_amount_format)?;
+        let source = side(
+            &args.source,
+            "source-rename",
+            &args.source_rename,
+            args.source_amount_format,
+        )?;
+        let target = side(
+            &args.target,
+            "target-rename",
+            &args.target_rename,
+            args.target_amount_format,
+        )?;
         Ok(DiffPlan {
             source,
             target,
@@ -210,9 +238,8 @@ fn read_side(
                 // Estimate the source's size from the first batch's bytes per
                 // row, so that the engine sizes its index once.
                 let (read, total) = reader.progress();
-                let estimate = (first && read > 0).then(|| {
-                    (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize
-                });
+                let estimate = (first && read > 0)
+                    .then(|| (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize);
                 Message::Source(batch, estimate)
             } else {
                 Message::Target(batch)
@@ -263,7 +290,11 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
                     if !source_done {
                         source_done = true;
                         source_ms = started.elapsed().as_millis();
-                        tracing::debug!(message = "Source side indexed.", ms = source_ms, peak_rss_mib = crate::memory::peak_rss_mib());
+                        tracing::debug!(
+                            message = "Source side indexed.",
+                            ms = source_ms,
+                            peak_rss_mib = crate::memory::peak_rss_mib()
+                        );
                     }
                     engine.add_target_batch(&batch);
                     let _ = free_tx.send(batch);
@@ -278,9 +309,16 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         source_ms = started.elapsed().as_millis();
     }
     let target_ms = started.elapsed().as_millis() - source_ms;
-    tracing::debug!(message = "Target side probed.", ms = target_ms, peak_rss_mib = crate::memory::peak_rss_mib());
+    tracing::debug!(
+        message = "Target side probed.",
+        ms = target_ms,
+        peak_rss_mib = crate::memory::peak_rss_mib()
+    );
     let outcome = engine.finish();
-    tracing::debug!(message = "Classified.", peak_rss_mib = crate::memory::peak_rss_mib());
+    tracing::debug!(
+        message = "Classified.",
+        peak_rss_mib = crate::memory::peak_rss_mib()
+    );
     let status = status_of(&outcome);
     let meta = RunMeta {
         job: "diff".into(),

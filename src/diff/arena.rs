@@ -429,11 +429,15 @@ mod tests {
         assert_eq!(index.len(), 1000);
         for k in &keys {
             let h = hash_key(k.as_bytes());
-            let e = *index.find_mut(h, k.as_bytes()).expect("inserted key is found");
+            let e = *index
+                .find_mut(h, k.as_bytes())
+                .expect("inserted key is found");
             let (key, decoded) = index.record(e & OFFSET_MASK, &kinds);
             assert_eq!(key, k);
             assert_eq!(decoded, values);
         }
-        assert!(index.find_mut(hash_key(b"ch_missing"), b"ch_missing").is_none());
+        assert!(index
+            .find_mut(hash_key(b"ch_missing"), b"ch_missing")
+            .is_none());
     }
 }

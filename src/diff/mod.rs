@@ -24,8 +24,8 @@ use recon_core::{Currency, FieldKind, Record, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_values, encode_record, fits, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH,
-    OFFSET_MASK, SEEN_OTHER,
+    decode_values, encode_record, fits, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF,
+    MISMATCH, OFFSET_MASK, SEEN_OTHER,
 };
 
 /// Records of one side, encoded and hashed ahead of the engine, possibly on
@@ -71,7 +71,8 @@ impl RecordBatch {
         add_total(&mut self.totals, self.money_field, values);
         let start = self.bytes.len();
         encode_record(&mut self.bytes, key, values, &self.kinds);
-        self.rows.push((hash_key(key.as_bytes()), start, self.bytes.len()));
+        self.rows
+            .push((hash_key(key.as_bytes()), start, self.bytes.len()));
         Ok(())
     }
 
@@ -309,7 +310,8 @@ impl DiffEngine {
 
     /// Makes room for about `records` distinct source keys up front.
     pub fn reserve_source(&mut self, records: usize) {
-        self.source.reserve(records.saturating_sub(self.source.len()));
+        self.source
+            .reserve(records.saturating_sub(self.source.len()));
     }
 
     /// The spec this engine compares by.
@@ -350,7 +352,9 @@ impl DiffEngine {
             let key = batch
                 .rows
                 .first()
-                .map(|&(_, s, _)| String::from_utf8_lossy(split_record(&batch.bytes, s).0).into_owned())
+                .map(|&(_, s, _)| {
+                    String::from_utf8_lossy(split_record(&batch.bytes, s).0).into_owned()
+                })
                 .unwrap_or_default();
             return Err(DiffError::SourceAfterTarget(key));
         }
@@ -535,8 +539,14 @@ fn spec_is_bytewise(spec: &DiffSpec) -> bool {
 }
 
 /// Whether two values of one field agree, within its tolerance.
-pub fn equal(a: ValueRef<'_>, b: ValueRef<'_>, kind: FieldKind, tolerance: Option<Tolerance>) -> bool {
-    let within = |x: i64, y: i64, tol: i64| (i128::from(x) - i128::from(y)).abs() <= i128::from(tol);
+pub fn equal(
+    a: ValueRef<'_>,
+    b: ValueRef<'_>,
+    kind: FieldKind,
+    tolerance: Option<Tolerance>,
+) -> bool {
+    let within =
+        |x: i64, y: i64, tol: i64| (i128::from(x) - i128::from(y)).abs() <= i128::from(tol);
     match (a, b) {
         (ValueRef::Money(x), ValueRef::Money(y)) => {
             x.currency == y.currency

@@ -73,12 +73,25 @@ fn classifies_each_planted_discrepancy() {
     ];
     let out = run(DiffSpec::exact(schema()), &source, &target);
     assert_eq!(out.matched, 1);
-    assert_eq!(out.gaps.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b"]);
-    assert_eq!(out.orphans.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["z"]);
+    assert_eq!(
+        out.gaps.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    assert_eq!(
+        out.orphans
+            .iter()
+            .map(|r| r.key.as_str())
+            .collect::<Vec<_>>(),
+        ["z"]
+    );
     assert_eq!(out.mismatches.len(), 1);
     assert_eq!(out.mismatches[0].key, "c");
     assert_eq!(
-        out.mismatches[0].fields.iter().map(|f| f.field).collect::<Vec<_>>(),
+        out.mismatches[0]
+            .fields
+            .iter()
+            .map(|f| f.field)
+            .collect::<Vec<_>>(),
         [0, 1]
     );
     assert_eq!(
@@ -101,8 +114,20 @@ fn classifies_each_planted_discrepancy() {
     assert_eq!(out.source_rows, 6);
     assert_eq!(out.target_rows, 6);
     let usd = Some(Currency::parse("USD").unwrap());
-    assert_eq!(out.source_totals[&usd], CurrencyTotal { records: 3, minor: 800 });
-    assert_eq!(out.target_totals[&usd], CurrencyTotal { records: 4, minor: 2000 });
+    assert_eq!(
+        out.source_totals[&usd],
+        CurrencyTotal {
+            records: 3,
+            minor: 800
+        }
+    );
+    assert_eq!(
+        out.target_totals[&usd],
+        CurrencyTotal {
+            records: 4,
+            minor: 2000
+        }
+    );
 }
 
 #[test]
@@ -111,12 +136,23 @@ fn tolerances_apply_per_field() {
     spec.tolerances[0] = Some(Tolerance::Units(1));
     let out = run(
         spec.clone(),
-        &[rec("a", 100, "usd", "x"), rec("b", 100, "usd", "x"), rec("c", 100, "usd", "x")],
-        &[rec("a", 101, "usd", "x"), rec("b", 102, "usd", "x"), rec("c", 100, "eur", "x")],
+        &[
+            rec("a", 100, "usd", "x"),
+            rec("b", 100, "usd", "x"),
+            rec("c", 100, "usd", "x"),
+        ],
+        &[
+            rec("a", 101, "usd", "x"),
+            rec("b", 102, "usd", "x"),
+            rec("c", 100, "eur", "x"),
+        ],
     );
     assert_eq!(out.matched, 1);
     assert_eq!(
-        out.mismatches.iter().map(|m| m.key.as_str()).collect::<Vec<_>>(),
+        out.mismatches
+            .iter()
+            .map(|m| m.key.as_str())
+            .collect::<Vec<_>>(),
         ["b", "c"],
         "2 units off and a currency change both exceed a 1-unit tolerance"
     );
@@ -134,7 +170,11 @@ fn tolerances_apply_per_field() {
         key: k.into(),
         values: vec![t(s)],
     };
-    let out = run(spec, &[r("a", 1000), r("b", 1000)], &[r("a", 1005), r("b", 1006)]);
+    let out = run(
+        spec,
+        &[r("a", 1000), r("b", 1000)],
+        &[r("a", 1005), r("b", 1006)],
+    );
     assert_eq!(out.matched, 1);
     assert_eq!(out.mismatches[0].key, "b");
 }
@@ -143,7 +183,11 @@ fn tolerances_apply_per_field() {
 fn null_differs_from_a_value() {
     let mut with_null = rec("a", 100, "usd", "x");
     with_null.values[1] = Value::Null;
-    let out = run(DiffSpec::exact(schema()), &[rec("a", 100, "usd", "x")], &[with_null]);
+    let out = run(
+        DiffSpec::exact(schema()),
+        &[rec("a", 100, "usd", "x")],
+        &[with_null],
+    );
     assert_eq!(out.mismatches.len(), 1);
     assert_eq!(out.mismatches[0].fields[0].target, Value::Null);
 }
@@ -160,7 +204,11 @@ fn source_after_target_is_refused() {
     ));
     assert!(matches!(
         engine.add_target("a", &v[..1]),
-        Err(DiffError::Arity { got: 1, want: 3, .. })
+        Err(DiffError::Arity {
+            got: 1,
+            want: 3,
+            ..
+        })
     ));
 }
 

@@ -178,7 +178,12 @@ fn record_header(schema: &Schema) -> (Vec<String>, bool) {
     (header, add_currency)
 }
 
-fn write_records(dir: &mut ReportDir, name: &str, schema: &Schema, records: &[Record]) -> Result<()> {
+fn write_records(
+    dir: &mut ReportDir,
+    name: &str,
+    schema: &Schema,
+    records: &[Record],
+) -> Result<()> {
     let (header, add_currency) = record_header(schema);
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut w = CsvReport::new(dir.file(name)?, &header)?;
@@ -225,7 +230,10 @@ fn write_mismatches(dir: &mut ReportDir, schema: &Schema, outcome: &DiffOutcome)
                     (format!("{}/{}", a.currency, b.currency), String::new())
                 }
                 (a, b) if field.kind == FieldKind::Money => (
-                    a.currency().or(b.currency()).map(|c| c.to_string()).unwrap_or_default(),
+                    a.currency()
+                        .or(b.currency())
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
                     String::new(),
                 ),
                 (Value::Integer(a), Value::Integer(b)) => {

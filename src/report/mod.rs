@@ -104,7 +104,16 @@ mod tests {
 
     #[test]
     fn neutralises_formulas_but_not_numbers() {
-        for f in ["=SUM(A1:A9)", "+cmd|' /C calc'!A0", "-2+3", "@SUM(1)", "\tx", "\rx", "-", "+"] {
+        for f in [
+            "=SUM(A1:A9)",
+            "+cmd|' /C calc'!A0",
+            "-2+3",
+            "@SUM(1)",
+            "\tx",
+            "\rx",
+            "-",
+            "+",
+        ] {
             assert_eq!(neutralise(f), format!("'{f}"), "{f:?}");
         }
         for n in ["-12.50", "+3", "-0.001", "42", "29.99", "ch_123", "", "a=b"] {

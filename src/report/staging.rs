@@ -29,6 +29,9 @@ const KNOWN_FILES: &[&str] = &[
 pub struct ReportDir {
     dest: PathBuf,
     staging: PathBuf,
+    /// Folders above the destination this run created, deepest last; a
+    /// failed run removes them again so it leaves no trace.
+    created: Vec<PathBuf>,
     written: Vec<String>,
     committed: bool,
 }
@@ -40,6 +43,16 @@ impl ReportDir {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        let mut created = Vec::new();
+        let mut missing = parent.as_path();
+        while !missing.exists() {
+            created.push(missing.to_path_buf());
+            match missing.parent() {
+                Some(p) if !p.as_os_str().is_empty() => missing = p,
+                _ => break,
+            }
+        }
+        created.reverse();
         fs::create_dir_all(&parent)
             .with_context(|| format!("cannot create report folder {}", parent.display()))?;
         if dest.exists() && !dest.is_dir() {
@@ -62,6 +75,7 @@ impl ReportDir {
         Ok(ReportDir {
             dest: dest.to_path_buf(),
             staging,
+            created,
             written: Vec::new(),
             committed: false,
         })
@@ -94,9 +108,8 @@ impl ReportDir {
     pub fn commit(mut self) -> Result<PathBuf> {
         if !self.dest.exists() {
             // One atomic rename of the whole folder.
-            fs::rename(&self.staging, &self.dest).with_context(|| {
-                format!("cannot move reports into {}", self.dest.display())
-            })?;
+            fs::rename(&self.staging, &self.dest)
+                .with_context(|| format!("cannot move reports into {}", self.dest.display()))?;
         } else {
             let mut names = self.written.clone();
             // summary.json last: its presence means the folder is complete.
@@ -126,6 +139,10 @@ impl Drop for ReportDir {
     fn drop(&mut self) {
         if !self.committed {
             let _ = fs::remove_dir_all(&self.staging);
+            for dir in self.created.iter().rev() {
+                // Only empty folders: never anything someone else put there.
+                let _ = fs::remove_dir(dir);
+            }
         }
     }
 }
@@ -146,6 +163,16 @@ mod tests {
         }
         assert!(!dest.exists());
         assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+        {
+            let nested = tmp.path().join("a/b/run");
+            let mut r = ReportDir::create(&nested).unwrap();
+            r.write_all("gaps.csv", b"x").unwrap();
+        }
+        assert_eq!(
+            fs::read_dir(tmp.path()).unwrap().count(),
+            0,
+            "folders created for a failed run are removed"
+        );
 
         let mut r = ReportDir::create(&dest).unwrap();
         r.write_all("plan.jsonl", b"old").unwrap();
@@ -158,6 +185,10 @@ mod tests {
         assert!(!dest.join("plan.jsonl").exists(), "stale plan removed");
         assert_eq!(fs::read(dest.join("backfill.csv")).unwrap(), b"new");
         assert_eq!(fs::read(dest.join("summary.json")).unwrap(), b"{\"n\":1}");
-        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1, "no staging left");
+        assert_eq!(
+            fs::read_dir(tmp.path()).unwrap().count(),
+            1,
+            "no staging left"
+        );
     }
 }

@@ -46,7 +46,8 @@ pub trait Source: Send + Sync {
 
     /// Records for exactly these keys, those that exist; used to confirm a
     /// discrepancy at the window edge before reporting it.
-    async fn lookup(&self, schema: &Schema, keys: &[String]) -> Result<Vec<Record>, ConnectorError>;
+    async fn lookup(&self, schema: &Schema, keys: &[String])
+        -> Result<Vec<Record>, ConnectorError>;
 }
 
 /// How a backfill writes a record whose key may already exist.

@@ -53,7 +53,12 @@ static EXPONENTS: [u8; 26 * 26 * 26] = build_exponents();
 
 const fn build_exponents() -> [u8; 26 * 26 * 26] {
     let mut table = [NOT_A_CURRENCY; 26 * 26 * 26];
-    let lists: [(&[&str], u8); 4] = [(TWO_DECIMAL, 2), (ZERO_DECIMAL, 0), (THREE_DECIMAL, 3), (FOUR_DECIMAL, 4)];
+    let lists: [(&[&str], u8); 4] = [
+        (TWO_DECIMAL, 2),
+        (ZERO_DECIMAL, 0),
+        (THREE_DECIMAL, 3),
+        (FOUR_DECIMAL, 4),
+    ];
     let mut l = 0;
     while l < lists.len() {
         let (codes, exponent) = lists[l];
@@ -204,7 +209,10 @@ impl Money {
     pub fn parse_minor(text: &str, currency: Currency) -> Result<Money, MoneyError> {
         let t = text.trim();
         let minor: i64 = t.parse().map_err(|_| {
-            if t.chars().all(|c| c.is_ascii_digit() || c == '-' || c == '+') && !t.is_empty() {
+            if t.chars()
+                .all(|c| c.is_ascii_digit() || c == '-' || c == '+')
+                && !t.is_empty()
+            {
                 MoneyError::Overflow(text.to_string())
             } else if looks_decimal(t) {
                 MoneyError::NotMinorUnits(text.to_string())
@@ -318,8 +326,12 @@ mod tests {
 
     #[test]
     fn every_listed_code_has_its_exponent() {
-        let lists: [(&[&str], u32); 4] =
-            [(TWO_DECIMAL, 2), (ZERO_DECIMAL, 0), (THREE_DECIMAL, 3), (FOUR_DECIMAL, 4)];
+        let lists: [(&[&str], u32); 4] = [
+            (TWO_DECIMAL, 2),
+            (ZERO_DECIMAL, 0),
+            (THREE_DECIMAL, 3),
+            (FOUR_DECIMAL, 4),
+        ];
         let mut count = 0;
         for (codes, exponent) in lists {
             for code in codes {
@@ -327,7 +339,9 @@ mod tests {
                 count += 1;
             }
         }
-        let known = (0..26 * 26 * 26).filter(|&i| EXPONENTS[i] != NOT_A_CURRENCY).count();
+        let known = (0..26 * 26 * 26)
+            .filter(|&i| EXPONENTS[i] != NOT_A_CURRENCY)
+            .count();
         assert_eq!(known, count, "no code listed twice");
         assert_eq!(cur("jpy").exponent(), 0);
         for code in ["USD", "JPY", "KWD", "AED", "ZWG"] {
@@ -346,7 +360,10 @@ mod tests {
         assert_eq!(Money::parse_major("1.234", cur("KWD")).unwrap().minor, 1234);
         assert_eq!(Money::parse_major("0.100", cur("KWD")).unwrap().minor, 100);
         assert_eq!(Money::parse_major("0.10", cur("usd")).unwrap().minor, 10);
-        assert_eq!(Money::parse_major("-12.5", cur("EUR")).unwrap().minor, -1250);
+        assert_eq!(
+            Money::parse_major("-12.5", cur("EUR")).unwrap().minor,
+            -1250
+        );
         assert_eq!(Money::parse_major(".5", cur("EUR")).unwrap().minor, 50);
         assert_eq!(Money::parse_major("7.", cur("EUR")).unwrap().minor, 700);
         // 0.1 + 0.2 style values that float arithmetic gets wrong.
@@ -390,17 +407,31 @@ mod tests {
 
     #[test]
     fn formats_by_exponent() {
-        assert_eq!(Money::from_minor(2999, cur("usd")).to_major_string(), "29.99");
+        assert_eq!(
+            Money::from_minor(2999, cur("usd")).to_major_string(),
+            "29.99"
+        );
         assert_eq!(Money::from_minor(5, cur("usd")).to_major_string(), "0.05");
         assert_eq!(Money::from_minor(-5, cur("usd")).to_major_string(), "-0.05");
         assert_eq!(Money::from_minor(500, cur("JPY")).to_major_string(), "500");
-        assert_eq!(Money::from_minor(-1234, cur("KWD")).to_major_string(), "-1.234");
-        assert_eq!(format_minor(i128::from(i64::MAX) * 3, cur("USD")), "276701161105643274.21");
+        assert_eq!(
+            Money::from_minor(-1234, cur("KWD")).to_major_string(),
+            "-1.234"
+        );
+        assert_eq!(
+            format_minor(i128::from(i64::MAX) * 3, cur("USD")),
+            "276701161105643274.21"
+        );
     }
 
     #[test]
     fn parse_and_format_round_trip() {
-        for (text, c) in [("29.99", "USD"), ("500", "JPY"), ("-1.234", "KWD"), ("0.00", "EUR")] {
+        for (text, c) in [
+            ("29.99", "USD"),
+            ("500", "JPY"),
+            ("-1.234", "KWD"),
+            ("0.00", "EUR"),
+        ] {
             let m = Money::parse_major(text, cur(c)).unwrap();
             assert_eq!(m.to_major_string(), text);
         }

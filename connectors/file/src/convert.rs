@@ -13,12 +13,26 @@ pub(crate) enum Cell<'a> {
 /// A conversion failure, placed in the file by the caller.
 pub(crate) enum ConvertError {
     Money(recon_core::MoneyError),
+    /// The currency column of an amount holds no known currency.
+    Currency(recon_core::MoneyError),
     Other(String),
 }
 
 impl ConvertError {
-    pub(crate) fn at(self, location: Location, column: &str) -> ConnectorError {
+    pub(crate) fn at(
+        self,
+        location: Location,
+        column: &str,
+        currency_column: Option<&str>,
+    ) -> ConnectorError {
         match self {
+            ConvertError::Currency(source) => ConnectorError::Malformed {
+                location,
+                message: format!(
+                    "column `{}` (currency of `{column}`): {source}",
+                    currency_column.unwrap_or("currency")
+                ),
+            },
             ConvertError::Money(source) => ConnectorError::Malformed {
                 location,
                 message: format!("column `{column}`: {source}"),
@@ -64,7 +78,7 @@ pub(crate) fn convert<'a>(
 ) -> Result<ValueRef<'a>, ConvertError> {
     let text = match cell {
         Cell::Null => return Ok(ValueRef::Null),
-        Cell::Text(t) if t.is_empty() => return Ok(ValueRef::Null),
+        Cell::Text("") => return Ok(ValueRef::Null),
         Cell::Text(t) => t,
     };
     Ok(match kind {
@@ -80,7 +94,10 @@ pub(crate) fn convert<'a>(
                     "amount `{text}` has no currency; fill the currency column"
                 )));
             }
-            let c = cache.parse(code)?;
+            let c = cache.parse(code).map_err(|e| match e {
+                ConvertError::Money(m) => ConvertError::Currency(m),
+                other => other,
+            })?;
             ValueRef::Money(
                 match amount_format {
                     AmountFormat::Minor => Money::parse_minor(text, c),

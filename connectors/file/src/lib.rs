@@ -20,8 +20,8 @@ use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
 
 pub use source::FileSource;
 
-use convert::{convert, Cell, CurrencyCache};
 pub use convert::parse_timestamp;
+use convert::{convert, Cell, CurrencyCache};
 
 /// The two export formats, chosen by file extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,13 +145,12 @@ impl FileReader {
             Format::Csv => {
                 let mut scanner = scan::Scanner::new(file);
                 let header_location = Location(format!("{display} line 1"));
-                let has_header = scanner
-                    .next_record()
-                    .map_err(|e| scan_error(&display, e))?;
+                let has_header = scanner.next_record().map_err(|e| scan_error(&display, e))?;
                 if !has_header {
                     return Err(ConnectorError::Malformed {
                         location: header_location,
-                        message: "file has no header row; expected a header row naming the columns".into(),
+                        message: "file has no header row; expected a header row naming the columns"
+                            .into(),
                     });
                 }
                 let fields = scanner.fields().map_err(|e| scan_error(&display, e))?;
@@ -258,56 +257,55 @@ impl FileReader {
                 key_idx,
                 idx,
                 currency_idx,
-            } => {
-                loop {
-                    match scanner.next_record() {
-                        Ok(true) => {}
-                        Ok(false) => break,
-                        Err(e) => return Err(ReadError::Connector(scan_error(&display, e))),
-                    }
-                    let line = scanner.record_line();
-                    let location = || Location(format!("{display} line {line}"));
-                    let row = scanner
-                        .fields()
-                        .map_err(|e| ReadError::Connector(scan_error(&display, e)))?;
-                    if row.len() != *width {
-                        return Err(ReadError::Connector(ConnectorError::Malformed {
+            } => loop {
+                match scanner.next_record() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => return Err(ReadError::Connector(scan_error(&display, e))),
+                }
+                let line = scanner.record_line();
+                let location = || Location(format!("{display} line {line}"));
+                let row = scanner
+                    .fields()
+                    .map_err(|e| ReadError::Connector(scan_error(&display, e)))?;
+                if row.len() != *width {
+                    return Err(ReadError::Connector(ConnectorError::Malformed {
                             location: location(),
                             message: format!(
                                 "row has {} fields but the header has {width}; check for an unquoted comma or a missing field",
                                 row.len()
                             ),
                         }));
-                    }
-                    let text = |i: usize| -> &str { row.get(i) };
-                    let key = text(*key_idx);
-                    if key.is_empty() {
-                        return Err(ReadError::Connector(ConnectorError::Malformed {
-                            location: location(),
-                            message: format!("empty key in column `{}`", self.spec.key_column),
-                        }));
-                    }
-                    let currency = match currency_idx {
-                        Some(ci) => Some(text(*ci)),
-                        None => None,
-                    };
-                    let mut values: Vec<ValueRef<'_>> =
-                        recycled.into_iter().filter_map(|_| None).collect();
-                    for (k, (&i, &kind)) in idx.iter().zip(&kinds).enumerate() {
-                        let cell = Cell::Text(text(i));
-                        let v = convert(cell, kind, currency, amount_format, &mut cache).map_err(|m| {
-                            ReadError::Connector(m.at(location(), &self.spec.columns[k]))
-                        })?;
-                        values.push(v);
-                    }
-                    let more = f(key, &values, &location).map_err(ReadError::Caller)?;
-                    values.clear();
-                    recycled = values.into_iter().filter_map(|_| None).collect();
-                    if !more {
-                        return Ok(false);
-                    }
                 }
-            }
+                let text = |i: usize| -> &str { row.get(i) };
+                let key = text(*key_idx);
+                if key.is_empty() {
+                    return Err(ReadError::Connector(ConnectorError::Malformed {
+                        location: location(),
+                        message: format!("empty key in column `{}`", self.spec.key_column),
+                    }));
+                }
+                let currency = currency_idx.map(text);
+                let mut values: Vec<ValueRef<'_>> = recycle(recycled);
+                for (k, (&i, &kind)) in idx.iter().zip(&kinds).enumerate() {
+                    let cell = Cell::Text(text(i));
+                    let v =
+                        convert(cell, kind, currency, amount_format, &mut cache).map_err(|m| {
+                            ReadError::Connector(m.at(
+                                location(),
+                                &self.spec.columns[k],
+                                self.spec.currency_column.as_deref(),
+                            ))
+                        })?;
+                    values.push(v);
+                }
+                let more = f(key, &values, &location).map_err(ReadError::Caller)?;
+                values.clear();
+                recycled = recycle(values);
+                if !more {
+                    return Ok(false);
+                }
+            },
             Inner::Jsonl {
                 reader,
                 line_no,
@@ -330,14 +328,24 @@ impl FileReader {
                     *line_no += 1;
                     let ln = *line_no;
                     let location = || Location(format!("{display} line {ln}"));
-                    let trimmed = line.trim();
+                    let mut trimmed = line.trim();
+                    if ln == 1 {
+                        // Some Windows tools start UTF-8 files with a byte-order mark.
+                        trimmed = trimmed.trim_start_matches('\u{feff}');
+                    }
                     if trimmed.is_empty() {
                         continue;
                     }
                     let obj: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| {
+                        // serde's message ends "at line 1 column N"; the line is ours.
+                        let what = e.to_string();
+                        let what = what.split(" at line ").next().unwrap_or_default();
                         ReadError::Connector(ConnectorError::Malformed {
                             location: location(),
-                            message: format!("malformed JSON ({e}); expected one JSON object per line"),
+                            message: format!(
+                                "malformed JSON at column {}: {what}; expected one JSON object per line",
+                                e.column()
+                            ),
                         })
                     })?;
                     if !obj.is_object() {
@@ -386,7 +394,9 @@ impl FileReader {
                         }
                     };
                     let currency_owned = match &self.spec.currency_column {
-                        Some(c) if kinds.contains(&FieldKind::Money) => json_text(json_path(&obj, c)),
+                        Some(c) if kinds.contains(&FieldKind::Money) => {
+                            json_text(json_path(&obj, c))
+                        }
                         _ => None,
                     };
                     let currency = Some(currency_owned.as_deref().unwrap_or(""));
@@ -396,21 +406,26 @@ impl FileReader {
                         .iter()
                         .map(|c| json_text(json_path(&obj, c)))
                         .collect();
-                    let mut values: Vec<ValueRef<'_>> =
-                        recycled.into_iter().filter_map(|_| None).collect();
+                    let mut values: Vec<ValueRef<'_>> = recycle(recycled);
                     for (k, (cell, &kind)) in cells.iter().zip(&kinds).enumerate() {
                         let cell = match cell {
                             Some(s) => Cell::Text(s),
                             None => Cell::Null,
                         };
-                        let v = convert(cell, kind, currency, amount_format, &mut cache).map_err(|m| {
-                            ReadError::Connector(m.at(location(), &self.spec.columns[k]))
-                        })?;
+                        let v = convert(cell, kind, currency, amount_format, &mut cache).map_err(
+                            |m| {
+                                ReadError::Connector(m.at(
+                                    location(),
+                                    &self.spec.columns[k],
+                                    self.spec.currency_column.as_deref(),
+                                ))
+                            },
+                        )?;
                         values.push(v);
                     }
                     let more = f(&key, &values, &location).map_err(ReadError::Caller)?;
                     values.clear();
-                    recycled = values.into_iter().filter_map(|_| None).collect();
+                    recycled = recycle(values);
                     if !more {
                         return Ok(false);
                     }
@@ -419,6 +434,14 @@ impl FileReader {
         }
         Ok(true)
     }
+}
+
+/// Empties a vector of borrowed values and returns its allocation with a
+/// new lifetime, so one buffer serves every row (the in-place collect of an
+/// empty iterator keeps the allocation).
+fn recycle<'a, 'b>(mut values: Vec<ValueRef<'a>>) -> Vec<ValueRef<'b>> {
+    values.clear();
+    values.into_iter().map(|_| ValueRef::Null).collect()
 }
 
 /// An error while streaming: the file's, or the callback's.
@@ -470,7 +493,10 @@ fn scan_error(display: &str, e: scan::ScanError) -> ConnectorError {
 }
 
 /// Reads a whole file into owned records; for tests and small files only.
-pub fn read_all(spec: FileSpec, schema: &Schema) -> Result<Vec<recon_core::Record>, ConnectorError> {
+pub fn read_all(
+    spec: FileSpec,
+    schema: &Schema,
+) -> Result<Vec<recon_core::Record>, ConnectorError> {
     let mut reader = FileReader::open(spec, schema)?;
     let mut out = Vec::new();
     reader

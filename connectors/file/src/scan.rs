@@ -43,6 +43,10 @@ pub(crate) struct Scanner<R> {
     record_range: (usize, usize),
     /// Whether the last record's text is all ASCII (and so valid UTF-8).
     record_ascii: bool,
+    /// The last record ended with CR: a LF right after it belongs to it.
+    skip_lf: bool,
+    /// Whether the start of input (and a byte-order mark) was checked.
+    started: bool,
 }
 
 const CHUNK: usize = 1 << 20;
@@ -62,7 +66,31 @@ impl<R: Read> Scanner<R> {
             record_line: 0,
             record_range: (0, 0),
             record_ascii: true,
+            skip_lf: false,
+            started: false,
         }
+    }
+
+    /// Skips a UTF-8 byte-order mark at the start of input, and the LF of
+    /// a CRLF whose CR ended the previous record.
+    fn skip_prefixes(&mut self) -> Result<(), ScanError> {
+        if !self.started {
+            self.started = true;
+            while self.end - self.start < 3 && self.fill()? {}
+            if self.buf[self.start..self.end].starts_with(b"\xEF\xBB\xBF") {
+                self.start += 3;
+            }
+        }
+        if self.skip_lf {
+            self.skip_lf = false;
+            if self.start == self.end {
+                self.fill()?;
+            }
+            if self.start < self.end && self.buf[self.start] == b'\n' {
+                self.start += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes of the input consumed so far.
@@ -108,6 +136,7 @@ impl<R: Read> Scanner<R> {
     /// Reads the next record; `Ok(false)` at end of input. Blank lines are skipped.
     pub(crate) fn next_record(&mut self) -> Result<bool, ScanError> {
         loop {
+            self.skip_prefixes()?;
             // One pass over the line: commas, the line end, any quote, and
             // whether every byte is ASCII. Rows are short, so a plain loop
             // beats calling vectorised searches several times per row.
@@ -143,7 +172,7 @@ impl<R: Read> Scanner<R> {
                         self.spans.push(Span::Buf(field_start, i));
                         field_start = i + 1;
                     }
-                    b'\n' => break Some(i),
+                    b'\n' | b'\r' => break Some(i),
                     b'"' => {
                         self.record_line = self.line;
                         self.spans.clear();
@@ -157,19 +186,18 @@ impl<R: Read> Scanner<R> {
             if nl.is_none() && self.start == self.end {
                 return Ok(false);
             }
-            let line_end = nl.unwrap_or(self.end);
-            let mut content_end = line_end;
-            if content_end > self.start && self.buf[content_end - 1] == b'\r' {
-                content_end -= 1;
-            }
+            let content_end = nl.unwrap_or(self.end);
             let next = nl.map_or(self.end, |n| n + 1);
+            // CR, LF and CRLF all end a line (old Mac exports use CR alone).
+            self.skip_lf = nl.is_some_and(|n| self.buf[n] == b'\r');
             if content_end == self.start {
                 // Blank line.
                 self.start = next;
                 self.line += 1;
                 continue;
             }
-            self.spans.push(Span::Buf(field_start, content_end.max(field_start)));
+            self.spans
+                .push(Span::Buf(field_start, content_end.max(field_start)));
             self.record_line = self.line;
             self.record_ascii = high_bits < 0x80;
             self.record_range = (self.start, content_end);
@@ -186,7 +214,6 @@ impl<R: Read> Scanner<R> {
         let mut field = self.scratch.len();
         let mut in_quotes = false;
         let mut at_field_start = true;
-        let mut unquoted_cr_end: Option<usize> = None;
         loop {
             if i == self.end {
                 let offset = i - self.start;
@@ -220,7 +247,8 @@ impl<R: Read> Scanner<R> {
                     }
                     in_quotes = false;
                 } else {
-                    if b == b'\n' {
+                    // A line break inside quotes: CRLF counts once.
+                    if b == b'\n' && !(i > self.start && self.buf[i - 1] == b'\r') || b == b'\r' {
                         lines += 1;
                     }
                     self.scratch.push(b);
@@ -238,22 +266,14 @@ impl<R: Read> Scanner<R> {
                     field = self.scratch.len();
                     at_field_start = true;
                 }
-                b'\n' => {
-                    let mut endf = self.scratch.len();
-                    // Only an unquoted CR belongs to the CRLF line end.
-                    if endf > field && unquoted_cr_end == Some(endf) {
-                        endf -= 1;
-                        self.scratch.truncate(endf);
-                    }
-                    self.spans.push(Span::Scratch(field, endf));
+                b'\n' | b'\r' => {
+                    self.spans.push(Span::Scratch(field, self.scratch.len()));
+                    self.skip_lf = b == b'\r';
                     self.finish_quoted(i + 1, lines);
                     return self.check_scratch_utf8();
                 }
                 other => {
                     self.scratch.push(other);
-                    if other == b'\r' {
-                        unquoted_cr_end = Some(self.scratch.len());
-                    }
                     at_field_start = false;
                 }
             }
@@ -373,6 +393,31 @@ mod tests {
         assert_eq!(scan("a,,\n"), vec![vec!["a", "", ""]]);
         assert_eq!(scan("\"\",x\n"), vec![vec!["", "x"]]);
         assert_eq!(scan("ü,東京\n"), vec![vec!["ü", "東京"]]);
+    }
+
+    #[test]
+    fn accepts_cr_lf_and_crlf_line_ends_and_a_bom() {
+        let want = vec![vec!["id", "n"], vec!["a", "1"], vec!["b", "2"]];
+        for input in [
+            "id,n\ra,1\rb,2\r",
+            "id,n\r\na,1\r\nb,2",
+            "\u{feff}id,n\na,1\nb,2\n",
+            "\u{feff}\"id\",\"n\"\r\n\"a\",1\r\"b\",\"2\"\r\n",
+        ] {
+            for step in [1, 2, 5, 1 << 20] {
+                assert_eq!(
+                    scan_chunked(input.as_bytes(), step),
+                    want,
+                    "{input:?} step {step}"
+                );
+            }
+        }
+        let mut s = Scanner::new("h\r\n\r\na\rb\n".as_bytes());
+        let mut lines = Vec::new();
+        while s.next_record().unwrap() {
+            lines.push(s.record_line());
+        }
+        assert_eq!(lines, [1, 3, 4], "CRLF counts as one line end");
     }
 
     #[test]

@@ -36,33 +36,26 @@ impl<F: Fn(&Record) -> bool> PageStream<F> {
             Err(e) => return Some(Err(e)),
         };
         let mut page = Page::default();
-        loop {
-            let result = reader.for_each_while(|key, values, _| {
-                let record = Record {
-                    key: key.to_string(),
-                    values: values.iter().map(|v| v.to_owned_value()).collect(),
-                };
-                if (self.keep)(&record) {
-                    page.records.push(record);
-                }
-                Ok::<bool, std::convert::Infallible>(page.records.len() < PAGE)
-            });
-            match result {
-                Ok(true) => {
-                    // End of file: the stream ends after this page.
-                    return if page.records.is_empty() {
-                        None
-                    } else {
-                        Some(Ok(page))
-                    };
-                }
-                Ok(false) => {
-                    *state = Some(Ok(reader));
-                    return Some(Ok(page));
-                }
-                Err(ReadError::Connector(e)) => return Some(Err(e)),
-                Err(ReadError::Caller(never)) => match never {},
+        let result = reader.for_each_while(|key, values, _| {
+            let record = Record {
+                key: key.to_string(),
+                values: values.iter().map(|v| v.to_owned_value()).collect(),
+            };
+            if (self.keep)(&record) {
+                page.records.push(record);
             }
+            Ok::<bool, std::convert::Infallible>(page.records.len() < PAGE)
+        });
+        match result {
+            // End of file: the stream ends after this page.
+            Ok(true) if page.records.is_empty() => None,
+            Ok(true) => Some(Ok(page)),
+            Ok(false) => {
+                *state = Some(Ok(reader));
+                Some(Ok(page))
+            }
+            Err(ReadError::Connector(e)) => Some(Err(e)),
+            Err(ReadError::Caller(never)) => match never {},
         }
     }
 }
@@ -105,7 +98,11 @@ impl Source for FileSource {
         })
     }
 
-    async fn lookup(&self, schema: &Schema, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
+    async fn lookup(
+        &self,
+        schema: &Schema,
+        keys: &[String],
+    ) -> Result<Vec<Record>, ConnectorError> {
         let wanted: std::collections::HashSet<String> = keys.iter().cloned().collect();
         let mut reader = FileReader::open(self.spec.clone(), schema)?;
         let mut found = Vec::new();

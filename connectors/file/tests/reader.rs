@@ -18,7 +18,7 @@ fn test_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn write(dir: &PathBuf, name: &str, bytes: &[u8]) -> PathBuf {
+fn write(dir: &std::path::Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);
     fs::write(&p, bytes).unwrap();
     p
@@ -193,6 +193,30 @@ fn csv_quoted_fields_with_commas_newlines_and_quotes() {
 }
 
 #[test]
+fn csv_quote_never_closed_is_an_error_naming_its_line() {
+    let dir = test_dir("unterminated");
+    // Read leniently, the rest of the file would silently become one field
+    // and ch_3 would vanish from the diff.
+    let path = write(
+        &dir,
+        "open_quote.csv",
+        b"id,amount,currency,status\nch_1,1,usd,ok\nch_2,1,usd,\"open\nch_3,1,usd,ok\n",
+    );
+    let err = read_all(
+        spec(
+            path.clone(),
+            "id",
+            &["amount", "status"],
+            AmountFormat::Minor,
+        ),
+        &amount_and("status"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&format!("{} line 3", path.display())), "{err}");
+}
+
+#[test]
 fn csv_with_only_a_header_has_zero_records() {
     let dir = test_dir("header_only");
     let schema = amount_and("status");
@@ -345,4 +369,32 @@ fn jsonl_number_in_major_units_is_converted_exactly() {
             ("refund", &money(-1250, "EUR")),
         ]
     );
+}
+
+#[test]
+fn jsonl_byte_order_mark_and_unknown_currency_name_the_right_column() {
+    let path = test_dir("jsonl_bom").join("bom.jsonl");
+    std::fs::write(
+        &path,
+        "\u{feff}{\"id\":\"ch_1\",\"amount\":2999,\"currency\":\"usd\",\"status\":\"ok\"}\n{\"id\":\"ch_2\",\"amount\":5,\"currency\":\"xyz\",\"status\":\"ok\"}\n",
+    )
+    .unwrap();
+    let schema = recon_core::Schema {
+        fields: vec![recon_core::Field {
+            name: "amount".into(),
+            kind: recon_core::FieldKind::Money,
+            compared: true,
+        }],
+    };
+    let spec = recon_file::FileSpec {
+        path: path.clone(),
+        key_column: "id".into(),
+        columns: vec!["amount".into()],
+        currency_column: Some("currency".into()),
+        amount_format: recon_file::AmountFormat::Minor,
+    };
+    let err = recon_file::read_all(spec, &schema).unwrap_err().to_string();
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("column `currency`"), "{err}");
+    assert!(err.contains("unknown currency code `xyz`"), "{err}");
 }
