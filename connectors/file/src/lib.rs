@@ -439,6 +439,7 @@ impl FileReader {
 /// Empties a vector of borrowed values and returns its allocation with a
 /// new lifetime, so one buffer serves every row (the in-place collect of an
 /// empty iterator keeps the allocation).
+#[inline]
 fn recycle<'a, 'b>(mut values: Vec<ValueRef<'a>>) -> Vec<ValueRef<'b>> {
     values.clear();
     values.into_iter().map(|_| ValueRef::Null).collect()

@@ -51,6 +51,27 @@ pub(crate) struct Scanner<R> {
 
 const CHUNK: usize = 1 << 20;
 
+const ORDINARY: u8 = 0;
+const COMMA: u8 = 1;
+const LINE_END: u8 = 2;
+const QUOTE: u8 = 3;
+const NON_ASCII: u8 = 4;
+
+/// What each byte means to the fast path.
+static CLASS: [u8; 256] = {
+    let mut t = [ORDINARY; 256];
+    let mut b = 0x80;
+    while b < 256 {
+        t[b] = NON_ASCII;
+        b += 1;
+    }
+    t[b',' as usize] = COMMA;
+    t[b'\n' as usize] = LINE_END;
+    t[b'\r' as usize] = LINE_END;
+    t[b'"' as usize] = QUOTE;
+    t
+};
+
 impl<R: Read> Scanner<R> {
     pub(crate) fn new(reader: R) -> Scanner<R> {
         Scanner {
@@ -138,8 +159,8 @@ impl<R: Read> Scanner<R> {
         loop {
             self.skip_prefixes()?;
             // One pass over the line: commas, the line end, any quote, and
-            // whether every byte is ASCII. Rows are short, so a plain loop
-            // beats calling vectorised searches several times per row.
+            // whether every byte is ASCII. Rows are short, so one table-driven
+            // loop beats calling vectorised searches several times per row.
             let mut i = self.start;
             let mut field_start = i;
             let mut high_bits = 0u8;
@@ -165,21 +186,28 @@ impl<R: Read> Scanner<R> {
                     }
                     continue;
                 }
-                let b = self.buf[i];
-                high_bits |= b;
-                match b {
-                    b',' => {
+                // Skip ordinary bytes with one table look-up each.
+                let skip = self.buf[i..self.end]
+                    .iter()
+                    .position(|&b| CLASS[usize::from(b)] != ORDINARY);
+                let Some(k) = skip else {
+                    i = self.end;
+                    continue;
+                };
+                i += k;
+                match CLASS[usize::from(self.buf[i])] {
+                    COMMA => {
                         self.spans.push(Span::Buf(field_start, i));
                         field_start = i + 1;
                     }
-                    b'\n' | b'\r' => break Some(i),
-                    b'"' => {
+                    LINE_END => break Some(i),
+                    QUOTE => {
                         self.record_line = self.line;
                         self.spans.clear();
                         self.scratch.clear();
                         return self.quoted_record();
                     }
-                    _ => {}
+                    _ => high_bits = 0x80,
                 }
                 i += 1;
             };
