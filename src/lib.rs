@@ -11,6 +11,7 @@ pub mod diff;
 pub mod logging;
 pub mod memory;
 pub mod report;
+pub mod window;
 
 /// The exit status contract, as `diff(1)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,6 +53,12 @@ pub enum ConnectorError {
     /// The connector is configured in a way it cannot work with.
     #[error("{0}")]
     Config(String),
+    /// The system cannot be reached (connection refused, DNS, timeout).
+    #[error("{0}")]
+    Unreachable(String),
+    /// The database answered with an error.
+    #[error("{0}")]
+    Database(String),
     /// The target cannot take idempotent writes.
     #[error("{0}")]
     NotIdempotent(String),

@@ -15,8 +15,12 @@ mod connector;
 mod error;
 mod money;
 mod record;
+mod redact;
 
 pub use connector::{Page, Source, Target, Window, WriteMode, WriteOutcome};
 pub use error::{ConnectorError, Location};
 pub use money::{format_minor, Currency, Money, MoneyError};
-pub use record::{format_timestamp, Field, FieldKind, Record, Schema, Value, ValueRef};
+pub use record::{
+    format_timestamp, AmountFormat, Field, FieldKind, Record, Schema, Value, ValueRef,
+};
+pub use redact::{redact_url, Secret};

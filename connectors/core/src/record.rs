@@ -168,3 +168,14 @@ impl Schema {
         self.fields.iter().position(|f| f.name == name)
     }
 }
+
+/// How a system writes amounts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AmountFormat {
+    /// Integer minor units (Stripe: `2999`).
+    #[default]
+    Minor,
+    /// Decimal major units (Shopify, ledgers: `29.99`), converted exactly.
+    Major,
+}

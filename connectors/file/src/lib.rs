@@ -51,15 +51,7 @@ impl Format {
     }
 }
 
-/// How amounts are written in a file.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AmountFormat {
-    /// Integer minor units (Stripe: `2999`).
-    #[default]
-    Minor,
-    /// Decimal major units (Shopify, dashboards: `29.99`), converted exactly.
-    Major,
-}
+pub use recon_core::AmountFormat;
 
 /// Which file columns feed which canonical fields.
 #[derive(Clone, Debug)]
