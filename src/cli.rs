@@ -26,6 +26,49 @@ pub struct Cli {
 pub enum Command {
     /// Diff two export files (.csv or .jsonl) by external ID.
     Diff(DiffArgs),
+    /// One reconciliation run of a configured job: read, diff, report, backfill.
+    Run(RunArgs),
+    /// Recent runs of each job, from the state store.
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The job config (TOML).
+    #[arg(long, env = "RECON_CONFIG")]
+    pub config: PathBuf,
+    /// Which job; may be omitted when the config has one.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Window: today, yesterday, last:24h, 2026-11-28, 2026-11-01..2026-11-28,
+    /// an RFC 3339 range, or since-last-success. Default: the job's `window`.
+    #[arg(long)]
+    pub window: Option<String>,
+    /// Read, diff, report and write the backfill plan; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Write the reports directly into this folder.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Override backfill.max_records for this run.
+    #[arg(long)]
+    pub max_records: Option<u64>,
+    /// Override backfill.max_ratio for this run.
+    #[arg(long)]
+    pub max_ratio: Option<f64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunsArgs {
+    /// The job config (TOML), for the state store's location.
+    #[arg(long, env = "RECON_CONFIG")]
+    pub config: PathBuf,
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// How many runs to list.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
 }
 
 /// How amounts are written in a file.

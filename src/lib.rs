@@ -7,10 +7,12 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod diff;
 pub mod logging;
 pub mod memory;
 pub mod report;
+pub mod state;
 pub mod window;
 
 /// The exit status contract, as `diff(1)`.

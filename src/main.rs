@@ -8,6 +8,8 @@ fn main() -> ExitCode {
     recon::logging::init(&cli.log);
     let result = match cli.command {
         Command::Diff(args) => recon::commands::diff::run(args),
+        Command::Run(args) => recon::commands::run::run(args),
+        Command::Runs(args) => recon::commands::runs::run(args),
     };
     match result {
         Ok(status) => status.into(),

@@ -330,7 +330,14 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         target_ms,
         total_ms: started.elapsed().as_millis(),
     };
-    write_diff_reports(&mut dir, &plan.spec.schema, &outcome, &meta, status.code())?;
+    write_diff_reports(
+        &mut dir,
+        &plan.spec.schema,
+        &outcome,
+        &meta,
+        &crate::report::RunExtras::default(),
+        status.code(),
+    )?;
     let path = dir.commit()?;
     Ok((outcome, status, path))
 }

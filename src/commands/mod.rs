@@ -1,1 +1,3 @@
 pub mod diff;
+pub mod run;
+pub mod runs;

@@ -2,7 +2,7 @@
 //! orphans.csv, mismatches.csv and duplicates.csv. Column orders are part
 //! of the contract with finance spreadsheets; reports/README.md explains them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 
 use anyhow::Result;
@@ -31,6 +31,60 @@ pub struct RunMeta {
     pub target_ms: u128,
     /// Milliseconds for the whole run.
     pub total_ms: u128,
+}
+
+/// What a configured run adds to a diff's reports.
+#[derive(Clone, Debug, Default)]
+pub struct RunExtras {
+    /// The run's ID in the state store.
+    pub run_id: Option<String>,
+    /// Whether the run was a dry run.
+    pub dry_run: bool,
+    /// Source records too young to judge.
+    pub pending: Vec<Record>,
+    /// History of each open discrepancy, by (class, external ID):
+    /// (first seen, RFC 3339; whether new in this run). `None` for ad-hoc diffs.
+    pub history: Option<HashMap<(String, String), (String, bool)>>,
+    /// Discrepancies of earlier runs that are gone now.
+    pub resolved: Vec<ResolvedRow>,
+    /// The backfill plan (dry run, or a run stopped by the safety limit).
+    pub plan: Option<Vec<serde_json::Value>>,
+    /// Outcome of each backfilled item (apply).
+    pub backfill: Option<Vec<BackfillRow>>,
+    /// IDs written to the target.
+    pub backfilled: u64,
+    /// IDs the target refused.
+    pub backfill_failed: u64,
+    /// Remarks for the summary (safety limit, confirmations).
+    pub notes: Vec<String>,
+    /// IDs whose discrepancy was dismissed by a key lookup at the window edge.
+    pub confirmed_by_lookup: u64,
+}
+
+/// A discrepancy of an earlier run that no longer exists.
+#[derive(Clone, Debug)]
+pub struct ResolvedRow {
+    /// gap, orphan, mismatch or duplicate.
+    pub class: String,
+    /// The ID.
+    pub key: String,
+    /// When it was first seen, RFC 3339.
+    pub first_seen: String,
+    /// When this run found it gone, RFC 3339.
+    pub resolved_at: String,
+}
+
+/// One backfilled item.
+#[derive(Clone, Debug)]
+pub struct BackfillRow {
+    /// The ID.
+    pub key: String,
+    /// insert or update.
+    pub action: String,
+    /// created, updated, unchanged or failed.
+    pub outcome: String,
+    /// The target's error for a failed item.
+    pub error: String,
 }
 
 /// Counts for the contract's top-level integers.
@@ -76,13 +130,56 @@ pub fn write_diff_reports(
     schema: &Schema,
     outcome: &DiffOutcome,
     meta: &RunMeta,
+    extras: &RunExtras,
     exit_status: u8,
 ) -> Result<()> {
+    let h = extras.history.as_ref();
     write_summary_csv(dir, outcome)?;
-    write_records(dir, "gaps.csv", schema, &outcome.gaps)?;
-    write_records(dir, "orphans.csv", schema, &outcome.orphans)?;
-    write_mismatches(dir, schema, outcome)?;
-    write_duplicates(dir, outcome)?;
+    write_records(
+        dir,
+        "gaps.csv",
+        schema,
+        &outcome.gaps,
+        h.map(|h| (h, "gap")),
+    )?;
+    write_records(
+        dir,
+        "orphans.csv",
+        schema,
+        &outcome.orphans,
+        h.map(|h| (h, "orphan")),
+    )?;
+    write_mismatches(dir, schema, outcome, h)?;
+    write_duplicates(dir, outcome, h)?;
+    write_records(dir, "pending.csv", schema, &extras.pending, None)?;
+    if h.is_some() {
+        let mut w = CsvReport::new(
+            dir.file("resolved.csv")?,
+            &["class", "external_id", "first_seen", "resolved_at"],
+        )?;
+        for r in &extras.resolved {
+            w.row([&r.class, &r.key, &r.first_seen, &r.resolved_at])?;
+        }
+        w.finish()?.flush()?;
+    }
+    if let Some(plan) = &extras.plan {
+        let mut f = dir.file("plan.jsonl")?;
+        for item in plan {
+            serde_json::to_writer(&mut f, item)?;
+            f.write_all(b"\n")?;
+        }
+        f.flush()?;
+    }
+    if let Some(rows) = &extras.backfill {
+        let mut w = CsvReport::new(
+            dir.file("backfill.csv")?,
+            &["external_id", "action", "outcome", "error"],
+        )?;
+        for r in rows {
+            w.row([&r.key, &r.action, &r.outcome, &r.error])?;
+        }
+        w.finish()?.flush()?;
+    }
 
     let mut summary = serde_json::Map::new();
     summary.insert("job".into(), json!(meta.job));
@@ -96,6 +193,19 @@ pub fn write_diff_reports(
         },
     );
     summary.extend(counts(outcome));
+    summary.insert("pending".into(), json!(extras.pending.len()));
+    summary.insert("backfilled".into(), json!(extras.backfilled));
+    summary.insert("backfill_failed".into(), json!(extras.backfill_failed));
+    if extras.history.is_some() {
+        summary.insert("resolved".into(), json!(extras.resolved.len()));
+    }
+    summary.insert(
+        "confirmed_by_lookup".into(),
+        json!(extras.confirmed_by_lookup),
+    );
+    summary.insert("run_id".into(), json!(extras.run_id));
+    summary.insert("dry_run".into(), json!(extras.dry_run));
+    summary.insert("notes".into(), json!(extras.notes));
     summary.insert("exit_status".into(), json!(exit_status));
     summary.insert(
         "compared_fields".into(),
@@ -178,13 +288,30 @@ fn record_header(schema: &Schema) -> (Vec<String>, bool) {
     (header, add_currency)
 }
 
+type History<'a> = (&'a HashMap<(String, String), (String, bool)>, &'a str);
+
+fn history_cells(history: Option<History<'_>>, key: &str) -> Option<[String; 2]> {
+    let (h, class) = history?;
+    Some(match h.get(&(class.to_string(), key.to_string())) {
+        Some((first, new)) => [
+            first.clone(),
+            if *new { "new" } else { "persisting" }.into(),
+        ],
+        None => [String::new(), "new".into()],
+    })
+}
+
 fn write_records(
     dir: &mut ReportDir,
     name: &str,
     schema: &Schema,
     records: &[Record],
+    history: Option<History<'_>>,
 ) -> Result<()> {
-    let (header, add_currency) = record_header(schema);
+    let (mut header, add_currency) = record_header(schema);
+    if history.is_some() {
+        header.extend(["first_seen".to_string(), "state".to_string()]);
+    }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut w = CsvReport::new(dir.file(name)?, &header)?;
     let money_field = schema.money_field();
@@ -200,24 +327,33 @@ fn write_records(
                 .unwrap_or_default();
             row.push(cur);
         }
+        if let Some(cells) = history_cells(history, &r.key) {
+            row.extend(cells);
+        }
         w.row(&row)?;
     }
     w.finish()?.flush()?;
     Ok(())
 }
 
-fn write_mismatches(dir: &mut ReportDir, schema: &Schema, outcome: &DiffOutcome) -> Result<()> {
-    let mut w = CsvReport::new(
-        dir.file("mismatches.csv")?,
-        &[
-            "external_id",
-            "field",
-            "source_value",
-            "target_value",
-            "currency",
-            "difference",
-        ],
-    )?;
+fn write_mismatches(
+    dir: &mut ReportDir,
+    schema: &Schema,
+    outcome: &DiffOutcome,
+    history: Option<&HashMap<(String, String), (String, bool)>>,
+) -> Result<()> {
+    let mut header = vec![
+        "external_id",
+        "field",
+        "source_value",
+        "target_value",
+        "currency",
+        "difference",
+    ];
+    if history.is_some() {
+        header.extend(["first_seen", "state"]);
+    }
+    let mut w = CsvReport::new(dir.file("mismatches.csv")?, &header)?;
     for m in &outcome.mismatches {
         for d in &m.fields {
             let field = &schema.fields[d.field];
@@ -245,41 +381,52 @@ fn write_mismatches(dir: &mut ReportDir, schema: &Schema, outcome: &DiffOutcome)
                 ),
                 _ => (String::new(), String::new()),
             };
-            w.row([
+            let mut row = vec![
                 m.key.clone(),
                 field.name.clone(),
                 d.source.to_string(),
                 d.target.to_string(),
                 currency,
                 difference,
-            ])?;
+            ];
+            if let Some(cells) = history_cells(history.map(|h| (h, "mismatch")), &m.key) {
+                row.extend(cells);
+            }
+            w.row(&row)?;
         }
     }
     w.finish()?.flush()?;
     Ok(())
 }
 
-fn write_duplicates(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
-    let mut w = CsvReport::new(
-        dir.file("duplicates.csv")?,
-        &["external_id", "side", "count", "other_side_count"],
-    )?;
+fn write_duplicates(
+    dir: &mut ReportDir,
+    outcome: &DiffOutcome,
+    history: Option<&HashMap<(String, String), (String, bool)>>,
+) -> Result<()> {
+    let mut header = vec!["external_id", "side", "count", "other_side_count"];
+    if history.is_some() {
+        header.extend(["first_seen", "state"]);
+    }
+    let mut w = CsvReport::new(dir.file("duplicates.csv")?, &header)?;
     for d in &outcome.duplicates {
-        if d.source_count > 1 {
-            w.row([
-                d.key.clone(),
-                "source".into(),
-                d.source_count.to_string(),
-                d.target_count.to_string(),
-            ])?;
-        }
-        if d.target_count > 1 {
-            w.row([
-                d.key.clone(),
-                "target".into(),
-                d.target_count.to_string(),
-                d.source_count.to_string(),
-            ])?;
+        let extra = history_cells(history.map(|h| (h, "duplicate")), &d.key);
+        for (side, count, other) in [
+            ("source", d.source_count, d.target_count),
+            ("target", d.target_count, d.source_count),
+        ] {
+            if count > 1 {
+                let mut row = vec![
+                    d.key.clone(),
+                    side.to_string(),
+                    count.to_string(),
+                    other.to_string(),
+                ];
+                if let Some(cells) = &extra {
+                    row.extend(cells.iter().cloned());
+                }
+                w.row(&row)?;
+            }
         }
     }
     w.finish()?.flush()?;

@@ -7,7 +7,7 @@
 mod files;
 mod staging;
 
-pub use files::{write_diff_reports, RunMeta};
+pub use files::{counts, write_diff_reports, BackfillRow, ResolvedRow, RunExtras, RunMeta};
 pub use staging::ReportDir;
 
 use std::borrow::Cow;

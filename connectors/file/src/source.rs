@@ -123,3 +123,22 @@ impl Source for FileSource {
         Ok(found)
     }
 }
+
+#[async_trait::async_trait]
+impl recon_core::Target for FileSource {
+    async fn check_unique_key(&self) -> Result<(), ConnectorError> {
+        Err(ConnectorError::NotIdempotent(format!(
+            "{} is an export file and cannot be backfilled; set backfill.mode = \"off\" for this job",
+            self.spec.path.display()
+        )))
+    }
+
+    async fn write(
+        &self,
+        _schema: &Schema,
+        _records: &[Record],
+        _mode: recon_core::WriteMode,
+    ) -> Result<Vec<recon_core::WriteOutcome>, ConnectorError> {
+        self.check_unique_key().await.map(|()| Vec::new())
+    }
+}

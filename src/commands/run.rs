@@ -1,0 +1,766 @@
+//! `recon run`: one reconciliation run of a configured job. Read both
+//! sides over the window, diff, confirm edge cases by key, report, and
+//! backfill gaps idempotently (or, with `--dry-run`, only plan it).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::TryStreamExt;
+use jiff::{SignedDuration, Timestamp};
+use recon_core::{
+    format_timestamp, Field, FieldKind, Record, Schema, Target, Value, Window, WriteMode,
+    WriteOutcome,
+};
+use serde_json::json;
+
+use crate::cli::RunArgs;
+use crate::config::{self, BackfillMode, EndpointConfig, ResolvedJob, ToleranceSetting};
+use crate::diff::{equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, Tolerance};
+use crate::report::{write_diff_reports, BackfillRow, ReportDir, ResolvedRow, RunExtras, RunMeta};
+use crate::state::{Class, ItemStatus, StateError, StateStore};
+use crate::window::{parse_duration, WindowSpec};
+use crate::Status;
+
+/// How long a SQLite run lock may go without a heartbeat before another
+/// run may take it over (the holder died without releasing it).
+const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Environment variable of the test-only fault hook: abort the process
+/// after this many backfill items were written, before they are recorded
+/// as applied (the worst moment to crash).
+pub const FAULT_ABORT_AFTER: &str = "RECON_FAULT_ABORT_AFTER_ITEMS";
+
+/// A run validated from its arguments and config, before any connection.
+pub struct RunPlan {
+    /// The job.
+    pub job: ResolvedJob,
+    /// The canonical fields.
+    pub spec: DiffSpec,
+    /// Schema index of the field windows filter on.
+    pub time_field: Option<usize>,
+    /// The window as asked for.
+    pub window: WindowSpec,
+    /// The business time zone.
+    pub tz: jiff::tz::TimeZone,
+    /// Reach back before the window's start.
+    pub lookback: SignedDuration,
+    /// Young source records are pending for this long.
+    pub grace: SignedDuration,
+    /// Report and plan only.
+    pub dry_run: bool,
+    /// Report folder override.
+    pub out: Option<PathBuf>,
+    /// Safety limit: records.
+    pub max_records: u64,
+    /// Safety limit: share of the window's source records.
+    pub max_ratio: f64,
+}
+
+fn kind_of(job: &config::JobConfig, name: &str) -> FieldKind {
+    job.fields.get(name).copied().unwrap_or(FieldKind::Text)
+}
+
+impl RunPlan {
+    /// Loads the config and checks everything that needs no connection.
+    pub fn from_args(args: &RunArgs) -> Result<RunPlan> {
+        let file = config::load(&args.config)?;
+        let job = file.job(args.job.as_deref())?;
+        let name = job.name.clone();
+        let j = &job.job;
+        // Fields: compared ones in their order, then the others declared.
+        let mut names: Vec<String> = Vec::new();
+        for c in &j.compare {
+            if names.contains(c) {
+                bail!("job `{name}`: `{c}` is listed twice in compare");
+            }
+            names.push(c.clone());
+        }
+        for f in j.fields.keys() {
+            if !names.contains(f) {
+                names.push(f.clone());
+            }
+        }
+        let time_name = match &j.time_field {
+            Some(t) => Some(t.clone()),
+            None if j.fields.get("created") == Some(&FieldKind::Timestamp) => {
+                Some("created".into())
+            }
+            None => None,
+        };
+        if let Some(t) = &time_name {
+            if kind_of(j, t) != FieldKind::Timestamp {
+                bail!("job `{name}`: time_field `{t}` must be declared as a timestamp in fields, e.g. fields = {{ {t} = \"timestamp\" }}");
+            }
+            if !names.contains(t) {
+                names.push(t.clone());
+            }
+        }
+        let fields: Vec<Field> = names
+            .iter()
+            .map(|n| Field {
+                name: n.clone(),
+                kind: kind_of(j, n),
+                compared: j.compare.contains(n),
+            })
+            .collect();
+        if fields.iter().filter(|f| f.kind == FieldKind::Money).count() > 1 {
+            bail!("job `{name}`: only one money field is supported per job");
+        }
+        let schema = Schema { fields };
+        let mut tolerances = vec![None; schema.fields.len()];
+        for (field, tol) in &j.tolerances {
+            let Some(i) = schema.index_of(field) else {
+                bail!("job `{name}`: tolerance for `{field}`, which is not a compared field");
+            };
+            let kind = schema.fields[i].kind;
+            tolerances[i] = Some(match (tol, kind) {
+                (ToleranceSetting::Units(n), FieldKind::Money | FieldKind::Integer) if *n >= 0 => {
+                    Tolerance::Units(*n)
+                }
+                (ToleranceSetting::Duration(d), FieldKind::Timestamp) => {
+                    let d = parse_duration(d).map_err(|e| anyhow!("job `{name}`: tolerance `{field}`: {e}"))?;
+                    Tolerance::Seconds(d.as_secs())
+                }
+                _ => bail!(
+                    "job `{name}`: tolerance `{field}` does not fit a {kind} field; use a whole number of minor units for money and integers, a duration such as \"5s\" for timestamps"
+                ),
+            });
+        }
+        for (side, endpoint) in [("source", &j.source), ("target", &j.target)] {
+            let columns = match endpoint {
+                EndpointConfig::File { columns, .. } | EndpointConfig::Sql { columns, .. } => {
+                    columns
+                }
+            };
+            for c in columns.keys() {
+                if schema.index_of(c).is_none() {
+                    bail!(
+                        "job `{name}`: {side}.columns maps `{c}`, which is not a field of the job; fields are: {}",
+                        names.join(", ")
+                    );
+                }
+            }
+        }
+        let window_text = args.window.clone().unwrap_or_else(|| j.window.clone());
+        let window: WindowSpec = window_text
+            .parse()
+            .map_err(|e| anyhow!("job `{name}`: {e}"))?;
+        let tz = jiff::tz::TimeZone::get(&job.timezone).map_err(|e| {
+            anyhow!("job `{name}`: unknown time zone `{}` ({e}); use an IANA name such as America/New_York", job.timezone)
+        })?;
+        let duration = |v: &Option<String>, what: &str| -> Result<SignedDuration> {
+            match v {
+                Some(s) => parse_duration(s).map_err(|e| anyhow!("job `{name}`: {what}: {e}")),
+                None => Ok(SignedDuration::ZERO),
+            }
+        };
+        let lookback = duration(&j.lookback, "lookback")?;
+        let grace = duration(&j.grace, "grace")?;
+        if matches!(j.target, EndpointConfig::File { .. })
+            && j.backfill.mode != BackfillMode::Off
+            && !args.dry_run
+        {
+            bail!("job `{name}`: the target is an export file and cannot be backfilled; set backfill.mode = \"off\" or run with --dry-run");
+        }
+        let time_field = time_name.as_ref().and_then(|t| schema.index_of(t));
+        let max_records = args.max_records.unwrap_or(j.backfill.max_records);
+        let max_ratio = args.max_ratio.unwrap_or(j.backfill.max_ratio);
+        Ok(RunPlan {
+            spec: DiffSpec { schema, tolerances },
+            time_field,
+            window,
+            tz,
+            lookback,
+            grace,
+            dry_run: args.dry_run,
+            out: args.out.clone(),
+            max_records,
+            max_ratio,
+            job,
+        })
+    }
+}
+
+async fn connect(
+    endpoint: &EndpointConfig,
+    schema: &Schema,
+    time_field: Option<usize>,
+) -> Result<Box<dyn Target>> {
+    let column = |columns: &std::collections::BTreeMap<String, String>, f: &str| {
+        columns.get(f).cloned().unwrap_or_else(|| f.to_string())
+    };
+    let has_money = schema.money_field().is_some();
+    Ok(match endpoint {
+        EndpointConfig::File {
+            path,
+            key,
+            columns,
+            currency_column,
+            amount_format,
+        } => Box::new(recon_file::FileSource {
+            spec: recon_file::FileSpec {
+                path: PathBuf::from(path),
+                key_column: key.clone(),
+                columns: schema
+                    .fields
+                    .iter()
+                    .map(|f| column(columns, &f.name))
+                    .collect(),
+                currency_column: has_money
+                    .then(|| currency_column.clone().unwrap_or_else(|| "currency".into())),
+                amount_format: amount_format.unwrap_or_default(),
+            },
+            time_field,
+        }),
+        EndpointConfig::Sql {
+            url,
+            table,
+            key,
+            columns,
+            currency_column,
+            amount_format,
+            max_connections,
+            write_batch,
+        } => {
+            let mut cfg = recon_sql::SqlTableConfig::new(
+                url.clone(),
+                table,
+                key,
+                schema
+                    .fields
+                    .iter()
+                    .map(|f| column(columns, &f.name))
+                    .collect(),
+            );
+            cfg.currency_column =
+                has_money.then(|| currency_column.clone().unwrap_or_else(|| "currency".into()));
+            cfg.amount_format = *amount_format;
+            cfg.time_field = time_field;
+            if let Some(n) = max_connections {
+                cfg.max_connections = *n;
+            }
+            if let Some(n) = write_batch {
+                cfg.write_batch = *n;
+            }
+            Box::new(recon_sql::SqlTable::connect(cfg, schema).await?)
+        }
+    })
+}
+
+/// Reads a whole side into the engine, page by page.
+async fn feed(
+    side: &dyn Target,
+    schema: &Schema,
+    window: Window,
+    engine: &mut DiffEngine,
+    source_side: bool,
+) -> Result<()> {
+    let mut pages = side.read(schema, window);
+    while let Some(page) = pages.try_next().await? {
+        for r in &page.records {
+            let values: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+            if source_side {
+                engine.add_source(&r.key, &values)?;
+            } else {
+                engine.add_target(&r.key, &values)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn compare_pair(spec: &DiffSpec, source: &Record, target: &Record) -> Vec<FieldDiff> {
+    spec.schema
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| {
+            f.compared
+                && !equal(
+                    source.values[*i].as_ref(),
+                    target.values[*i].as_ref(),
+                    f.kind,
+                    spec.tolerances[*i],
+                )
+        })
+        .map(|(i, _)| FieldDiff {
+            field: i,
+            source: source.values[i].clone(),
+            target: target.values[i].clone(),
+        })
+        .collect()
+}
+
+/// Before a gap is reported the target is asked for it by key, and before
+/// an orphan is reported the source is: a record at the window's edge may
+/// sit on the other side of midnight in the other system.
+async fn confirm_edges(
+    outcome: &mut DiffOutcome,
+    spec: &DiffSpec,
+    source: &dyn Target,
+    target: &dyn Target,
+) -> Result<u64> {
+    let schema = &spec.schema;
+    let mut dismissed = 0;
+    let gap_keys: Vec<String> = outcome.gaps.iter().map(|r| r.key.clone()).collect();
+    let found: HashMap<String, Record> = target
+        .lookup(schema, &gap_keys)
+        .await
+        .context("confirming gaps by key in the target")?
+        .into_iter()
+        .map(|r| (r.key.clone(), r))
+        .collect();
+    let orphan_keys: Vec<String> = outcome.orphans.iter().map(|r| r.key.clone()).collect();
+    let found_in_source: HashMap<String, Record> = source
+        .lookup(schema, &orphan_keys)
+        .await
+        .context("confirming orphans by key in the source")?
+        .into_iter()
+        .map(|r| (r.key.clone(), r))
+        .collect();
+    let mut settle = |s: &Record, t: &Record, mismatches: &mut Vec<Mismatch>, matched: &mut u64| {
+        let diffs = compare_pair(spec, s, t);
+        if diffs.is_empty() {
+            *matched += 1;
+        } else {
+            mismatches.push(Mismatch {
+                key: s.key.clone(),
+                fields: diffs,
+            });
+        }
+        dismissed += 1;
+    };
+    let mut kept = Vec::new();
+    for g in std::mem::take(&mut outcome.gaps) {
+        match found.get(&g.key) {
+            Some(t) => settle(&g, t, &mut outcome.mismatches, &mut outcome.matched),
+            None => kept.push(g),
+        }
+    }
+    outcome.gaps = kept;
+    let mut kept = Vec::new();
+    for o in std::mem::take(&mut outcome.orphans) {
+        match found_in_source.get(&o.key) {
+            Some(s) => settle(s, &o, &mut outcome.mismatches, &mut outcome.matched),
+            None => kept.push(o),
+        }
+    }
+    outcome.orphans = kept;
+    outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(dismissed)
+}
+
+fn record_json(schema: &Schema, r: &Record) -> serde_json::Value {
+    let mut values = serde_json::Map::new();
+    for (f, v) in schema.fields.iter().zip(&r.values) {
+        values.insert(
+            f.name.clone(),
+            match v {
+                Value::Null => serde_json::Value::Null,
+                Value::Money(m) => json!({ "minor": m.minor, "currency": m.currency.code(), "amount": m.to_major_string() }),
+                other => json!(other.to_string()),
+            },
+        );
+    }
+    serde_json::Value::Object(values)
+}
+
+/// The `recon run` command.
+pub fn run(args: RunArgs) -> Result<Status> {
+    let plan = RunPlan::from_args(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(execute(plan))
+}
+
+/// Runs a plan end to end; returns the exit status.
+pub async fn execute(plan: RunPlan) -> Result<Status> {
+    let started = Instant::now();
+    let now = Timestamp::now();
+    let job = plan.job.name.clone();
+    let state = StateStore::open(plan.job.state.expose()).await?;
+    let lock = match state.acquire_lock(&job, STALE_LOCK).await {
+        Ok(lock) => lock,
+        Err(e @ StateError::Locked { .. }) => bail!("{e}"),
+        Err(e) => return Err(e.into()),
+    };
+    let last = state.last_success_end(&job).await?;
+    let asked = plan
+        .window
+        .resolve(now, &plan.tz, last)
+        .map_err(|e| anyhow!("job `{job}`: {e}"))?;
+    let run_id = state.start_run(&job, asked, plan.dry_run).await?;
+    let result = run_locked(&plan, &state, &run_id, asked, now, started).await;
+    let (status, counts, dir, error) = match &result {
+        Ok((status, counts, dir)) => (
+            match status {
+                Status::Clean => "clean",
+                Status::Discrepancies => "discrepancies",
+                Status::Trouble => "failed",
+            },
+            counts.clone(),
+            Some(dir.display().to_string()),
+            None,
+        ),
+        Err(e) => ("failed", json!(null), None, Some(format!("{e:#}"))),
+    };
+    state
+        .finish_run(&run_id, status, &counts, dir.as_deref(), error.as_deref())
+        .await?;
+    lock.release().await?;
+    let (status, _, dir) = result?;
+    println!("reports: {}", dir.display());
+    // Trouble here is the safety limit: reports and plan written, nothing else.
+    Ok(status)
+}
+
+async fn run_locked(
+    plan: &RunPlan,
+    state: &StateStore,
+    run_id: &str,
+    asked: Window,
+    now: Timestamp,
+    started: Instant,
+) -> Result<(Status, serde_json::Value, PathBuf)> {
+    let job = &plan.job.name;
+    let schema = &plan.spec.schema;
+    let window = Window {
+        start: asked
+            .start
+            .checked_sub(plan.lookback)
+            .unwrap_or(asked.start),
+        end: asked.end,
+    };
+    let source = connect(&plan.job.job.source, schema, plan.time_field)
+        .await
+        .with_context(|| format!("job `{job}`: source"))?;
+    let target = connect(&plan.job.job.target, schema, plan.time_field)
+        .await
+        .with_context(|| format!("job `{job}`: target"))?;
+    let mode = plan.job.job.backfill.mode;
+    if mode != BackfillMode::Off && !plan.dry_run {
+        target.check_unique_key().await?;
+    }
+
+    let mut engine = DiffEngine::new(plan.spec.clone());
+    feed(source.as_ref(), schema, window, &mut engine, true)
+        .await
+        .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
+    let source_ms = started.elapsed().as_millis();
+    feed(target.as_ref(), schema, window, &mut engine, false)
+        .await
+        .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
+    let target_ms = started.elapsed().as_millis() - source_ms;
+    let mut outcome = engine.finish();
+    let confirmed =
+        confirm_edges(&mut outcome, &plan.spec, source.as_ref(), target.as_ref()).await?;
+
+    // Young source records are in flight, not missing.
+    let mut pending = Vec::new();
+    if let (Some(t), false) = (plan.time_field, plan.grace.is_zero()) {
+        let cutoff = now.checked_sub(plan.grace).unwrap_or(now);
+        let (young, old): (Vec<Record>, Vec<Record>) = std::mem::take(&mut outcome.gaps)
+            .into_iter()
+            .partition(|r| matches!(r.values[t], Value::Timestamp(ts) if ts >= cutoff));
+        outcome.gaps = old;
+        pending = young;
+    }
+
+    // History: new, persisting, resolved since the previous run.
+    let mut current: Vec<(Class, String)> = Vec::new();
+    current.extend(outcome.gaps.iter().map(|r| (Class::Gap, r.key.clone())));
+    current.extend(
+        outcome
+            .orphans
+            .iter()
+            .map(|r| (Class::Orphan, r.key.clone())),
+    );
+    current.extend(
+        outcome
+            .mismatches
+            .iter()
+            .map(|m| (Class::Mismatch, m.key.clone())),
+    );
+    current.extend(
+        outcome
+            .duplicates
+            .iter()
+            .map(|d| (Class::Duplicate, d.key.clone())),
+    );
+    let delta = state
+        .update_discrepancies(job, run_id, now, &current)
+        .await?;
+    let mut history = HashMap::new();
+    for (class, key) in &current {
+        let entry = match delta.persisting.get(&(*class, key.clone())) {
+            Some(first) => (format_timestamp(*first), false),
+            None => (format_timestamp(now), true),
+        };
+        history.insert((class.as_str().to_string(), key.clone()), entry);
+    }
+    let resolved: Vec<ResolvedRow> = delta
+        .resolved
+        .iter()
+        .map(|(class, key, first)| ResolvedRow {
+            class: class.as_str().to_string(),
+            key: key.clone(),
+            first_seen: format_timestamp(*first),
+            resolved_at: format_timestamp(now),
+        })
+        .collect();
+
+    // The backfill plan: gaps, and mismatches when repairing.
+    let mismatch_keys: HashSet<&str> = outcome.mismatches.iter().map(|m| m.key.as_str()).collect();
+    let mut items: Vec<(Record, WriteMode)> = Vec::new();
+    if mode != BackfillMode::Off {
+        items.extend(outcome.gaps.iter().cloned().map(|r| (r, WriteMode::Insert)));
+    }
+    if mode == BackfillMode::Upsert && !mismatch_keys.is_empty() {
+        let keys: Vec<String> = mismatch_keys.iter().map(|k| k.to_string()).collect();
+        for r in source.lookup(schema, &keys).await? {
+            items.push((r, WriteMode::Upsert));
+        }
+    }
+    let action = |m: WriteMode| {
+        if m == WriteMode::Insert {
+            "insert"
+        } else {
+            "update"
+        }
+    };
+    let plan_json: Vec<serde_json::Value> = items
+        .iter()
+        .map(|(r, m)| {
+            json!({
+                "plan_id": run_id,
+                "job": job,
+                "action": action(*m),
+                "external_id": r.key,
+                "values": record_json(schema, r),
+            })
+        })
+        .collect();
+
+    let mut extras = RunExtras {
+        run_id: Some(run_id.to_string()),
+        dry_run: plan.dry_run,
+        pending,
+        history: Some(history),
+        resolved,
+        confirmed_by_lookup: confirmed,
+        ..RunExtras::default()
+    };
+    let ratio = items.len() as f64 / (outcome.source_records.max(1)) as f64;
+    let over_count = items.len() as u64 > plan.max_records;
+    let over_ratio = outcome.source_records > 0 && ratio > plan.max_ratio;
+    let mut trouble = None;
+    if plan.dry_run || items.is_empty() {
+        extras.plan = Some(plan_json);
+    } else if over_count || over_ratio {
+        let why = if over_count {
+            format!(
+                "{} records exceed backfill.max_records = {} by {}",
+                items.len(),
+                plan.max_records,
+                items.len() as u64 - plan.max_records
+            )
+        } else {
+            format!(
+                "{} records are {:.1}% of the window's {} source records, above backfill.max_ratio = {:.1}%",
+                items.len(),
+                ratio * 100.0,
+                outcome.source_records,
+                plan.max_ratio * 100.0
+            )
+        };
+        let msg = format!(
+            "job `{job}`: safety limit: the backfill was stopped before writing anything: {why}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {:.3} (or raise the limits in the config)",
+            items.len(),
+            ratio.max(plan.max_ratio)
+        );
+        extras.notes.push(msg.clone());
+        extras.plan = Some(plan_json);
+        trouble = Some(msg);
+    } else {
+        let batch = match &plan.job.job.target {
+            EndpointConfig::Sql { write_batch, .. } => write_batch.unwrap_or(1000),
+            EndpointConfig::File { .. } => 1000,
+        };
+        let outcomes = apply(state, target.as_ref(), schema, run_id, job, &items, batch).await?;
+        let mut rows = Vec::with_capacity(items.len());
+        for ((r, m), o) in items.iter().zip(&outcomes) {
+            let (outcome_text, error) = match o {
+                WriteOutcome::Created => ("created", String::new()),
+                WriteOutcome::Updated => ("updated", String::new()),
+                WriteOutcome::Unchanged => ("unchanged", String::new()),
+                WriteOutcome::Failed(e) => ("failed", e.clone()),
+            };
+            match o {
+                WriteOutcome::Failed(_) => extras.backfill_failed += 1,
+                WriteOutcome::Created | WriteOutcome::Updated => extras.backfilled += 1,
+                WriteOutcome::Unchanged => {}
+            }
+            rows.push(BackfillRow {
+                key: r.key.clone(),
+                action: action(*m).into(),
+                outcome: outcome_text.into(),
+                error,
+            });
+        }
+        extras.backfill = Some(rows);
+    }
+
+    // What is still open after this run's writes.
+    let written: HashSet<&str> = extras
+        .backfill
+        .iter()
+        .flatten()
+        .filter(|r| r.outcome != "failed")
+        .map(|r| r.key.as_str())
+        .collect();
+    let open = outcome
+        .gaps
+        .iter()
+        .filter(|r| !written.contains(r.key.as_str()))
+        .count()
+        + outcome.orphans.len()
+        + outcome
+            .mismatches
+            .iter()
+            .filter(|m| !written.contains(m.key.as_str()))
+            .count()
+        + outcome.duplicates.len();
+    let status = if trouble.is_some() {
+        Status::Trouble
+    } else if open == 0 {
+        Status::Clean
+    } else {
+        Status::Discrepancies
+    };
+    let dir_path = match &plan.out {
+        Some(p) => p.clone(),
+        None => plan.job.reports.join(job).join(run_id),
+    };
+    let mut dir = ReportDir::create(&dir_path)?;
+    let meta = RunMeta {
+        job: job.clone(),
+        source: source.describe(),
+        target: target.describe(),
+        window: Some((format_timestamp(window.start), format_timestamp(window.end))),
+        started_at: format_timestamp(now),
+        source_ms,
+        target_ms,
+        total_ms: started.elapsed().as_millis(),
+    };
+    write_diff_reports(&mut dir, schema, &outcome, &meta, &extras, status.code())?;
+    let path = dir.commit()?;
+    let mut counts = crate::report::counts(&outcome);
+    counts.insert("pending".into(), json!(extras.pending.len()));
+    counts.insert("backfilled".into(), json!(extras.backfilled));
+    counts.insert("backfill_failed".into(), json!(extras.backfill_failed));
+    println!("{}", render(&outcome, &extras));
+    if let Some(msg) = trouble {
+        eprintln!("error: {msg}");
+    }
+    Ok((status, serde_json::Value::Object(counts), path))
+}
+
+/// Writes the plan's items in batches, recording each in the ledger first
+/// (planned) and after (applied or failed). A crash between the write and
+/// the record is harmless: the write is an upsert by key, so the next run
+/// finds the record present and plans nothing for it.
+async fn apply(
+    state: &StateStore,
+    target: &dyn Target,
+    schema: &Schema,
+    plan_id: &str,
+    job: &str,
+    items: &[(Record, WriteMode)],
+    batch: usize,
+) -> Result<Vec<WriteOutcome>> {
+    let ledger: Vec<(String, &str)> = items
+        .iter()
+        .map(|(r, m)| {
+            (
+                r.key.clone(),
+                if *m == WriteMode::Insert {
+                    "insert"
+                } else {
+                    "update"
+                },
+            )
+        })
+        .collect();
+    state.record_plan(plan_id, job, &ledger).await?;
+    let abort_after: Option<usize> = std::env::var(FAULT_ABORT_AFTER)
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let batch = batch.max(1);
+    let mut outcomes = Vec::with_capacity(items.len());
+    let mut written = 0usize;
+    for chunk in items.chunks(batch) {
+        for mode in [WriteMode::Insert, WriteMode::Upsert] {
+            let records: Vec<Record> = chunk
+                .iter()
+                .filter(|(_, m)| *m == mode)
+                .map(|(r, _)| r.clone())
+                .collect();
+            if records.is_empty() {
+                continue;
+            }
+            let result = target.write(schema, &records, mode).await?;
+            written += records.len();
+            if abort_after.is_some_and(|n| written >= n) {
+                // Test-only fault hook: die like a SIGKILL, mid-backfill.
+                std::process::abort();
+            }
+            let marks: Vec<(String, ItemStatus, Option<String>)> = records
+                .iter()
+                .zip(&result)
+                .map(|(r, o)| match o {
+                    WriteOutcome::Failed(e) => (r.key.clone(), ItemStatus::Failed, Some(e.clone())),
+                    _ => (r.key.clone(), ItemStatus::Applied, None),
+                })
+                .collect();
+            state.mark_items(plan_id, &marks).await?;
+            outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
+        }
+    }
+    // Back into plan order.
+    let mut by_key: HashMap<String, WriteOutcome> = outcomes.into_iter().collect();
+    items
+        .iter()
+        .map(|(r, _)| {
+            by_key
+                .remove(&r.key)
+                .ok_or_else(|| anyhow!("no outcome recorded for {}", r.key))
+        })
+        .collect()
+}
+
+fn render(o: &DiffOutcome, e: &RunExtras) -> String {
+    format!(
+        "source {} records, target {} records\n  matched     {}\n  gaps        {}\n  orphans     {}\n  mismatches  {}\n  duplicates  {}\n  pending     {}\n  resolved    {}\n  backfilled  {}{}",
+        o.source_records,
+        o.target_records,
+        o.matched,
+        o.gaps.len(),
+        o.orphans.len(),
+        o.mismatches.len(),
+        o.duplicates.len(),
+        e.pending.len(),
+        e.resolved.len(),
+        e.backfilled,
+        if e.backfill_failed > 0 {
+            format!("\n  failed      {}", e.backfill_failed)
+        } else if e.dry_run {
+            " (dry run: see plan.jsonl)".to_string()
+        } else {
+            String::new()
+        }
+    )
+}

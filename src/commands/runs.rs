@@ -1,0 +1,63 @@
+//! `recon runs`: recent runs of each job, newest first.
+
+use anyhow::Result;
+
+use crate::cli::RunsArgs;
+use crate::config;
+use crate::state::StateStore;
+use crate::Status;
+
+/// The `recon runs` command.
+pub fn run(args: RunsArgs) -> Result<Status> {
+    let file = config::load(&args.config)?;
+    let job = file.job(args.job.as_deref().or(None)).ok();
+    // Without --job and with several jobs, list the default state store.
+    let (state_url, only) = match (&job, &args.job) {
+        (Some(j), Some(_)) => (j.state.expose().to_string(), Some(j.name.clone())),
+        (Some(j), None) => (j.state.expose().to_string(), None),
+        (None, _) => {
+            let file = config::load(&args.config)?;
+            let url = file
+                .defaults
+                .state
+                .as_ref()
+                .map(|s| config::expand_env(s.expose(), "defaults.state"))
+                .transpose()?
+                .unwrap_or_else(|| "sqlite://recon-state.db".into());
+            (url, None)
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let rows = runtime.block_on(async {
+        let state = StateStore::open(&state_url).await?;
+        state.recent_runs(only.as_deref(), args.limit).await
+    })?;
+    println!(
+        "{:<40} {:<16} {:<13} {:<7} {:<41} {:>6} {:>8} {:>10}",
+        "run", "job", "status", "dry", "window", "gaps", "orphans", "backfilled"
+    );
+    for r in rows {
+        let n = |k: &str| {
+            r.counts
+                .as_ref()
+                .and_then(|c| c.get(k))
+                .and_then(|v| v.as_u64())
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "{:<40} {:<16} {:<13} {:<7} {:<41} {:>6} {:>8} {:>10}",
+            r.id,
+            r.job,
+            r.status,
+            if r.dry_run { "yes" } else { "no" },
+            format!("{}..{}", r.window_start, r.window_end),
+            n("gaps"),
+            n("orphans"),
+            n("backfilled"),
+        );
+    }
+    Ok(Status::Clean)
+}

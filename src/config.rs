@@ -1,0 +1,442 @@
+//! Job configuration: a TOML file with one or more named jobs.
+//!
+//! Parsing is strict: unknown keys are errors with a "did you mean" hint,
+//! `${ENV_VAR}` placeholders are expanded after parsing (so a secret never
+//! passes through the TOML parser or its error messages), and a missing
+//! variable is named together with the setting that uses it. Every field
+//! is documented here and in `examples/recon.toml`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use recon_core::{AmountFormat, FieldKind, Secret};
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Settings every job inherits unless it sets its own.
+    #[serde(default)]
+    pub defaults: Defaults,
+    /// Jobs by name.
+    #[serde(default)]
+    pub jobs: BTreeMap<String, JobConfig>,
+}
+
+/// Settings shared by every job.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    /// Folder under which each run writes `{job}/{run id}/` (default `reports`).
+    pub reports: Option<String>,
+    /// State store URL (default `sqlite://recon-state.db`).
+    pub state: Option<Secret>,
+    /// IANA time zone of the business day (default UTC).
+    pub timezone: Option<String>,
+}
+
+/// One reconciliation job.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    /// The source of truth.
+    pub source: EndpointConfig,
+    /// The system checked against it, and backfilled.
+    pub target: EndpointConfig,
+    /// Canonical fields and their kinds: `text`, `integer`, `money`,
+    /// `currency`, `timestamp`. Undeclared compared fields are text.
+    #[serde(default)]
+    pub fields: BTreeMap<String, FieldKind>,
+    /// Fields whose differences are mismatches, in report order.
+    #[serde(default)]
+    pub compare: Vec<String>,
+    /// Allowed differences: `amount = 1` (minor units) or `created = "5s"`.
+    #[serde(default)]
+    pub tolerances: BTreeMap<String, ToleranceSetting>,
+    /// The timestamp field windows filter on (default `created` when declared).
+    pub time_field: Option<String>,
+    /// Window when `--window` is not given (default `yesterday`).
+    #[serde(default = "default_window")]
+    pub window: String,
+    /// IANA time zone of the business day (`America/New_York`).
+    pub timezone: Option<String>,
+    /// Reach back this far before the window's start (late arrivals): `2h`.
+    pub lookback: Option<String>,
+    /// Source records younger than this are pending, not gaps: `15m`.
+    pub grace: Option<String>,
+    /// What to write into the target.
+    #[serde(default)]
+    pub backfill: BackfillConfig,
+    /// Overrides `defaults.reports`.
+    pub reports: Option<String>,
+    /// Overrides `defaults.state`.
+    pub state: Option<Secret>,
+}
+
+fn default_window() -> String {
+    "yesterday".into()
+}
+
+/// A tolerance as written: a number (minor units) or a duration (`"5s"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ToleranceSetting {
+    /// Minor units or whole numbers.
+    Units(i64),
+    /// A duration such as `5s` or `2m`.
+    Duration(String),
+}
+
+/// Backfill policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillConfig {
+    /// `insert` missing records, `upsert` (also repair mismatches), or `off`.
+    #[serde(default = "default_mode")]
+    pub mode: BackfillMode,
+    /// Refuse to write more records than this in one run.
+    #[serde(default = "default_max_records")]
+    pub max_records: u64,
+    /// Refuse to write more than this share of the window's source records.
+    #[serde(default = "default_max_ratio")]
+    pub max_ratio: f64,
+}
+
+impl Default for BackfillConfig {
+    fn default() -> Self {
+        BackfillConfig {
+            mode: default_mode(),
+            max_records: default_max_records(),
+            max_ratio: default_max_ratio(),
+        }
+    }
+}
+
+fn default_mode() -> BackfillMode {
+    BackfillMode::Insert
+}
+fn default_max_records() -> u64 {
+    10_000
+}
+fn default_max_ratio() -> f64 {
+    0.10
+}
+
+/// What a backfill writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillMode {
+    /// Insert gaps only.
+    Insert,
+    /// Insert gaps and overwrite mismatched fields.
+    Upsert,
+    /// Report only.
+    Off,
+}
+
+/// Where records come from or go to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EndpointConfig {
+    /// A CSV or JSON Lines export.
+    File {
+        /// The file (`${VAR}` allowed).
+        path: String,
+        /// Column holding the external ID.
+        key: String,
+        /// Canonical field → column (or dotted JSON path); unlisted fields use their own name.
+        #[serde(default)]
+        columns: BTreeMap<String, String>,
+        /// Column holding amounts' currency (default `currency`).
+        currency_column: Option<String>,
+        /// `minor` (default) or `major`.
+        amount_format: Option<AmountFormat>,
+    },
+    /// A PostgreSQL, MySQL/MariaDB or SQLite table.
+    Sql {
+        /// Connection URL (`${VAR}` allowed; never logged).
+        url: Secret,
+        /// Table, optionally `schema.table`.
+        table: String,
+        /// Column holding the external ID.
+        key: String,
+        /// Canonical field → column; unlisted fields use their own name.
+        #[serde(default)]
+        columns: BTreeMap<String, String>,
+        /// Column holding amounts' currency (default `currency`).
+        currency_column: Option<String>,
+        /// `minor` or `major`; by default decided by the column type.
+        amount_format: Option<AmountFormat>,
+        /// Pool size (default 4).
+        max_connections: Option<u32>,
+        /// Rows per multi-row INSERT (default 1000).
+        write_batch: Option<usize>,
+    },
+}
+
+/// Reads and checks a config file.
+pub fn load(path: &Path) -> Result<ConfigFile> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config {}", path.display()))?;
+    parse(&text).with_context(|| format!("config {}", path.display()))
+}
+
+/// Parses config text (no environment expansion yet).
+pub fn parse(text: &str) -> Result<ConfigFile> {
+    toml::from_str::<ConfigFile>(text).map_err(|e| anyhow!("{}", with_suggestion(&e.to_string())))
+}
+
+/// Adds "did you mean" to serde's unknown-field and unknown-variant messages.
+fn with_suggestion(message: &str) -> String {
+    let grab = |prefix: &str| -> Option<(String, Vec<String>)> {
+        let start = message.find(prefix)? + prefix.len();
+        let rest = &message[start..];
+        let end = rest.find('`')?;
+        let bad = rest[..end].to_string();
+        let expected: Vec<String> = rest[end..]
+            .split('`')
+            .skip(2)
+            .step_by(2)
+            .map(str::to_string)
+            .take_while(|s| !s.contains('\n'))
+            .collect();
+        Some((bad, expected))
+    };
+    let Some((bad, expected)) = grab("unknown field `").or_else(|| grab("unknown variant `"))
+    else {
+        return message.to_string();
+    };
+    let best = expected
+        .iter()
+        .map(|e| (strsim::levenshtein(&bad, e), e))
+        .filter(|(d, e)| *d <= 2.max(e.len() / 3))
+        .min_by_key(|(d, _)| *d);
+    match best {
+        Some((_, e)) => format!("{}\ndid you mean `{e}`?", message.trim_end()),
+        None => message.to_string(),
+    }
+}
+
+/// Expands `${VAR}` from the environment; `what` names the setting for errors.
+pub fn expand_env(value: &str, what: &str) -> Result<String> {
+    expand_with(value, what, |k| std::env::var(k).ok())
+}
+
+fn expand_with(value: &str, what: &str, get: impl Fn(&str) -> Option<String>) -> Result<String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            bail!("{what}: `${{` without a closing `}}`; write ${{NAME}}");
+        };
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            bail!("{what}: `${{{name}}}` is not a valid environment variable name");
+        }
+        match get(name) {
+            Some(v) => out.push_str(&v),
+            None => bail!(
+                "{what} uses ${{{name}}}, but the environment variable {name} is not set; export it (in cron, set it in the crontab or a wrapper script)"
+            ),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// A job resolved against defaults and the environment.
+#[derive(Debug)]
+pub struct ResolvedJob {
+    /// Job name.
+    pub name: String,
+    /// The job as written.
+    pub job: JobConfig,
+    /// Reports root folder.
+    pub reports: PathBuf,
+    /// State store URL.
+    pub state: Secret,
+    /// Time zone name.
+    pub timezone: String,
+}
+
+impl ConfigFile {
+    /// Picks a job: the named one, or the only one.
+    pub fn job(mut self, name: Option<&str>) -> Result<ResolvedJob> {
+        let names: Vec<String> = self.jobs.keys().cloned().collect();
+        let name = match name {
+            Some(n) => n.to_string(),
+            None if names.len() == 1 => names[0].clone(),
+            None if names.is_empty() => {
+                bail!("the config defines no jobs; add a [jobs.NAME] table")
+            }
+            None => bail!(
+                "the config defines several jobs ({}); choose one with --job",
+                names.join(", ")
+            ),
+        };
+        let Some(mut job) = self.jobs.remove(&name) else {
+            let hint = names
+                .iter()
+                .min_by_key(|n| strsim::levenshtein(n, &name))
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default();
+            bail!(
+                "no job `{name}` in the config; jobs are: {}{hint}",
+                names.join(", ")
+            );
+        };
+        for (side, endpoint) in [("source", &mut job.source), ("target", &mut job.target)] {
+            match endpoint {
+                EndpointConfig::File { path, .. } => {
+                    *path = expand_env(path, &format!("job `{name}` {side}.path"))?;
+                }
+                EndpointConfig::Sql { url, .. } => {
+                    *url = Secret::new(expand_env(
+                        url.expose(),
+                        &format!("job `{name}` {side}.url"),
+                    )?);
+                }
+            }
+        }
+        let state = job
+            .state
+            .take()
+            .or(self.defaults.state.take())
+            .map(|s| expand_env(s.expose(), &format!("job `{name}` state")))
+            .transpose()?
+            .unwrap_or_else(|| "sqlite://recon-state.db".into());
+        let reports = job
+            .reports
+            .clone()
+            .or(self.defaults.reports.clone())
+            .map(|s| expand_env(&s, &format!("job `{name}` reports")))
+            .transpose()?
+            .unwrap_or_else(|| "reports".into());
+        let timezone = job
+            .timezone
+            .clone()
+            .or(self.defaults.timezone.clone())
+            .unwrap_or_else(|| "UTC".into());
+        Ok(ResolvedJob {
+            name,
+            job,
+            reports: PathBuf::from(reports),
+            state: Secret::new(state),
+            timezone,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[defaults]
+timezone = "America/New_York"
+
+[jobs.charges]
+compare = ["amount", "currency", "status"]
+window = "yesterday"
+lookback = "2h"
+grace = "15m"
+tolerances = { amount = 0, created = "5s" }
+fields = { amount = "money", currency = "currency", status = "text", created = "timestamp" }
+
+[jobs.charges.source]
+type = "file"
+path = "exports/${EXPORT_DAY}.csv"
+key = "id"
+
+[jobs.charges.target]
+type = "sql"
+url = "postgres://recon:${PGPASSWORD}@127.0.0.1/finance"
+table = "payments"
+key = "stripe_charge_id"
+columns = { amount = "amount_cents", created = "created_at" }
+
+[jobs.charges.backfill]
+mode = "insert"
+max_records = 500
+"#;
+
+    #[test]
+    fn parses_a_full_job() {
+        let cfg = parse(GOOD).unwrap();
+        let job = &cfg.jobs["charges"];
+        assert_eq!(job.compare, ["amount", "currency", "status"]);
+        assert_eq!(job.fields["amount"], FieldKind::Money);
+        assert_eq!(job.backfill.max_records, 500);
+        assert_eq!(job.backfill.max_ratio, 0.10);
+        assert!(
+            matches!(job.tolerances["created"], ToleranceSetting::Duration(ref d) if d == "5s")
+        );
+        match &job.target {
+            EndpointConfig::Sql { columns, table, .. } => {
+                assert_eq!(table, "payments");
+                assert_eq!(columns["amount"], "amount_cents");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_a_suggestion() {
+        let bad = GOOD.replace("window = \"yesterday\"", "windw = \"yesterday\"");
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("unknown field `windw`"), "{e}");
+        assert!(e.contains("did you mean `window`?"), "{e}");
+        let bad = GOOD.replace("table = \"payments\"", "tabel = \"payments\"");
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("did you mean `table`?"), "{e}");
+        let bad = GOOD.replace("mode = \"insert\"", "mode = \"inserts\"");
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("did you mean `insert`?"), "{e}");
+        let bad = GOOD.replace("type = \"sql\"", "type = \"postgres\"");
+        assert!(parse(&bad).is_err());
+    }
+
+    #[test]
+    fn env_placeholders_expand_and_missing_ones_are_named() {
+        let env = |k: &str| (k == "PGPASSWORD").then(|| "s3cret".to_string());
+        assert_eq!(
+            expand_with("postgres://u:${PGPASSWORD}@h/db", "target.url", env).unwrap(),
+            "postgres://u:s3cret@h/db"
+        );
+        let e = expand_with("x/${EXPORT_DAY}.csv", "job `charges` source.path", env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("EXPORT_DAY is not set") && e.contains("source.path"),
+            "{e}"
+        );
+        assert!(expand_with("${oops", "x", env).is_err());
+        assert!(expand_with("${a-b}", "x", env).is_err());
+    }
+
+    #[test]
+    fn resolving_expands_env_and_hides_secrets_in_debug() {
+        std::env::set_var("RECON_TEST_PW_7", "hunter2");
+        std::env::set_var("EXPORT_DAY", "2026-11-28");
+        let text = GOOD.replace("${PGPASSWORD}", "${RECON_TEST_PW_7}");
+        let job = parse(&text).unwrap().job(None).unwrap();
+        assert_eq!(job.timezone, "America/New_York");
+        let debug = format!("{job:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        match &job.job.target {
+            EndpointConfig::Sql { url, .. } => assert!(url.expose().contains("hunter2")),
+            other => panic!("{other:?}"),
+        }
+        let e = parse(GOOD)
+            .unwrap()
+            .job(Some("chargse"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `charges`?"), "{e}");
+    }
+}

@@ -1,0 +1,454 @@
+//! The run lock: at most one live run per job.
+//!
+//! - **PostgreSQL**: `pg_try_advisory_lock` on a stable hash of the job, on
+//!   a connection of its own that the lock holds. PostgreSQL releases it when
+//!   [`RunLock::release`] unlocks it or when that connection closes, so a
+//!   killed process frees the job at once. The `recon_locks` row only says
+//!   who holds it, for the message another run prints.
+//! - **SQLite**: the `recon_locks` row is the lock. Its holder refreshes
+//!   `heartbeat_at` every third of `stale_after`; a row whose heartbeat is
+//!   older than `stale_after` belonged to a run that died and is taken over
+//!   (with a warning). Acquisition is one atomic upsert, so two processes
+//!   cannot both win.
+//!
+//! Dropping a [`RunLock`] without [`RunLock::release`] stops the heartbeat,
+//! closes the PostgreSQL connection and deletes the row in the background
+//! (only if still ours).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use sqlx::{AnyConnection, AnyPool, Connection, Row};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::{friendly, random_u64, stable_hash, ts_text, Backend, StateError, StateStore};
+
+/// Shortest heartbeat period, whatever `stale_after` is.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(50);
+
+/// A held run lock of one job. Call [`RunLock::release`] when the run ends.
+pub struct RunLock {
+    job: String,
+    owner: String,
+    acquired_at: Timestamp,
+    held: Arc<AtomicBool>,
+    pool: AnyPool,
+    display: String,
+    /// PostgreSQL: the advisory lock key.
+    advisory_key: Option<i64>,
+    stop: Option<oneshot::Sender<()>>,
+    /// The heartbeat; it hands back the PostgreSQL lock connection.
+    task: Option<JoinHandle<Option<AnyConnection>>>,
+}
+
+impl std::fmt::Debug for RunLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLock")
+            .field("job", &self.job)
+            .field("owner", &self.owner)
+            .field("acquired_at", &self.acquired_at)
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `host:pid:random`, unique per lock, readable in the error another run
+/// prints.
+fn new_owner() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".to_string());
+    format!(
+        "{}:{}:{:08x}",
+        host.trim(),
+        std::process::id(),
+        random_u64() as u32
+    )
+}
+
+/// The `recon_locks` row of a job: owner, acquired_at, heartbeat_at.
+async fn lock_row(
+    store: &StateStore,
+    job: &str,
+) -> Result<Option<(String, String, String)>, StateError> {
+    let context = "reading the run lock";
+    let row =
+        sqlx::query("SELECT owner, acquired_at, heartbeat_at FROM recon_locks WHERE job = $1")
+            .bind(job.to_string())
+            .fetch_optional(&store.pool)
+            .await
+            .map_err(store.db(context))?;
+    match row {
+        None => Ok(None),
+        Some(r) => Ok(Some((
+            r.try_get(0).map_err(store.db(context))?,
+            r.try_get(1).map_err(store.db(context))?,
+            r.try_get(2).map_err(store.db(context))?,
+        ))),
+    }
+}
+
+pub(super) async fn acquire(
+    store: &StateStore,
+    job: &str,
+    stale_after: Duration,
+) -> Result<RunLock, StateError> {
+    if job.is_empty() {
+        return Err(StateError::Invalid("a run lock needs a job name".into()));
+    }
+    if stale_after.is_zero() {
+        return Err(StateError::Invalid(
+            "the run lock's stale_after must be longer than zero".into(),
+        ));
+    }
+    let owner = new_owner();
+    let every = (stale_after / 3).max(MIN_HEARTBEAT);
+    match store.backend {
+        Backend::Sqlite => acquire_sqlite(store, job, owner, stale_after, every).await,
+        Backend::Postgres => acquire_postgres(store, job, owner, every).await,
+    }
+}
+
+async fn acquire_sqlite(
+    store: &StateStore,
+    job: &str,
+    owner: String,
+    stale_after: Duration,
+    every: Duration,
+) -> Result<RunLock, StateError> {
+    let context = "acquiring the run lock";
+    let now = Timestamp::now();
+    let stale = SignedDuration::try_from(stale_after).unwrap_or(SignedDuration::MAX);
+    let cutoff = now.checked_sub(stale).unwrap_or(Timestamp::MIN);
+    let previous = lock_row(store, job).await?;
+    // One statement: insert, or take over a stale row; a live row stays.
+    let won = sqlx::query(
+        "INSERT INTO recon_locks (job, owner, acquired_at, heartbeat_at) VALUES ($1, $2, $3, $3) \
+         ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, \
+         acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at \
+         WHERE recon_locks.heartbeat_at < $4",
+    )
+    .bind(job.to_string())
+    .bind(owner.clone())
+    .bind(ts_text(now))
+    .bind(ts_text(cutoff))
+    .execute(&store.pool)
+    .await
+    .map_err(store.db(context))?
+    .rows_affected()
+        == 1;
+    if !won {
+        let (holder, since, heartbeat) = match lock_row(store, job).await? {
+            Some(row) => row,
+            // Released between the two statements: let the caller retry.
+            None => ("unknown".into(), "an unknown time".into(), String::new()),
+        };
+        let expires = heartbeat
+            .parse::<Timestamp>()
+            .ok()
+            .and_then(|h| h.checked_add(stale).ok())
+            .map(|t| format!(" (at {t} unless it beats again)"))
+            .unwrap_or_default();
+        return Err(StateError::Locked {
+            job: job.to_string(),
+            owner: holder,
+            since,
+            hint: format!(
+                "if that run died, the lock expires {} after its last heartbeat{expires}; \
+                 then run again",
+                friendly(stale_after)
+            ),
+        });
+    }
+    if let Some((old_owner, since, heartbeat)) = previous {
+        tracing::warn!(
+            message = "Took over the run lock of a run that stopped beating; it probably died.",
+            job,
+            previous_owner = %old_owner,
+            previous_since = %since,
+            last_heartbeat = %heartbeat,
+            stale_after = %friendly(stale_after),
+        );
+    }
+    Ok(RunLock::start(store, job, owner, now, None, None, every))
+}
+
+async fn acquire_postgres(
+    store: &StateStore,
+    job: &str,
+    owner: String,
+    every: Duration,
+) -> Result<RunLock, StateError> {
+    let context = "acquiring the run lock";
+    let key = stable_hash(&format!("recon:run-lock:{job}"));
+    let mut conn =
+        AnyConnection::connect(&store.url)
+            .await
+            .map_err(|source| StateError::Connect {
+                url: store.display.clone(),
+                hint: "check that PostgreSQL is running and accepts one more connection".into(),
+                source,
+            })?;
+    let got: bool = sqlx::query("SELECT pg_try_advisory_lock($1)")
+        .bind(key)
+        .fetch_one(&mut conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(store.db(context))?;
+    if !got {
+        let _ = conn.close().await;
+        let (holder, since) = match lock_row(store, job).await? {
+            Some((o, s, _)) => (o, s),
+            None => ("unknown".into(), "an unknown time".into()),
+        };
+        return Err(StateError::Locked {
+            job: job.to_string(),
+            owner: holder,
+            since,
+            hint: "if that run died, the lock expires as soon as its PostgreSQL session ends \
+                   (stop the process, or end its session with pg_terminate_backend); \
+                   then run again"
+                .into(),
+        });
+    }
+    let now = Timestamp::now();
+    let previous = lock_row(store, job).await?;
+    sqlx::query(
+        "INSERT INTO recon_locks (job, owner, acquired_at, heartbeat_at) VALUES ($1, $2, $3, $3) \
+         ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, \
+         acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at",
+    )
+    .bind(job.to_string())
+    .bind(owner.clone())
+    .bind(ts_text(now))
+    .execute(&mut conn)
+    .await
+    .map_err(store.db(context))?;
+    if let Some((old_owner, since, heartbeat)) = previous {
+        tracing::warn!(
+            message = "The previous holder of this run lock ended without releasing it; it probably died.",
+            job,
+            previous_owner = %old_owner,
+            previous_since = %since,
+            last_heartbeat = %heartbeat,
+        );
+    }
+    Ok(RunLock::start(
+        store,
+        job,
+        owner,
+        now,
+        Some(key),
+        Some(conn),
+        every,
+    ))
+}
+
+/// Refreshes `heartbeat_at` every `every` until told to stop; returns the
+/// PostgreSQL lock connection, if it still has it.
+async fn heartbeat(
+    pool: AnyPool,
+    mut conn: Option<AnyConnection>,
+    job: String,
+    owner: String,
+    every: Duration,
+    held: Arc<AtomicBool>,
+    mut stop: oneshot::Receiver<()>,
+) -> Option<AnyConnection> {
+    let sql = "UPDATE recon_locks SET heartbeat_at = $1 WHERE job = $2 AND owner = $3";
+    let postgres = conn.is_some();
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => return conn,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let q = sqlx::query(sql)
+            .bind(ts_text(Timestamp::now()))
+            .bind(job.clone())
+            .bind(owner.clone());
+        let result = match conn.as_mut() {
+            Some(c) => q.execute(c).await,
+            None => q.execute(&pool).await,
+        };
+        match result {
+            Ok(r) if r.rows_affected() == 0 && !postgres => {
+                held.store(false, Ordering::SeqCst);
+                tracing::error!(
+                    message = "Another process took over this run's lock (our heartbeat was too late); this run should stop.",
+                    job = %job,
+                    owner = %owner,
+                );
+                return None;
+            }
+            Ok(_) => {}
+            Err(e) if postgres => {
+                // The lock lives and dies with this session.
+                held.store(false, Ordering::SeqCst);
+                tracing::error!(
+                    message = "Lost the connection holding this run's lock; another run may start; this run should stop.",
+                    job = %job,
+                    error = %e,
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(message = "Run lock heartbeat failed; retrying.", job = %job, error = %e);
+            }
+        }
+    }
+}
+
+impl RunLock {
+    fn start(
+        store: &StateStore,
+        job: &str,
+        owner: String,
+        acquired_at: Timestamp,
+        advisory_key: Option<i64>,
+        conn: Option<AnyConnection>,
+        every: Duration,
+    ) -> RunLock {
+        let held = Arc::new(AtomicBool::new(true));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(heartbeat(
+            store.pool.clone(),
+            conn,
+            job.to_string(),
+            owner.clone(),
+            every,
+            held.clone(),
+            stop_rx,
+        ));
+        RunLock {
+            job: job.to_string(),
+            owner,
+            acquired_at,
+            held,
+            pool: store.pool.clone(),
+            display: store.display.clone(),
+            advisory_key,
+            stop: Some(stop_tx),
+            task: Some(task),
+        }
+    }
+
+    /// The job locked.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// This holder's id, `host:pid:random`.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// When the lock was acquired.
+    pub fn acquired_at(&self) -> Timestamp {
+        self.acquired_at
+    }
+
+    /// False once the heartbeat found the lock lost (taken over after a
+    /// stall on SQLite, connection lost on PostgreSQL): the run should stop
+    /// before writing more.
+    pub fn is_held(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Stops the heartbeat and releases the lock (deleting the row only if
+    /// it is still ours).
+    pub async fn release(mut self) -> Result<(), StateError> {
+        let context = "releasing the run lock";
+        let db = |source| StateError::Database {
+            url: self.display.clone(),
+            context: context.to_string(),
+            source,
+        };
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let conn = match self.task.take() {
+            Some(task) => task.await.ok().flatten(),
+            None => None,
+        };
+        let delete = "DELETE FROM recon_locks WHERE job = $1 AND owner = $2";
+        let deleted = match (conn, self.advisory_key) {
+            (Some(mut conn), Some(key)) => {
+                let deleted = sqlx::query(delete)
+                    .bind(self.job.clone())
+                    .bind(self.owner.clone())
+                    .execute(&mut conn)
+                    .await
+                    .map_err(db)?
+                    .rows_affected();
+                sqlx::query("SELECT pg_advisory_unlock($1)")
+                    .bind(key)
+                    .execute(&mut conn)
+                    .await
+                    .map_err(db)?;
+                let _ = conn.close().await;
+                deleted
+            }
+            _ => sqlx::query(delete)
+                .bind(self.job.clone())
+                .bind(self.owner.clone())
+                .execute(&self.pool)
+                .await
+                .map_err(db)?
+                .rows_affected(),
+        };
+        if deleted == 0 && self.advisory_key.is_none() {
+            tracing::warn!(
+                message = "The run lock had already been taken over by another process.",
+                job = %self.job,
+            );
+        }
+        self.held.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Stops the heartbeat and drops the PostgreSQL connection without
+    /// touching the row, as a killed process would.
+    #[cfg(test)]
+    pub(crate) fn abandon(mut self) {
+        self.stop.take();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        // Dropping the heartbeat drops the PostgreSQL connection, which
+        // frees the advisory lock.
+        self.stop.take();
+        task.abort();
+        self.held.store(false, Ordering::SeqCst);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let pool = self.pool.clone();
+            let job = self.job.clone();
+            let owner = self.owner.clone();
+            handle.spawn(async move {
+                let _ = sqlx::query("DELETE FROM recon_locks WHERE job = $1 AND owner = $2")
+                    .bind(job)
+                    .bind(owner)
+                    .execute(&pool)
+                    .await;
+            });
+        }
+    }
+}

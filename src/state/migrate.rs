@@ -1,0 +1,216 @@
+//! The schema of the state database and the runner that creates and
+//! upgrades it.
+//!
+//! `recon_schema_version` lists the steps applied. Each step is a numbered
+//! list of DDL statements per dialect; steps are only ever appended. The
+//! runner applies the missing steps in one transaction that first takes a
+//! database-wide lock (`BEGIN IMMEDIATE` on SQLite, a transaction-scoped
+//! advisory lock on PostgreSQL), so running it twice, or from two processes
+//! at once, applies each step exactly once.
+
+use jiff::Timestamp;
+use sqlx::{AnyPool, Row};
+
+use super::{stable_hash, ts_text, Backend, StateError};
+
+/// One schema step.
+pub(crate) struct Step {
+    /// Its number; steps are applied in order.
+    pub version: i64,
+    /// What it does, kept in `recon_schema_version`.
+    pub name: &'static str,
+    /// Its statements on SQLite.
+    pub sqlite: &'static [&'static str],
+    /// Its statements on PostgreSQL.
+    pub postgres: &'static [&'static str],
+}
+
+/// Every step, oldest first. Append; never edit a released step.
+pub(crate) const STEPS: &[Step] = &[Step {
+    version: 1,
+    name: "runs, backfill ledger, discrepancy history, run locks",
+    sqlite: &[
+        "CREATE TABLE recon_runs (
+            id TEXT NOT NULL PRIMARY KEY,
+            job TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            window_end TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            status TEXT NOT NULL CHECK (status IN ('running', 'clean', 'discrepancies', 'failed', 'crashed')),
+            dry_run INTEGER NOT NULL CHECK (dry_run IN (0, 1)),
+            counts TEXT,
+            report_dir TEXT,
+            error TEXT
+        )",
+        "CREATE INDEX recon_runs_job_started ON recon_runs (job, started_at)",
+        "CREATE INDEX recon_runs_started ON recon_runs (started_at)",
+        "CREATE TABLE recon_backfill_items (
+            plan_id TEXT NOT NULL,
+            job TEXT NOT NULL,
+            external_id TEXT NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
+            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (plan_id, external_id)
+        )",
+        "CREATE INDEX recon_backfill_items_job_status ON recon_backfill_items (job, status)",
+        "CREATE TABLE recon_discrepancies (
+            job TEXT NOT NULL,
+            class TEXT NOT NULL CHECK (class IN ('gap', 'orphan', 'mismatch', 'duplicate')),
+            external_id TEXT NOT NULL,
+            first_seen_run TEXT NOT NULL,
+            first_seen_at TEXT NOT NULL,
+            last_seen_run TEXT NOT NULL,
+            last_seen_at TEXT NOT NULL,
+            resolved_at TEXT,
+            PRIMARY KEY (job, class, external_id)
+        )",
+        "CREATE TABLE recon_locks (
+            job TEXT NOT NULL PRIMARY KEY,
+            owner TEXT NOT NULL,
+            acquired_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL
+        )",
+    ],
+    postgres: &[
+        "CREATE TABLE recon_runs (
+            id TEXT NOT NULL PRIMARY KEY,
+            job TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            window_end TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            status TEXT NOT NULL CHECK (status IN ('running', 'clean', 'discrepancies', 'failed', 'crashed')),
+            dry_run BIGINT NOT NULL CHECK (dry_run IN (0, 1)),
+            counts TEXT,
+            report_dir TEXT,
+            error TEXT
+        )",
+        "CREATE INDEX recon_runs_job_started ON recon_runs (job, started_at)",
+        "CREATE INDEX recon_runs_started ON recon_runs (started_at)",
+        "CREATE TABLE recon_backfill_items (
+            plan_id TEXT NOT NULL,
+            job TEXT NOT NULL,
+            external_id TEXT NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
+            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded')),
+            attempts BIGINT NOT NULL DEFAULT 0,
+            last_error TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (plan_id, external_id)
+        )",
+        "CREATE INDEX recon_backfill_items_job_status ON recon_backfill_items (job, status)",
+        "CREATE TABLE recon_discrepancies (
+            job TEXT NOT NULL,
+            class TEXT NOT NULL CHECK (class IN ('gap', 'orphan', 'mismatch', 'duplicate')),
+            external_id TEXT NOT NULL,
+            first_seen_run TEXT NOT NULL,
+            first_seen_at TEXT NOT NULL,
+            last_seen_run TEXT NOT NULL,
+            last_seen_at TEXT NOT NULL,
+            resolved_at TEXT,
+            PRIMARY KEY (job, class, external_id)
+        )",
+        "CREATE TABLE recon_locks (
+            job TEXT NOT NULL PRIMARY KEY,
+            owner TEXT NOT NULL,
+            acquired_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL
+        )",
+    ],
+}];
+
+/// The schema version this build writes.
+pub(crate) fn latest() -> i64 {
+    STEPS.last().map_or(0, |s| s.version)
+}
+
+/// Brings the schema up to date; see the module docs.
+pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Result<(), StateError> {
+    let fail = |what: &str, e: sqlx::Error| StateError::Migrate {
+        url: display.to_string(),
+        message: format!("{what}: {e}"),
+    };
+    let mut tx = match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+        Backend::Postgres => pool.begin().await,
+    }
+    .map_err(|e| fail("starting the migration transaction", e))?;
+    if backend == Backend::Postgres {
+        // Serialises concurrent migrations, including the CREATE TABLE IF
+        // NOT EXISTS below (which PostgreSQL does not make race-free).
+        sqlx::query("SELECT COUNT(*) FROM (SELECT pg_advisory_xact_lock($1)) AS l")
+            .bind(stable_hash("recon:schema-migrations"))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| fail("waiting for the migration lock", e))?;
+    }
+    let version_ddl = match backend {
+        Backend::Sqlite => {
+            "CREATE TABLE IF NOT EXISTS recon_schema_version (
+                version INTEGER NOT NULL PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at TEXT NOT NULL
+            )"
+        }
+        Backend::Postgres => {
+            "CREATE TABLE IF NOT EXISTS recon_schema_version (
+                version BIGINT NOT NULL PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at TEXT NOT NULL
+            )"
+        }
+    };
+    sqlx::query(version_ddl)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| fail("creating recon_schema_version", e))?;
+    let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM recon_schema_version")
+        .fetch_one(&mut *tx)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| fail("reading the schema version", e))?;
+    if current > latest() {
+        return Err(StateError::Migrate {
+            url: display.to_string(),
+            message: format!(
+                "the database is at schema version {current}, newer than this recon understands ({}); \
+                 upgrade recon, or point it at another state database",
+                latest()
+            ),
+        });
+    }
+    let now = ts_text(Timestamp::now());
+    for step in STEPS.iter().filter(|s| s.version > current) {
+        let statements = match backend {
+            Backend::Sqlite => step.sqlite,
+            Backend::Postgres => step.postgres,
+        };
+        for sql in statements {
+            sqlx::query(sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| fail(&format!("schema step {} ({})", step.version, step.name), e))?;
+        }
+        sqlx::query(
+            "INSERT INTO recon_schema_version (version, name, applied_at) VALUES ($1, $2, $3)",
+        )
+        .bind(step.version)
+        .bind(step.name)
+        .bind(now.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| fail("recording the schema version", e))?;
+        tracing::debug!(
+            message = "Applied a state schema step.",
+            version = step.version,
+            name = step.name
+        );
+    }
+    tx.commit()
+        .await
+        .map_err(|e| fail("committing the schema", e))
+}

@@ -1,0 +1,1008 @@
+//! The run state store: what recon remembers between runs.
+//!
+//! One small database, SQLite by default (`sqlite://PATH`) or PostgreSQL
+//! (`postgres://…`) when several machines share the work, reached through
+//! sqlx's `Any` driver with runtime SQL (no macros, no compile-time database).
+//!
+//! - **Runs** (`recon_runs`): one row per run, `running` until
+//!   [`StateStore::finish_run`]. A run still `running` when the next run of
+//!   its job starts died (the run lock guarantees none is live), so
+//!   [`StateStore::start_run`] marks it `crashed`.
+//!   [`StateStore::last_success_end`] feeds the `since-last-success` window.
+//! - **Backfill ledger** (`recon_backfill_items`): every planned write and
+//!   its outcome, so that a run started again after a crash writes each
+//!   missing record exactly once. A plan's id is the id of the run that made
+//!   it; that link is how a crashed run's `planned` items become
+//!   `superseded`.
+//! - **Discrepancy history** (`recon_discrepancies`): when each open
+//!   discrepancy was first and last seen, and when it was resolved, so that
+//!   reports can say "new", "open since …" and "resolved".
+//! - **Run lock** (`recon_locks`, plus a PostgreSQL advisory lock): at most
+//!   one live run per job, whatever the scheduler does. See [`RunLock`].
+//!
+//! Every instant is stored as fixed-width RFC 3339 UTC text with nanoseconds
+//! (`2026-11-28T00:00:00.000000000Z`): exact, readable in any SQL client, and
+//! ordered when compared as text. The schema is created and upgraded by the
+//! small runner in `migrate`.
+
+mod lock;
+mod migrate;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use recon_core::{redact_url, Window};
+use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
+
+pub use lock::RunLock;
+
+/// Rows per multi-row statement (at most 3 bound values per row, well under
+/// SQLite's 32,766 and PostgreSQL's 65,535 parameters).
+const BATCH: usize = 5000;
+
+/// How long a SQLite connection waits for another writer before failing.
+const SQLITE_BUSY_TIMEOUT_MS: u32 = 30_000;
+
+/// Run statuses, in the order of a run's life.
+pub const RUN_STATUSES: [&str; 5] = ["running", "clean", "discrepancies", "failed", "crashed"];
+
+/// Statuses a run may finish with.
+const FINAL_STATUSES: [&str; 4] = ["clean", "discrepancies", "failed", "crashed"];
+
+/// Backfill actions.
+const ACTIONS: [&str; 2] = ["insert", "update"];
+
+/// Why the state store could not do what was asked. Messages say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The URL names no supported backend.
+    #[error("unsupported state URL `{url}`: {reason}")]
+    UnsupportedUrl {
+        /// The URL, password redacted.
+        url: String,
+        /// What is wrong and what to use instead.
+        reason: String,
+    },
+    /// The database could not be reached or opened.
+    #[error("cannot open the state database {url}: {source}; {hint}")]
+    Connect {
+        /// The URL, password redacted.
+        url: String,
+        /// What to check.
+        hint: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The schema could not be created or upgraded.
+    #[error("cannot prepare the schema of the state database {url}: {message}")]
+    Migrate {
+        /// The URL, password redacted.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// Another run of the job holds the run lock.
+    #[error("job `{job}` is already running (since {since}, owner {owner}); {hint}")]
+    Locked {
+        /// The job.
+        job: String,
+        /// Who holds the lock (`host:pid:random`), or `unknown`.
+        owner: String,
+        /// When it was acquired, RFC 3339, or `an unknown time`.
+        since: String,
+        /// What happens if that run died, and what to do.
+        hint: String,
+    },
+    /// No run has this id.
+    #[error("no run `{0}` in the state database; pass the id that start_run returned")]
+    UnknownRun(String),
+    /// An argument is outside what the store accepts.
+    #[error("{0}")]
+    Invalid(String),
+    /// A statement failed.
+    #[error("state database {url}: {context}: {source}")]
+    Database {
+        /// The URL, password redacted.
+        url: String,
+        /// What recon was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A stored value cannot be read back.
+    #[error("state database {url}: {context}: {detail}; was the database edited by hand?")]
+    Corrupt {
+        /// The URL, password redacted.
+        url: String,
+        /// What was being read.
+        context: String,
+        /// The offending value.
+        detail: String,
+    },
+}
+
+/// Which database holds the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres,
+}
+
+impl Backend {
+    /// Name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+        }
+    }
+}
+
+/// The status of one backfill item in the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ItemStatus {
+    /// In a plan, not yet written.
+    Planned,
+    /// Written to the target.
+    Applied,
+    /// The last write attempt failed.
+    Failed,
+    /// Its plan belonged to a run that crashed; a later run plans afresh.
+    Superseded,
+}
+
+impl ItemStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Planned => "planned",
+            ItemStatus::Applied => "applied",
+            ItemStatus::Failed => "failed",
+            ItemStatus::Superseded => "superseded",
+        }
+    }
+}
+
+impl fmt::Display for ItemStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ItemStatus {
+    type Err = StateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "planned" => Ok(ItemStatus::Planned),
+            "applied" => Ok(ItemStatus::Applied),
+            "failed" => Ok(ItemStatus::Failed),
+            "superseded" => Ok(ItemStatus::Superseded),
+            _ => Err(StateError::Invalid(format!(
+                "unknown backfill item status `{s}`; expected planned, applied, failed or superseded"
+            ))),
+        }
+    }
+}
+
+/// The class of a discrepancy, as kept in its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// In the source, missing in the target.
+    Gap,
+    /// In the target, missing in the source.
+    Orphan,
+    /// In both, a compared field differs.
+    Mismatch,
+    /// The ID appears more than once on one side.
+    Duplicate,
+}
+
+impl Class {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Gap => "gap",
+            Class::Orphan => "orphan",
+            Class::Mismatch => "mismatch",
+            Class::Duplicate => "duplicate",
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Class {
+    type Err = StateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "gap" => Ok(Class::Gap),
+            "orphan" => Ok(Class::Orphan),
+            "mismatch" => Ok(Class::Mismatch),
+            "duplicate" => Ok(Class::Duplicate),
+            _ => Err(StateError::Invalid(format!(
+                "unknown discrepancy class `{s}`; expected gap, orphan, mismatch or duplicate"
+            ))),
+        }
+    }
+}
+
+/// The stable ID of a discrepancy across runs: `{job}:{class}:{external_id}`.
+pub fn discrepancy_id(job: &str, class: Class, external_id: &str) -> String {
+    format!("{job}:{class}:{external_id}")
+}
+
+/// One item of a backfill plan, as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerItem {
+    /// The record's external ID.
+    pub external_id: String,
+    /// `insert` or `update`.
+    pub action: String,
+    /// Where the item stands.
+    pub status: ItemStatus,
+    /// Write attempts so far.
+    pub attempts: i64,
+    /// The error of the last attempt, if it failed.
+    pub last_error: Option<String>,
+}
+
+/// One run, as [`StateStore::recent_runs`] lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    /// The run id.
+    pub id: String,
+    /// The job.
+    pub job: String,
+    /// First instant of the window.
+    pub window_start: Timestamp,
+    /// First instant after the window.
+    pub window_end: Timestamp,
+    /// When the run started.
+    pub started_at: Timestamp,
+    /// When it finished; `None` while running or if it crashed.
+    pub finished_at: Option<Timestamp>,
+    /// One of [`RUN_STATUSES`].
+    pub status: String,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// The counts it finished with.
+    pub counts: Option<serde_json::Value>,
+    /// Where its reports are.
+    pub report_dir: Option<String>,
+    /// Why it failed or crashed.
+    pub error: Option<String>,
+}
+
+/// How the open discrepancies of a job changed with one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiscrepancyDelta {
+    /// Seen for the first time (or again after having been resolved).
+    pub new: HashSet<(Class, String)>,
+    /// Still open, with when each was first seen.
+    pub persisting: HashMap<(Class, String), Timestamp>,
+    /// Open before, gone now, with when each was first seen; sorted.
+    pub resolved: Vec<(Class, String, Timestamp)>,
+}
+
+/// The run state store. Cheap to share by reference; all methods take `&self`.
+pub struct StateStore {
+    pool: AnyPool,
+    backend: Backend,
+    /// The full URL (may hold a password): for the lock's own connections.
+    url: String,
+    /// The URL for messages, password redacted.
+    display: String,
+}
+
+impl fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateStore")
+            .field("url", &self.display)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Instants as stored: fixed-width RFC 3339 UTC with nanoseconds, so that
+/// text order is time order.
+pub(crate) fn ts_text(t: Timestamp) -> String {
+    let dt = jiff::tz::Offset::UTC.to_datetime(t);
+    format!(
+        "{}.{:09}Z",
+        dt.strftime("%Y-%m-%dT%H:%M:%S"),
+        dt.subsec_nanosecond()
+    )
+}
+
+/// A duration for messages (`30m`, `1h 30m`, `1s`).
+pub(crate) fn friendly(d: Duration) -> String {
+    match jiff::SignedDuration::try_from(d) {
+        Ok(s) => format!("{s:#}"),
+        Err(_) => format!("{d:?}"),
+    }
+}
+
+/// A random 64-bit value: std's per-process random hash keys, a counter and
+/// the clock, enough for unique run ids and lock owners.
+pub(crate) fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// FNV-1a: a hash that is the same in every process and every build, for
+/// PostgreSQL advisory lock keys.
+pub(crate) fn stable_hash(text: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h as i64
+}
+
+/// The backend of a state URL and the URL to connect with.
+fn normalize_url(url: &str) -> Result<(Backend, String), StateError> {
+    let unsupported = |reason: String| StateError::UnsupportedUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let scheme = url
+        .split_once(':')
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    match scheme.as_str() {
+        "postgres" | "postgresql" => Ok((Backend::Postgres, url.to_string())),
+        "sqlite" => {
+            let rest = url["sqlite:".len()..].trim_start_matches("//");
+            let (path, query) = match rest.split_once('?') {
+                Some((p, q)) => (p, Some(q)),
+                None => (rest, None),
+            };
+            if path.is_empty() {
+                return Err(unsupported(
+                    "it names no file; use sqlite://PATH, e.g. sqlite://recon-state.db".into(),
+                ));
+            }
+            if path != ":memory:" {
+                if let Some(parent) = std::path::Path::new(path).parent() {
+                    if !parent.as_os_str().is_empty() && !parent.exists() {
+                        std::fs::create_dir_all(parent).map_err(|e| {
+                            unsupported(format!(
+                                "cannot create the folder {} for the state file ({e}); create it or choose another path",
+                                parent.display()
+                            ))
+                        })?;
+                    }
+                }
+            }
+            let has_mode = query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("mode=")));
+            let url = match (has_mode, query) {
+                (true, _) => url.to_string(),
+                (false, Some(_)) => format!("{url}&mode=rwc"),
+                (false, None) => format!("{url}?mode=rwc"),
+            };
+            Ok((Backend::Sqlite, url))
+        }
+        "mysql" | "mariadb" => Err(unsupported(
+            "MySQL/MariaDB cannot hold the run state; use sqlite://PATH (the default) or postgres://…"
+                .into(),
+        )),
+        _ => Err(unsupported(format!(
+            "unknown scheme `{scheme}`; use sqlite://PATH (the default) or postgres://USER@HOST/DB"
+        ))),
+    }
+}
+
+/// Placeholders `($a, $b, …)` for one row, numbered from `first`, around
+/// fixed leading and trailing expressions.
+fn numbered(first: usize, count: usize) -> impl Iterator<Item = String> {
+    (first..first + count).map(|n| format!("${n}"))
+}
+
+impl StateStore {
+    /// Connects to the state database (creating a SQLite file if missing)
+    /// and brings its schema up to date.
+    pub async fn open(url: &str) -> Result<StateStore, StateError> {
+        sqlx::any::install_default_drivers();
+        let display = redact_url(url);
+        let (backend, url) = normalize_url(url)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(60))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        sqlx::query(&format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"))
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .map_err(|source| StateError::Connect {
+                url: display.clone(),
+                hint: match backend {
+                    Backend::Sqlite => {
+                        "check that the path is writable and is a SQLite file".into()
+                    }
+                    Backend::Postgres => {
+                        "check that PostgreSQL is running, the database exists and the URL is right"
+                            .into()
+                    }
+                },
+                source,
+            })?;
+        let store = StateStore {
+            pool,
+            backend,
+            url,
+            display,
+        };
+        if backend == Backend::Sqlite {
+            // Readers never wait for the writer; persistent in the file.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&store.pool)
+                .await
+                .map_err(store.db("switching to WAL journal mode"))?;
+        }
+        migrate::run(&store.pool, backend, &store.display).await?;
+        Ok(store)
+    }
+
+    /// Which database holds the state.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL, password redacted, for messages.
+    pub fn describe(&self) -> &str {
+        &self.display
+    }
+
+    /// Closes every connection (a held [`RunLock`] keeps its own).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    fn db(&self, context: &str) -> impl FnOnce(sqlx::Error) -> StateError + '_ {
+        let context = context.to_string();
+        move |source| StateError::Database {
+            url: self.display.clone(),
+            context,
+            source,
+        }
+    }
+
+    fn corrupt(&self, context: &str, detail: String) -> StateError {
+        StateError::Corrupt {
+            url: self.display.clone(),
+            context: context.to_string(),
+            detail,
+        }
+    }
+
+    fn parse_ts(&self, context: &str, text: &str) -> Result<Timestamp, StateError> {
+        text.parse::<Timestamp>()
+            .map_err(|e| self.corrupt(context, format!("`{text}` is not a timestamp ({e})")))
+    }
+
+    /// A write transaction. On SQLite it takes the write lock at once
+    /// (`BEGIN IMMEDIATE`), so that it waits for other writers instead of
+    /// failing when it upgrades from reading to writing.
+    async fn begin_write(&self, context: &str) -> Result<Transaction<'static, Any>, StateError> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+        .map_err(self.db(context))
+    }
+
+    /// Acquires the run lock of `job`; see [`RunLock`]. On SQLite a lock
+    /// whose heartbeat is older than `stale_after` belonged to a run that
+    /// died and is taken over.
+    pub async fn acquire_lock(
+        &self,
+        job: &str,
+        stale_after: Duration,
+    ) -> Result<RunLock, StateError> {
+        lock::acquire(self, job, stale_after).await
+    }
+
+    /// Records the start of a run and returns its id. Earlier runs of this
+    /// job still `running` died (the caller holds the run lock), so they
+    /// become `crashed` and their `planned` backfill items `superseded`.
+    pub async fn start_run(
+        &self,
+        job: &str,
+        window: Window,
+        dry_run: bool,
+    ) -> Result<String, StateError> {
+        if job.is_empty() {
+            return Err(StateError::Invalid("a run needs a job name".into()));
+        }
+        let now = Timestamp::now();
+        let id = format!(
+            "{job}-{}-{:08x}",
+            now.strftime("%Y%m%dT%H%M%SZ"),
+            random_u64() as u32
+        );
+        let now_s = ts_text(now);
+        let context = "recording the start of a run";
+        let mut tx = self.begin_write(context).await?;
+        let superseded = sqlx::query(
+            "UPDATE recon_backfill_items SET status = 'superseded', updated_at = $1 \
+             WHERE job = $2 AND status = 'planned' AND plan_id IN \
+             (SELECT id FROM recon_runs WHERE job = $2 AND status = 'running')",
+        )
+        .bind(now_s.clone())
+        .bind(job.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(self.db(context))?
+        .rows_affected();
+        let crashed = sqlx::query(
+            "UPDATE recon_runs SET status = 'crashed', error = COALESCE(error, $1) \
+             WHERE job = $2 AND status = 'running' RETURNING id",
+        )
+        .bind(format!(
+            "the run ended without finishing (process killed or machine lost); found by run {id} at {now}"
+        ))
+        .bind(job.to_string())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(self.db(context))?;
+        sqlx::query(
+            "INSERT INTO recon_runs (id, job, window_start, window_end, started_at, finished_at, \
+             status, dry_run, counts, report_dir, error) \
+             VALUES ($1, $2, $3, $4, $5, NULL, 'running', $6, NULL, NULL, NULL)",
+        )
+        .bind(id.clone())
+        .bind(job.to_string())
+        .bind(ts_text(window.start))
+        .bind(ts_text(window.end))
+        .bind(now_s)
+        .bind(i64::from(dry_run))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.db(context))?;
+        tx.commit().await.map_err(self.db(context))?;
+        if !crashed.is_empty() {
+            let ids: Vec<String> = crashed
+                .iter()
+                .filter_map(|r| r.try_get::<String, _>(0).ok())
+                .collect();
+            tracing::warn!(
+                message = "Earlier runs of this job never finished; marked them crashed.",
+                job,
+                runs = %ids.join(", "),
+                superseded_items = superseded,
+            );
+        }
+        Ok(id)
+    }
+
+    /// Records how a run ended. `status` is one of `clean`,
+    /// `discrepancies`, `failed` or `crashed`.
+    pub async fn finish_run(
+        &self,
+        run_id: &str,
+        status: &str,
+        counts: &serde_json::Value,
+        report_dir: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), StateError> {
+        if !FINAL_STATUSES.contains(&status) {
+            return Err(StateError::Invalid(format!(
+                "a run cannot finish with status `{status}`; use one of {}",
+                FINAL_STATUSES.join(", ")
+            )));
+        }
+        let counts = serde_json::to_string(counts)
+            .map_err(|e| StateError::Invalid(format!("run counts are not JSON: {e}")))?;
+        let done = sqlx::query(
+            "UPDATE recon_runs SET finished_at = $1, status = $2, counts = $3, report_dir = $4, \
+             error = $5 WHERE id = $6",
+        )
+        .bind(ts_text(Timestamp::now()))
+        .bind(status.to_string())
+        .bind(counts)
+        .bind(report_dir.map(str::to_string))
+        .bind(error.map(str::to_string))
+        .bind(run_id.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("recording the end of a run"))?;
+        if done.rows_affected() == 0 {
+            return Err(StateError::UnknownRun(run_id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The window end of the job's latest (by start time) run that was not a
+    /// dry run and completed (`clean` or `discrepancies`): where a
+    /// `since-last-success` window starts.
+    pub async fn last_success_end(&self, job: &str) -> Result<Option<Timestamp>, StateError> {
+        let context = "reading the last successful run";
+        let row = sqlx::query(
+            "SELECT window_end FROM recon_runs WHERE job = $1 AND dry_run = 0 \
+             AND status IN ('clean', 'discrepancies') ORDER BY started_at DESC, id DESC LIMIT 1",
+        )
+        .bind(job.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        match row {
+            None => Ok(None),
+            Some(r) => {
+                let text: String = r.try_get(0).map_err(self.db(context))?;
+                self.parse_ts(context, &text).map(Some)
+            }
+        }
+    }
+
+    /// Records a backfill plan: each `(external_id, action)` with status
+    /// `planned` and no attempts, in multi-row inserts inside one
+    /// transaction. `plan_id` is by convention the id of the run making the
+    /// plan. Items already in the plan keep their state, so recording the
+    /// same plan again changes nothing.
+    pub async fn record_plan(
+        &self,
+        plan_id: &str,
+        job: &str,
+        items: &[(String, &str)],
+    ) -> Result<(), StateError> {
+        if let Some((id, action)) = items.iter().find(|(_, a)| !ACTIONS.contains(a)) {
+            return Err(StateError::Invalid(format!(
+                "backfill item `{id}` has action `{action}`; expected insert or update"
+            )));
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        let context = "recording a backfill plan";
+        let now_s = ts_text(Timestamp::now());
+        let mut tx = self.begin_write(context).await?;
+        for chunk in items.chunks(BATCH) {
+            let mut sql = String::with_capacity(64 + chunk.len() * 48);
+            sql.push_str(
+                "INSERT INTO recon_backfill_items (plan_id, job, external_id, action, status, \
+                 attempts, last_error, updated_at) VALUES ",
+            );
+            let mut args = AnyArguments::default();
+            add(&mut args, plan_id.to_string());
+            add(&mut args, job.to_string());
+            add(&mut args, now_s.clone());
+            for (i, (external_id, action)) in chunk.iter().enumerate() {
+                let p: Vec<String> = numbered(4 + 2 * i, 2).collect();
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!(
+                    "($1, $2, {}, {}, 'planned', 0, NULL, $3)",
+                    p[0], p[1]
+                ));
+                add(&mut args, external_id.clone());
+                add(&mut args, action.to_string());
+            }
+            sql.push_str(" ON CONFLICT (plan_id, external_id) DO NOTHING");
+            sqlx::query_with(&sql, args)
+                .persistent(false)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(context))?;
+        }
+        tx.commit().await.map_err(self.db(context))
+    }
+
+    /// Records write outcomes: each item's status and error, one more
+    /// attempt, in batched updates inside one transaction. When an id
+    /// appears more than once, its last outcome counts.
+    pub async fn mark_items(
+        &self,
+        plan_id: &str,
+        outcomes: &[(String, ItemStatus, Option<String>)],
+    ) -> Result<(), StateError> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        // The last outcome per id, in first-seen order.
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(outcomes.len());
+        let mut unique: Vec<&(String, ItemStatus, Option<String>)> = Vec::new();
+        for o in outcomes {
+            match index.get(o.0.as_str()) {
+                Some(&i) => unique[i] = o,
+                None => {
+                    index.insert(o.0.as_str(), unique.len());
+                    unique.push(o);
+                }
+            }
+        }
+        let context = "recording backfill outcomes";
+        let now_s = ts_text(Timestamp::now());
+        let mut tx = self.begin_write(context).await?;
+        let mut matched = 0u64;
+        for chunk in unique.chunks(BATCH) {
+            let mut rows = Vec::with_capacity(chunk.len());
+            let mut args = AnyArguments::default();
+            add(&mut args, plan_id.to_string());
+            add(&mut args, now_s.clone());
+            for (i, (external_id, status, error)) in chunk.iter().enumerate() {
+                let p: Vec<String> = numbered(3 + 3 * i, 3).collect();
+                rows.push(format!("({}, {}, {})", p[0], p[1], p[2]));
+                add(&mut args, external_id.clone());
+                add(&mut args, status.as_str().to_string());
+                add(&mut args, error.clone());
+            }
+            let sql = format!(
+                "WITH v (external_id, status, last_error) AS (VALUES {}) \
+                 UPDATE recon_backfill_items SET status = v.status, \
+                 attempts = recon_backfill_items.attempts + 1, last_error = v.last_error, \
+                 updated_at = $2 FROM v \
+                 WHERE recon_backfill_items.plan_id = $1 \
+                 AND recon_backfill_items.external_id = v.external_id",
+                rows.join(", ")
+            );
+            matched += sqlx::query_with(&sql, args)
+                .persistent(false)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(context))?
+                .rows_affected();
+        }
+        tx.commit().await.map_err(self.db(context))?;
+        if matched < unique.len() as u64 {
+            tracing::warn!(
+                message = "Some backfill outcomes name items that are not in the plan; they were not recorded.",
+                plan = plan_id,
+                outcomes = unique.len(),
+                recorded = matched,
+            );
+        }
+        Ok(())
+    }
+
+    /// Every item of a plan, by external ID.
+    pub async fn plan_items(&self, plan_id: &str) -> Result<Vec<LedgerItem>, StateError> {
+        let context = "reading a backfill plan";
+        let rows = sqlx::query(
+            "SELECT external_id, action, status, attempts, last_error FROM recon_backfill_items \
+             WHERE plan_id = $1 ORDER BY external_id",
+        )
+        .bind(plan_id.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get(2).map_err(self.db(context))?;
+                Ok(LedgerItem {
+                    external_id: r.try_get(0).map_err(self.db(context))?,
+                    action: r.try_get(1).map_err(self.db(context))?,
+                    status: status
+                        .parse()
+                        .map_err(|e: StateError| self.corrupt(context, e.to_string()))?,
+                    attempts: r.try_get(3).map_err(self.db(context))?,
+                    last_error: r.try_get(4).map_err(self.db(context))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Updates the discrepancy history of `job` with what run `run_id` found
+    /// at `now`, and says what is new, what persists and what was resolved.
+    ///
+    /// Each current `(class, id)` is upserted: a new one (or one resolved
+    /// before that reappears) is first seen in this run; an open one keeps
+    /// its first sighting. Every open discrepancy of the job not in
+    /// `current` is resolved at `now`. Statements are multi-row (5,000 rows
+    /// each) inside one transaction; duplicates in `current` count once.
+    pub async fn update_discrepancies(
+        &self,
+        job: &str,
+        run_id: &str,
+        now: Timestamp,
+        current: &[(Class, String)],
+    ) -> Result<DiscrepancyDelta, StateError> {
+        let context = "updating the discrepancy history";
+        let mut seen: HashSet<(Class, &str)> = HashSet::with_capacity(current.len());
+        let unique: Vec<(Class, &str)> = current
+            .iter()
+            .map(|(c, id)| (*c, id.as_str()))
+            .filter(|k| seen.insert(*k))
+            .collect();
+        drop(seen);
+        let now_s = ts_text(now);
+        let mut delta = DiscrepancyDelta::default();
+        let mut tx = self.begin_write(context).await?;
+        for chunk in unique.chunks(BATCH) {
+            let mut sql = String::with_capacity(600 + chunk.len() * 40);
+            sql.push_str(
+                "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
+                 first_seen_at, last_seen_run, last_seen_at, resolved_at) VALUES ",
+            );
+            let mut args = AnyArguments::default();
+            add(&mut args, job.to_string());
+            add(&mut args, run_id.to_string());
+            add(&mut args, now_s.clone());
+            for (i, (class, external_id)) in chunk.iter().enumerate() {
+                let p: Vec<String> = numbered(4 + 2 * i, 2).collect();
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("($1, {}, {}, $2, $3, $2, $3, NULL)", p[0], p[1]));
+                add(&mut args, class.as_str().to_string());
+                add(&mut args, external_id.to_string());
+            }
+            sql.push_str(
+                " ON CONFLICT (job, class, external_id) DO UPDATE SET \
+                 first_seen_run = CASE WHEN recon_discrepancies.resolved_at IS NULL \
+                 THEN recon_discrepancies.first_seen_run ELSE excluded.first_seen_run END, \
+                 first_seen_at = CASE WHEN recon_discrepancies.resolved_at IS NULL \
+                 THEN recon_discrepancies.first_seen_at ELSE excluded.first_seen_at END, \
+                 last_seen_run = excluded.last_seen_run, last_seen_at = excluded.last_seen_at, \
+                 resolved_at = NULL \
+                 RETURNING class, external_id, first_seen_run, first_seen_at",
+            );
+            let rows = sqlx::query_with(&sql, args)
+                .persistent(false)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(self.db(context))?;
+            for row in &rows {
+                let (class, external_id, first_run, first_at) = self.discrepancy_row(row, true)?;
+                if first_run.as_deref() == Some(run_id) {
+                    delta.new.insert((class, external_id));
+                } else {
+                    delta.persisting.insert((class, external_id), first_at);
+                }
+            }
+        }
+        let rows = sqlx::query(
+            "UPDATE recon_discrepancies SET resolved_at = $1 \
+             WHERE job = $2 AND resolved_at IS NULL AND last_seen_run <> $3 \
+             RETURNING class, external_id, first_seen_at",
+        )
+        .bind(now_s)
+        .bind(job.to_string())
+        .bind(run_id.to_string())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(self.db(context))?;
+        for row in &rows {
+            let (class, external_id, _, first_at) = self.discrepancy_row(row, false)?;
+            delta.resolved.push((class, external_id, first_at));
+        }
+        tx.commit().await.map_err(self.db(context))?;
+        delta.resolved.sort();
+        Ok(delta)
+    }
+
+    /// `(class, external_id, first_seen_run?, first_seen_at)` of a
+    /// RETURNING row.
+    fn discrepancy_row(
+        &self,
+        row: &AnyRow,
+        with_run: bool,
+    ) -> Result<(Class, String, Option<String>, Timestamp), StateError> {
+        let context = "reading the discrepancy history";
+        let class: String = row.try_get(0).map_err(self.db(context))?;
+        let class: Class = class
+            .parse()
+            .map_err(|e: StateError| self.corrupt(context, e.to_string()))?;
+        let external_id: String = row.try_get(1).map_err(self.db(context))?;
+        let (first_run, at_col) = if with_run {
+            (
+                Some(row.try_get::<String, _>(2).map_err(self.db(context))?),
+                3,
+            )
+        } else {
+            (None, 2)
+        };
+        let first_at: String = row.try_get(at_col).map_err(self.db(context))?;
+        let first_at = self.parse_ts(context, &first_at)?;
+        Ok((class, external_id, first_run, first_at))
+    }
+
+    /// The latest runs, newest first, of one job or of all.
+    pub async fn recent_runs(
+        &self,
+        job: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunRow>, StateError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let context = "listing runs";
+        let columns = "id, job, window_start, window_end, started_at, finished_at, status, \
+                       dry_run, counts, report_dir, error";
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql = match job {
+            Some(_) => format!(
+                "SELECT {columns} FROM recon_runs WHERE job = $1 \
+                 ORDER BY started_at DESC, id DESC LIMIT $2"
+            ),
+            None => format!(
+                "SELECT {columns} FROM recon_runs ORDER BY started_at DESC, id DESC LIMIT $1"
+            ),
+        };
+        let query = match job {
+            Some(job) => sqlx::query(&sql).bind(job.to_string()).bind(limit),
+            None => sqlx::query(&sql).bind(limit),
+        };
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db(context))?;
+        rows.iter().map(|r| self.run_row(r)).collect()
+    }
+
+    fn run_row(&self, r: &AnyRow) -> Result<RunRow, StateError> {
+        let context = "reading a run";
+        let text =
+            |i: usize| -> Result<String, StateError> { r.try_get(i).map_err(self.db(context)) };
+        let opt = |i: usize| -> Result<Option<String>, StateError> {
+            r.try_get(i).map_err(self.db(context))
+        };
+        let counts =
+            match opt(8)? {
+                None => None,
+                Some(c) => Some(serde_json::from_str(&c).map_err(|e| {
+                    self.corrupt(context, format!("counts `{c}` are not JSON ({e})"))
+                })?),
+            };
+        let finished_at = match opt(5)? {
+            None => None,
+            Some(t) => Some(self.parse_ts(context, &t)?),
+        };
+        Ok(RunRow {
+            id: text(0)?,
+            job: text(1)?,
+            window_start: self.parse_ts(context, &text(2)?)?,
+            window_end: self.parse_ts(context, &text(3)?)?,
+            started_at: self.parse_ts(context, &text(4)?)?,
+            finished_at,
+            status: text(6)?,
+            dry_run: r.try_get::<i64, _>(7).map_err(self.db(context))? != 0,
+            counts,
+            report_dir: opt(9)?,
+            error: opt(10)?,
+        })
+    }
+}
+
+/// Binds one value (encoding strings and integers cannot fail).
+fn add<'q, T>(args: &mut AnyArguments<'q>, value: T)
+where
+    T: 'q + sqlx::Encode<'q, Any> + sqlx::Type<Any>,
+{
+    let _ = args.add(value);
+}

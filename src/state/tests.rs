@@ -1,0 +1,825 @@
+//! Every test body runs twice: on its own SQLite file and on its own
+//! PostgreSQL database (`recon_sql::testing::TestDb`).
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use recon_core::Window;
+use recon_sql::testing::TestDb;
+use recon_sql::Dialect;
+use serde_json::json;
+
+use super::*;
+
+/// Runs `body` on a fresh database of `dialect`, then drops it.
+async fn on<F, Fut>(dialect: Dialect, body: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let db = TestDb::create(dialect).await;
+    body(db.url.clone()).await;
+    db.drop_db().await;
+}
+
+/// One `#[tokio::test]` per dialect for a body `async fn(String)`.
+macro_rules! both {
+    ($($body:ident),* $(,)?) => {
+        $(
+            mod $body {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::on(recon_sql::Dialect::Sqlite, super::$body).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::on(recon_sql::Dialect::Postgres, super::$body).await;
+                }
+            }
+        )*
+    };
+}
+
+both!(
+    migrations_are_idempotent,
+    lock_excludes_until_released,
+    heartbeat_keeps_a_live_lock,
+    start_run_marks_crashed_runs,
+    ledger_round_trip,
+    discrepancy_history,
+    many_discrepancies,
+    last_success_end_ignores_dry_and_failed_runs,
+    recent_runs_order_and_limit,
+);
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn window(start: &str, end: &str) -> Window {
+    Window {
+        start: ts(start),
+        end: ts(end),
+    }
+}
+
+fn day() -> Window {
+    window("2026-11-28T00:00:00Z", "2026-11-29T00:00:00Z")
+}
+
+async fn count(store: &StateStore, sql: &str) -> i64 {
+    sqlx::query(sql)
+        .fetch_one(&store.pool)
+        .await
+        .and_then(|r| r.try_get::<i64, _>(0))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+async fn migrations_are_idempotent(url: String) {
+    let a = StateStore::open(&url).await.unwrap();
+    let b = StateStore::open(&url).await.unwrap();
+    // Two more at once, as two processes starting together would.
+    let (c, d) = tokio::join!(StateStore::open(&url), StateStore::open(&url));
+    c.unwrap();
+    d.unwrap();
+    assert_eq!(
+        count(&b, "SELECT COUNT(*) FROM recon_schema_version").await,
+        migrate::STEPS.len() as i64
+    );
+    assert_eq!(
+        count(&a, "SELECT MAX(version) FROM recon_schema_version").await,
+        migrate::latest()
+    );
+    for table in [
+        "recon_runs",
+        "recon_backfill_items",
+        "recon_discrepancies",
+        "recon_locks",
+    ] {
+        assert_eq!(count(&a, &format!("SELECT COUNT(*) FROM {table}")).await, 0);
+    }
+    // Data survives reopening.
+    let id = a.start_run("nightly", day(), false).await.unwrap();
+    let e = StateStore::open(&url).await.unwrap();
+    assert_eq!(e.recent_runs(None, 10).await.unwrap()[0].id, id);
+}
+
+async fn lock_excludes_until_released(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let other = StateStore::open(&url).await.unwrap();
+    let stale = Duration::from_secs(600);
+    let lock = store.acquire_lock("nightly", stale).await.unwrap();
+    assert!(lock.is_held());
+    assert_eq!(lock.job(), "nightly");
+    for s in [&store, &other] {
+        match s.acquire_lock("nightly", stale).await {
+            Err(StateError::Locked { job, owner, .. }) => {
+                assert_eq!(job, "nightly");
+                assert_eq!(owner, lock.owner());
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+    }
+    let message = other
+        .acquire_lock("nightly", stale)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with("job `nightly` is already running (since "),
+        "{message}"
+    );
+    assert!(
+        message.contains("if that run died, the lock expires"),
+        "{message}"
+    );
+    // Another job is independent.
+    let weekly = other.acquire_lock("weekly", stale).await.unwrap();
+    lock.release().await.unwrap();
+    assert_eq!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM recon_locks WHERE job = 'nightly'"
+        )
+        .await,
+        0
+    );
+    let again = other.acquire_lock("nightly", stale).await.unwrap();
+    assert_ne!(again.owner(), weekly.owner());
+    again.release().await.unwrap();
+    weekly.release().await.unwrap();
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM recon_locks").await, 0);
+}
+
+async fn heartbeat_keeps_a_live_lock(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let stale = Duration::from_secs(1);
+    let lock = store.acquire_lock("nightly", stale).await.unwrap();
+    let first: String = sqlx::query("SELECT heartbeat_at FROM recon_locks")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Older than stale_after, but the holder is alive and beating.
+    assert!(matches!(
+        store.acquire_lock("nightly", stale).await,
+        Err(StateError::Locked { .. })
+    ));
+    let later: String = sqlx::query("SELECT heartbeat_at FROM recon_locks")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert!(later > first, "{later} > {first}");
+    assert!(lock.is_held());
+    lock.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_stale_lock_is_taken_over() {
+    on(Dialect::Sqlite, |url| async move {
+        let store = StateStore::open(&url).await.unwrap();
+        let stale = Duration::from_secs(1);
+        let dead = store.acquire_lock("nightly", stale).await.unwrap();
+        let dead_owner = dead.owner().to_string();
+        dead.abandon(); // killed: no more heartbeats, row left behind
+        let e = store.acquire_lock("nightly", stale).await.unwrap_err();
+        assert!(matches!(&e, StateError::Locked { owner, .. } if *owner == dead_owner));
+        assert!(
+            e.to_string()
+                .contains("expires 1s after its last heartbeat"),
+            "{e}"
+        );
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let lock = store.acquire_lock("nightly", stale).await.unwrap();
+        assert_ne!(lock.owner(), dead_owner);
+        let owner: String = sqlx::query("SELECT owner FROM recon_locks WHERE job = 'nightly'")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(owner, lock.owner());
+        lock.release().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sqlite_overtaken_holder_notices_and_keeps_the_row() {
+    on(Dialect::Sqlite, |url| async move {
+        let store = StateStore::open(&url).await.unwrap();
+        let lock = store
+            .acquire_lock("nightly", Duration::from_secs(600))
+            .await
+            .unwrap();
+        // Someone else owns the row now (as after a takeover during a stall).
+        sqlx::query("UPDATE recon_locks SET owner = 'other:1:0'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let lock2 = store
+            .acquire_lock("nightly2", Duration::from_millis(150))
+            .await
+            .unwrap();
+        sqlx::query("UPDATE recon_locks SET owner = 'other:2:0' WHERE job = 'nightly2'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!lock2.is_held());
+        lock2.release().await.unwrap();
+        lock.release().await.unwrap();
+        // Release deleted neither row: they are not ours.
+        assert_eq!(count(&store, "SELECT COUNT(*) FROM recon_locks").await, 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_lock_is_freed_when_its_connection_closes() {
+    on(Dialect::Postgres, |url| async move {
+        let a = StateStore::open(&url).await.unwrap();
+        let b = StateStore::open(&url).await.unwrap();
+        let stale = Duration::from_secs(600);
+
+        // Killed process: the lock connection closes, the row stays.
+        let dead = a.acquire_lock("nightly", stale).await.unwrap();
+        let dead_owner = dead.owner().to_string();
+        assert!(matches!(
+            b.acquire_lock("nightly", stale).await,
+            Err(StateError::Locked { .. })
+        ));
+        dead.abandon();
+        let lock = retry_acquire(&b, "nightly", stale).await;
+        assert_ne!(lock.owner(), dead_owner);
+        let owner: String = sqlx::query("SELECT owner FROM recon_locks WHERE job = 'nightly'")
+            .fetch_one(&b.pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(owner, lock.owner());
+
+        // Dropped without release, and the whole holding store closed.
+        drop(lock);
+        b.close().await;
+        let again = retry_acquire(&a, "nightly", stale).await;
+        again.release().await.unwrap();
+    })
+    .await;
+}
+
+/// The server notices a closed connection a moment later.
+async fn retry_acquire(store: &StateStore, job: &str, stale: Duration) -> RunLock {
+    for _ in 0..50 {
+        match store.acquire_lock(job, stale).await {
+            Ok(lock) => return lock,
+            Err(StateError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("the lock was never freed");
+}
+
+async fn start_run_marks_crashed_runs(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let first = store.start_run("nightly", day(), false).await.unwrap();
+    assert!(first.starts_with("nightly-"), "{first}");
+    let ids = |v: &[&str]| -> Vec<(String, &'static str)> {
+        v.iter().map(|s| (s.to_string(), "insert")).collect()
+    };
+    store
+        .record_plan(&first, "nightly", &ids(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    store
+        .mark_items(&first, &[("a".into(), ItemStatus::Applied, None)])
+        .await
+        .unwrap();
+    // Another job's run and plan are none of this job's business.
+    let other = store.start_run("weekly", day(), false).await.unwrap();
+    store
+        .record_plan(&other, "weekly", &ids(&["x"]))
+        .await
+        .unwrap();
+    // A finished run stays as it is.
+    let done = store.start_run("nightly", day(), true).await.unwrap();
+    assert_ne!(done, first);
+    let runs = store.recent_runs(Some("nightly"), 10).await.unwrap();
+    let status = |id: &str| {
+        runs.iter()
+            .find(|r| r.id == id)
+            .map(|r| (r.status.clone(), r.error.clone()))
+            .unwrap()
+    };
+    assert_eq!(status(&first).0, "crashed");
+    assert!(status(&first)
+        .1
+        .unwrap()
+        .contains("ended without finishing"));
+    store
+        .finish_run(&done, "clean", &json!({}), None, None)
+        .await
+        .unwrap();
+
+    let second = store.start_run("nightly", day(), false).await.unwrap();
+    let runs = store.recent_runs(None, 10).await.unwrap();
+    let by_id: HashMap<&str, &str> = runs
+        .iter()
+        .map(|r| (r.id.as_str(), r.status.as_str()))
+        .collect();
+    assert_eq!(by_id[first.as_str()], "crashed");
+    assert_eq!(by_id[done.as_str()], "clean");
+    assert_eq!(by_id[second.as_str()], "running");
+    assert_eq!(by_id[other.as_str()], "running");
+
+    let items = store.plan_items(&first).await.unwrap();
+    let statuses: Vec<(&str, ItemStatus)> = items
+        .iter()
+        .map(|i| (i.external_id.as_str(), i.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("a", ItemStatus::Applied),
+            ("b", ItemStatus::Superseded),
+            ("c", ItemStatus::Superseded)
+        ]
+    );
+    assert_eq!(
+        store.plan_items(&other).await.unwrap()[0].status,
+        ItemStatus::Planned
+    );
+}
+
+async fn ledger_round_trip(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let plan = store.start_run("nightly", day(), false).await.unwrap();
+    let items: Vec<(String, &str)> = vec![
+        ("ch_3".into(), "insert"),
+        ("ch_1".into(), "insert"),
+        ("ch_2".into(), "update"),
+        ("ch_4".into(), "insert"),
+    ];
+    store.record_plan(&plan, "nightly", &items).await.unwrap();
+    // Recording the same plan again changes nothing.
+    store.record_plan(&plan, "nightly", &items).await.unwrap();
+    let e = store
+        .record_plan(&plan, "nightly", &[("x".into(), "delete")])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StateError::Invalid(_)), "{e}");
+
+    store
+        .mark_items(
+            &plan,
+            &[
+                ("ch_1".into(), ItemStatus::Applied, None),
+                ("ch_2".into(), ItemStatus::Failed, Some("HTTP 500".into())),
+                ("ch_4".into(), ItemStatus::Failed, Some("timeout".into())),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .mark_items(
+            &plan,
+            &[
+                ("ch_2".into(), ItemStatus::Failed, Some("HTTP 503".into())),
+                ("ch_4".into(), ItemStatus::Applied, None),
+                ("not_in_plan".into(), ItemStatus::Applied, None),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .mark_items(&plan, &[("ch_2".into(), ItemStatus::Applied, None)])
+        .await
+        .unwrap();
+    store.record_plan(&plan, "nightly", &items).await.unwrap();
+
+    let got = store.plan_items(&plan).await.unwrap();
+    let item = |id: &str, action: &str, status, attempts, err: Option<&str>| LedgerItem {
+        external_id: id.into(),
+        action: action.into(),
+        status,
+        attempts,
+        last_error: err.map(str::to_string),
+    };
+    assert_eq!(
+        got,
+        vec![
+            item("ch_1", "insert", ItemStatus::Applied, 1, None),
+            item("ch_2", "update", ItemStatus::Applied, 3, None),
+            item("ch_3", "insert", ItemStatus::Planned, 0, None),
+            item("ch_4", "insert", ItemStatus::Applied, 2, None),
+        ]
+    );
+    store
+        .mark_items(
+            &plan,
+            &[("ch_3".into(), ItemStatus::Failed, Some("refused".into()))],
+        )
+        .await
+        .unwrap();
+    let got = store.plan_items(&plan).await.unwrap();
+    assert_eq!(
+        got[2],
+        item("ch_3", "insert", ItemStatus::Failed, 1, Some("refused"))
+    );
+    assert!(store.plan_items("no-such-plan").await.unwrap().is_empty());
+
+    // A large plan goes in several batches.
+    let big: Vec<(String, &str)> = (0..12_000)
+        .map(|i| (format!("id{i:05}"), "insert"))
+        .collect();
+    store.record_plan("big", "nightly", &big).await.unwrap();
+    let outcomes: Vec<(String, ItemStatus, Option<String>)> = (0..12_000)
+        .step_by(2)
+        .map(|i| (format!("id{i:05}"), ItemStatus::Applied, None))
+        .collect();
+    store.mark_items("big", &outcomes).await.unwrap();
+    let got = store.plan_items("big").await.unwrap();
+    assert_eq!(got.len(), 12_000);
+    assert_eq!(
+        got.iter()
+            .filter(|i| i.status == ItemStatus::Applied && i.attempts == 1)
+            .count(),
+        6_000
+    );
+}
+
+fn keys(v: &[(Class, &str)]) -> Vec<(Class, String)> {
+    v.iter().map(|(c, s)| (*c, s.to_string())).collect()
+}
+
+fn set(v: &[(Class, &str)]) -> HashSet<(Class, String)> {
+    keys(v).into_iter().collect()
+}
+
+async fn discrepancy_history(url: String) {
+    use Class::*;
+    let store = StateStore::open(&url).await.unwrap();
+    let t1 = ts("2026-11-29T03:00:00.123456789Z");
+    let t2 = ts("2026-11-30T03:00:00Z");
+    let t3 = ts("2026-12-01T03:00:00Z");
+    let t4 = ts("2026-12-02T03:00:00Z");
+
+    // Another job with the same IDs must not be touched.
+    let w = store.start_run("weekly", day(), false).await.unwrap();
+    store
+        .update_discrepancies("weekly", &w, t1, &keys(&[(Gap, "a"), (Gap, "b")]))
+        .await
+        .unwrap();
+
+    let r1 = store.start_run("nightly", day(), false).await.unwrap();
+    let d1 = store
+        .update_discrepancies(
+            "nightly",
+            &r1,
+            t1,
+            &keys(&[(Gap, "a"), (Gap, "b"), (Orphan, "c"), (Gap, "a")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d1.new, set(&[(Gap, "a"), (Gap, "b"), (Orphan, "c")]));
+    assert!(d1.persisting.is_empty());
+    assert!(d1.resolved.is_empty());
+
+    let r2 = store.start_run("nightly", day(), false).await.unwrap();
+    let d2 = store
+        .update_discrepancies(
+            "nightly",
+            &r2,
+            t2,
+            &keys(&[(Gap, "a"), (Orphan, "c"), (Mismatch, "d")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d2.new, set(&[(Mismatch, "d")]));
+    assert_eq!(
+        d2.persisting,
+        HashMap::from([
+            ((Gap, "a".to_string()), t1),
+            ((Orphan, "c".to_string()), t1)
+        ])
+    );
+    assert_eq!(d2.resolved, vec![(Gap, "b".to_string(), t1)]);
+
+    let r3 = store.start_run("nightly", day(), false).await.unwrap();
+    let d3 = store
+        .update_discrepancies(
+            "nightly",
+            &r3,
+            t3,
+            &keys(&[(Gap, "b"), (Mismatch, "d"), (Duplicate, "a")]),
+        )
+        .await
+        .unwrap();
+    // `b` was resolved and is back: new again.
+    assert_eq!(d3.new, set(&[(Gap, "b"), (Duplicate, "a")]));
+    assert_eq!(
+        d3.persisting,
+        HashMap::from([((Mismatch, "d".to_string()), t2)])
+    );
+    assert_eq!(
+        d3.resolved,
+        vec![(Gap, "a".to_string(), t1), (Orphan, "c".to_string(), t1)]
+    );
+
+    let row = sqlx::query(
+        "SELECT first_seen_run, first_seen_at, last_seen_run, resolved_at FROM recon_discrepancies \
+         WHERE job = 'nightly' AND class = 'gap' AND external_id = 'b'",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .unwrap();
+    assert_eq!(row.get::<String, _>(0), r3);
+    assert_eq!(row.get::<String, _>(1), ts_text(t3));
+    assert_eq!(row.get::<String, _>(2), r3);
+    assert_eq!(row.get::<Option<String>, _>(3), None);
+    let resolved_a: Option<String> = sqlx::query(
+        "SELECT resolved_at FROM recon_discrepancies \
+         WHERE job = 'nightly' AND class = 'gap' AND external_id = 'a'",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(resolved_a, Some(ts_text(t3)));
+
+    // Nothing found: everything open resolves.
+    let r4 = store.start_run("nightly", day(), false).await.unwrap();
+    let d4 = store
+        .update_discrepancies("nightly", &r4, t4, &[])
+        .await
+        .unwrap();
+    assert!(d4.new.is_empty() && d4.persisting.is_empty());
+    assert_eq!(
+        d4.resolved,
+        vec![
+            (Gap, "b".to_string(), t3),
+            (Mismatch, "d".to_string(), t2),
+            (Duplicate, "a".to_string(), t3),
+        ]
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM recon_discrepancies WHERE job = 'weekly' AND resolved_at IS NULL"
+        )
+        .await,
+        2
+    );
+    assert_eq!(discrepancy_id("nightly", Gap, "ch_1"), "nightly:gap:ch_1");
+}
+
+async fn many_discrepancies(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let n = 20_000;
+    let class = |i: usize| [Class::Gap, Class::Orphan, Class::Mismatch, Class::Duplicate][i % 4];
+    let all: Vec<(Class, String)> = (0..n).map(|i| (class(i), format!("id{i:06}"))).collect();
+    let t1 = ts("2026-11-29T03:00:00Z");
+    let t2 = ts("2026-11-30T03:00:00Z");
+
+    let r1 = store.start_run("nightly", day(), false).await.unwrap();
+    let d1 = store
+        .update_discrepancies("nightly", &r1, t1, &all)
+        .await
+        .unwrap();
+    assert_eq!(d1.new.len(), n);
+    assert_eq!(d1.new, all.iter().cloned().collect());
+    assert!(d1.persisting.is_empty() && d1.resolved.is_empty());
+
+    // Second run: the first half persists, the second half resolves, and
+    // 5,000 new ones appear.
+    let mut current: Vec<(Class, String)> = all[..n / 2].to_vec();
+    current.extend((n..n + 5000).map(|i| (class(i), format!("id{i:06}"))));
+    let r2 = store.start_run("nightly", day(), false).await.unwrap();
+    let d2 = store
+        .update_discrepancies("nightly", &r2, t2, &current)
+        .await
+        .unwrap();
+    assert_eq!(d2.new.len(), 5000);
+    assert!(d2
+        .new
+        .iter()
+        .all(|(_, id)| id.as_str() >= format!("id{n:06}").as_str()));
+    assert_eq!(d2.persisting.len(), n / 2);
+    assert!(d2.persisting.values().all(|t| *t == t1));
+    assert_eq!(d2.resolved.len(), n / 2);
+    let mut expected: Vec<(Class, String, Timestamp)> = all[n / 2..]
+        .iter()
+        .map(|(c, id)| (*c, id.clone(), t1))
+        .collect();
+    expected.sort();
+    assert_eq!(d2.resolved, expected);
+}
+
+async fn last_success_end_ignores_dry_and_failed_runs(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    assert_eq!(store.last_success_end("nightly").await.unwrap(), None);
+    let runs = [
+        ("2026-11-25T00:00:00Z", false, Some("clean")),
+        ("2026-11-26T00:00:00Z", false, Some("discrepancies")),
+        ("2026-11-27T00:00:00Z", true, Some("clean")),
+        ("2026-11-28T00:00:00Z", false, Some("failed")),
+        ("2026-11-29T00:00:00Z", false, None),
+    ];
+    for (end, dry, status) in runs {
+        let w = Window {
+            start: ts(end) - jiff::SignedDuration::from_hours(24),
+            end: ts(end),
+        };
+        let id = store.start_run("nightly", w, dry).await.unwrap();
+        if let Some(status) = status {
+            store
+                .finish_run(&id, status, &json!({"gaps": 1}), None, None)
+                .await
+                .unwrap();
+        }
+    }
+    let other = store
+        .start_run(
+            "weekly",
+            window("2026-12-01T00:00:00Z", "2026-12-08T00:00:00Z"),
+            false,
+        )
+        .await
+        .unwrap();
+    store
+        .finish_run(&other, "clean", &json!({}), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.last_success_end("nightly").await.unwrap(),
+        Some(ts("2026-11-26T00:00:00Z"))
+    );
+    assert_eq!(
+        store.last_success_end("weekly").await.unwrap(),
+        Some(ts("2026-12-08T00:00:00Z"))
+    );
+    assert_eq!(store.last_success_end("monthly").await.unwrap(), None);
+}
+
+async fn recent_runs_order_and_limit(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let w = window("2026-11-28T00:00:00.5Z", "2026-11-29T00:00:00Z");
+    let mut ids = Vec::new();
+    for (i, job) in ["nightly", "weekly", "nightly", "nightly", "weekly"]
+        .iter()
+        .enumerate()
+    {
+        ids.push((
+            job.to_string(),
+            store.start_run(job, w, i == 0).await.unwrap(),
+        ));
+    }
+    store
+        .finish_run(
+            &ids[0].1,
+            "discrepancies",
+            &json!({"gaps": 3, "matched": 10}),
+            Some("reports/nightly/1"),
+            None,
+        )
+        .await
+        .unwrap();
+    store
+        .finish_run(
+            &ids[3].1,
+            "failed",
+            &json!({}),
+            None,
+            Some("target unreachable"),
+        )
+        .await
+        .unwrap();
+    let e = store
+        .finish_run(&ids[2].1, "running", &json!({}), None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StateError::Invalid(_)), "{e}");
+    assert!(matches!(
+        store
+            .finish_run("nope", "clean", &json!({}), None, None)
+            .await,
+        Err(StateError::UnknownRun(_))
+    ));
+
+    let all = store.recent_runs(None, 3).await.unwrap();
+    let got: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(got, [&ids[4].1, &ids[3].1, &ids[2].1]);
+    assert!(all.windows(2).all(|p| p[0].started_at >= p[1].started_at));
+
+    let nightly = store.recent_runs(Some("nightly"), 10).await.unwrap();
+    let got: Vec<&str> = nightly.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(got, [&ids[3].1, &ids[2].1, &ids[0].1]);
+    assert!(store.recent_runs(None, 0).await.unwrap().is_empty());
+    assert!(store
+        .recent_runs(Some("monthly"), 5)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let first = &nightly[2];
+    assert_eq!(first.job, "nightly");
+    assert_eq!(first.window_start, w.start);
+    assert_eq!(first.window_end, w.end);
+    assert!(first.dry_run);
+    assert_eq!(first.status, "discrepancies");
+    assert_eq!(first.counts, Some(json!({"gaps": 3, "matched": 10})));
+    assert_eq!(first.report_dir.as_deref(), Some("reports/nightly/1"));
+    assert!(first.finished_at.unwrap() >= first.started_at);
+    let failed = &nightly[0];
+    assert_eq!(failed.status, "failed");
+    assert!(!failed.dry_run);
+    assert_eq!(failed.error.as_deref(), Some("target unreachable"));
+    // Starting ids[3] found ids[2] still running: it crashed.
+    let crashed = &nightly[1];
+    assert_eq!(crashed.status, "crashed");
+    assert_eq!(crashed.finished_at, None);
+    assert_eq!(crashed.counts, None);
+    assert!(crashed.error.as_deref().unwrap().contains(&ids[3].1));
+    let running = &all[0];
+    assert_eq!(running.job, "weekly");
+    assert_eq!(running.status, "running");
+    assert_eq!(running.finished_at, None);
+}
+
+#[test]
+fn timestamps_are_fixed_width_and_exact() {
+    let t = ts("2026-11-28T01:02:03.000000004Z");
+    assert_eq!(ts_text(t), "2026-11-28T01:02:03.000000004Z");
+    assert_eq!(ts_text(t).parse::<Timestamp>().unwrap(), t);
+    assert_eq!(
+        ts_text(ts("2026-11-28T00:00:00Z")),
+        "2026-11-28T00:00:00.000000000Z"
+    );
+    assert_eq!(friendly(Duration::from_secs(1800)), "30m");
+    assert_eq!(friendly(Duration::from_secs(1)), "1s");
+}
+
+#[test]
+fn names_round_trip() {
+    for c in [Class::Gap, Class::Orphan, Class::Mismatch, Class::Duplicate] {
+        assert_eq!(c.as_str().parse::<Class>().unwrap(), c);
+    }
+    for s in [
+        ItemStatus::Planned,
+        ItemStatus::Applied,
+        ItemStatus::Failed,
+        ItemStatus::Superseded,
+    ] {
+        assert_eq!(s.as_str().parse::<ItemStatus>().unwrap(), s);
+    }
+    assert!("pending".parse::<Class>().is_err());
+    assert!("done".parse::<ItemStatus>().is_err());
+    assert_eq!(
+        stable_hash("recon:run-lock:nightly"),
+        stable_hash("recon:run-lock:nightly")
+    );
+    assert_ne!(
+        stable_hash("recon:run-lock:a"),
+        stable_hash("recon:run-lock:b")
+    );
+}
+
+#[tokio::test]
+async fn urls_are_checked_and_never_show_a_password() {
+    for url in [
+        "mysql://root:hunter2@127.0.0.1/db",
+        "redis://u:hunter2@h/0",
+        "sqlite://",
+    ] {
+        let e = StateStore::open(url).await.unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, StateError::UnsupportedUrl { .. }), "{m}");
+        assert!(!m.contains("hunter2"), "{m}");
+        assert!(m.contains("sqlite://PATH"), "{m}");
+    }
+    let e = StateStore::open("postgres://recon:hunter2@127.0.0.1:1/state")
+        .await
+        .unwrap_err();
+    let m = e.to_string();
+    assert!(matches!(e, StateError::Connect { .. }), "{m}");
+    assert!(!m.contains("hunter2"), "{m}");
+    assert!(m.contains("recon:***@127.0.0.1:1"), "{m}");
+}
+
+#[tokio::test]
+async fn sqlite_file_and_folder_are_created() {
+    let dir = std::env::temp_dir().join(format!("recon_state_{:x}", random_u64()));
+    let path = dir.join("sub").join("state.db");
+    let store = StateStore::open(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    assert_eq!(store.backend(), Backend::Sqlite);
+    assert!(path.exists());
+    store.start_run("nightly", day(), false).await.unwrap();
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
