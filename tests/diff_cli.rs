@@ -1140,6 +1140,7 @@ fn a_failed_run_leaves_the_previous_reports_untouched() {
             "gaps.csv",
             "mismatches.csv",
             "orphans.csv",
+            "pending.csv",
             "summary.csv",
             "summary.json"
         ]

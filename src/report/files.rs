@@ -44,7 +44,7 @@ pub struct RunExtras {
     pub pending: Vec<Record>,
     /// History of each open discrepancy, by (class, external ID):
     /// (first seen, RFC 3339; whether new in this run). `None` for ad-hoc diffs.
-    pub history: Option<HashMap<(String, String), (String, bool)>>,
+    pub history: Option<HistoryMap>,
     /// Discrepancies of earlier runs that are gone now.
     pub resolved: Vec<ResolvedRow>,
     /// The backfill plan (dry run, or a run stopped by the safety limit).
@@ -288,7 +288,10 @@ fn record_header(schema: &Schema) -> (Vec<String>, bool) {
     (header, add_currency)
 }
 
-type History<'a> = (&'a HashMap<(String, String), (String, bool)>, &'a str);
+/// (class, external ID) → (first seen, new in this run).
+pub type HistoryMap = HashMap<(String, String), (String, bool)>;
+
+type History<'a> = (&'a HistoryMap, &'a str);
 
 fn history_cells(history: Option<History<'_>>, key: &str) -> Option<[String; 2]> {
     let (h, class) = history?;
@@ -340,7 +343,7 @@ fn write_mismatches(
     dir: &mut ReportDir,
     schema: &Schema,
     outcome: &DiffOutcome,
-    history: Option<&HashMap<(String, String), (String, bool)>>,
+    history: Option<&HistoryMap>,
 ) -> Result<()> {
     let mut header = vec![
         "external_id",
@@ -402,7 +405,7 @@ fn write_mismatches(
 fn write_duplicates(
     dir: &mut ReportDir,
     outcome: &DiffOutcome,
-    history: Option<&HashMap<(String, String), (String, bool)>>,
+    history: Option<&HistoryMap>,
 ) -> Result<()> {
     let mut header = vec!["external_id", "side", "count", "other_side_count"];
     if history.is_some() {

@@ -76,6 +76,53 @@ fn new_owner() -> String {
     )
 }
 
+/// Whether `owner` (`host:pid:random`) names a process on this machine
+/// that no longer exists. Only decidable where `/proc` exists.
+fn holder_is_dead(owner: &str) -> bool {
+    let mine = new_owner();
+    let host = |o: &str| o.split(':').next().unwrap_or_default().to_string();
+    let pid = owner.split(':').nth(1).and_then(|p| p.parse::<u32>().ok());
+    match pid {
+        Some(pid) if host(owner) == host(&mine) && std::path::Path::new("/proc/self").exists() => {
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        }
+        _ => false,
+    }
+}
+
+/// A run killed on this machine (SIGKILL, OOM) leaves its row behind; when
+/// its process is gone the lock is taken over at once instead of after
+/// `stale_after`. Compare-and-swap on the owner, so two takers cannot both win.
+async fn take_over_dead_holder(
+    store: &StateStore,
+    job: &str,
+    owner: &str,
+    now: Timestamp,
+) -> Result<bool, StateError> {
+    let Some((holder, _, _)) = lock_row(store, job).await? else {
+        return Ok(false);
+    };
+    if !holder_is_dead(&holder) {
+        return Ok(false);
+    }
+    let swapped = sqlx::query(
+        "UPDATE recon_locks SET owner = $1, acquired_at = $2, heartbeat_at = $2 WHERE job = $3 AND owner = $4",
+    )
+    .bind(owner.to_string())
+    .bind(ts_text(now))
+    .bind(job.to_string())
+    .bind(holder.clone())
+    .execute(&store.pool)
+    .await
+    .map_err(store.db("taking over the run lock of a dead run"))?
+    .rows_affected()
+        == 1;
+    if swapped {
+        tracing::warn!(message = "Took over the run lock of a run whose process is gone.", job, previous_owner = %holder);
+    }
+    Ok(swapped)
+}
+
 /// The `recon_locks` row of a job: owner, acquired_at, heartbeat_at.
 async fn lock_row(
     store: &StateStore,
@@ -147,6 +194,7 @@ async fn acquire_sqlite(
     .map_err(store.db(context))?
     .rows_affected()
         == 1;
+    let won = won || take_over_dead_holder(store, job, &owner, now).await?;
     if !won {
         let (holder, since, heartbeat) = match lock_row(store, job).await? {
             Some(row) => row,

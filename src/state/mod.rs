@@ -40,13 +40,16 @@ use std::time::Duration;
 use jiff::Timestamp;
 use recon_core::{redact_url, Window};
 use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
-use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
+use sqlx::{Any, AnyConnection, AnyPool, Arguments, Connection, Row, Transaction};
 
 pub use lock::RunLock;
 
 /// Rows per multi-row statement (at most 3 bound values per row, well under
 /// SQLite's 32,766 and PostgreSQL's 65,535 parameters).
 const BATCH: usize = 5000;
+
+/// How long opening the first connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long a SQLite connection waits for another writer before failing.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 30_000;
@@ -420,8 +423,8 @@ fn normalize_url(url: &str) -> Result<(Backend, String), StateError> {
     }
 }
 
-/// Placeholders `($a, $b, …)` for one row, numbered from `first`, around
-/// fixed leading and trailing expressions.
+/// `count` numbered placeholders `$first`, `$first+1`, … (both PostgreSQL
+/// and SQLite accept `$N`).
 fn numbered(first: usize, count: usize) -> impl Iterator<Item = String> {
     (first..first + count).map(|n| format!("${n}"))
 }
@@ -433,6 +436,24 @@ impl StateStore {
         sqlx::any::install_default_drivers();
         let display = redact_url(url);
         let (backend, url) = normalize_url(url)?;
+        let connect_error = |source| StateError::Connect {
+            url: display.clone(),
+            hint: match backend {
+                Backend::Sqlite => "check that the path is writable and is a SQLite file".into(),
+                Backend::Postgres => {
+                    "check that PostgreSQL is running, the database exists and the URL is right"
+                        .into()
+                }
+            },
+            source,
+        };
+        // One plain connection first: a wrong URL or a server that is down
+        // fails at once, instead of after the pool's retries.
+        let probe = tokio::time::timeout(CONNECT_TIMEOUT, AnyConnection::connect(&url))
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut))
+            .map_err(connect_error)?;
+        let _ = probe.close().await;
         let pool = AnyPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(60))
@@ -448,19 +469,7 @@ impl StateStore {
             })
             .connect(&url)
             .await
-            .map_err(|source| StateError::Connect {
-                url: display.clone(),
-                hint: match backend {
-                    Backend::Sqlite => {
-                        "check that the path is writable and is a SQLite file".into()
-                    }
-                    Backend::Postgres => {
-                        "check that PostgreSQL is running, the database exists and the URL is right"
-                            .into()
-                    }
-                },
-                source,
-            })?;
+            .map_err(connect_error)?;
         let store = StateStore {
             pool,
             backend,
@@ -611,7 +620,8 @@ impl StateStore {
     }
 
     /// Records how a run ended. `status` is one of `clean`,
-    /// `discrepancies`, `failed` or `crashed`.
+    /// `discrepancies`, `failed` or `crashed`; `counts` is stored as JSON
+    /// text (`null` as no counts).
     pub async fn finish_run(
         &self,
         run_id: &str,
@@ -626,8 +636,14 @@ impl StateStore {
                 FINAL_STATUSES.join(", ")
             )));
         }
-        let counts = serde_json::to_string(counts)
-            .map_err(|e| StateError::Invalid(format!("run counts are not JSON: {e}")))?;
+        // JSON `null` is stored as SQL NULL: no counts.
+        let counts = match counts {
+            serde_json::Value::Null => None,
+            c => Some(
+                serde_json::to_string(c)
+                    .map_err(|e| StateError::Invalid(format!("run counts are not JSON: {e}")))?,
+            ),
+        };
         let done = sqlx::query(
             "UPDATE recon_runs SET finished_at = $1, status = $2, counts = $3, report_dir = $4, \
              error = $5 WHERE id = $6",

@@ -692,7 +692,7 @@ async fn recent_runs_order_and_limit(url: String) {
         .finish_run(
             &ids[3].1,
             "failed",
-            &json!({}),
+            &json!(null),
             None,
             Some("target unreachable"),
         )
@@ -738,6 +738,7 @@ async fn recent_runs_order_and_limit(url: String) {
     assert_eq!(failed.status, "failed");
     assert!(!failed.dry_run);
     assert_eq!(failed.error.as_deref(), Some("target unreachable"));
+    assert_eq!(failed.counts, None);
     // Starting ids[3] found ids[2] still running: it crashed.
     let crashed = &nightly[1];
     assert_eq!(crashed.status, "crashed");
