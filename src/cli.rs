@@ -28,8 +28,23 @@ pub enum Command {
     Diff(DiffArgs),
     /// One reconciliation run of a configured job: read, diff, report, backfill.
     Run(RunArgs),
+    /// Apply exactly a reviewed dry-run plan (plan.jsonl).
+    Apply(ApplyArgs),
     /// Recent runs of each job, from the state store.
     Runs(RunsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ApplyArgs {
+    /// The plan.jsonl of a dry run.
+    #[arg(long)]
+    pub plan: PathBuf,
+    /// The job config (TOML).
+    #[arg(long, env = "RECON_CONFIG")]
+    pub config: PathBuf,
+    /// Write the reports directly into this folder.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

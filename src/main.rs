@@ -9,6 +9,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Diff(args) => recon::commands::diff::run(args),
         Command::Run(args) => recon::commands::run::run(args),
+        Command::Apply(args) => recon::commands::apply::run(args),
         Command::Runs(args) => recon::commands::runs::run(args),
     };
     match result {

@@ -535,3 +535,69 @@ async fn dst_day_window_is_25_hours() {
     assert_eq!(s["window"]["end"], "2026-11-02T05:00:00Z");
     f.db.drop_db().await;
 }
+
+#[tokio::test]
+async fn apply_exactly_a_reviewed_plan_rechecking_each_item() {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        let f = Fixture::new(dialect, true).await;
+        let o = f.run(&["--dry-run"], "dry");
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let plan = f.out("dry").join("plan.jsonl");
+        // Between review and apply, someone else writes one of the gaps.
+        f.db.exec(&format!(
+            "INSERT INTO payments (stripe_charge_id, amount_cents, currency, status, created_at) VALUES ('ch_0003', 1075, 'KWD', 'succeeded', {})",
+            sql_time(dialect, DAY_START + 3600 + 3 * 1200)
+        ))
+        .await;
+        let apply = |out: &str| {
+            Command::cargo_bin("recon")
+                .unwrap()
+                .args(["apply", "--plan", plan.to_str().unwrap()])
+                .args(["--config", f.config_path().to_str().unwrap()])
+                .args(["--out", f.out(out).to_str().unwrap()])
+                .output()
+                .unwrap()
+        };
+        let o = apply("applied");
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let backfill = std::fs::read_to_string(f.out("applied").join("backfill.csv")).unwrap();
+        assert!(backfill.contains("ch_0003,insert,skipped,"), "{backfill}");
+        assert!(backfill.contains("ch_0010,insert,created,"), "{backfill}");
+        assert!(backfill.contains("ch_0020,insert,created,"), "{backfill}");
+        let table = f.table().await;
+        for id in ["ch_0003", "ch_0010", "ch_0020"] {
+            assert_eq!(
+                table
+                    .iter()
+                    .filter(|r| r.starts_with(&format!("{id}|")))
+                    .count(),
+                1,
+                "{dialect:?} {id}"
+            );
+        }
+        // The same plan again changes nothing.
+        let o = apply("again");
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let s = summary(&f.out("again"));
+        assert_eq!(s["skipped"], 3, "{s}");
+        assert_eq!(s["backfilled"], 0);
+        assert_eq!(f.table().await, table);
+        // `recon runs` lists the three runs (dry, apply, apply again).
+        let o = Command::cargo_bin("recon")
+            .unwrap()
+            .args(["runs", "--config", f.config_path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let listing = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            listing
+                .lines()
+                .filter(|l| l.starts_with("charges-"))
+                .count(),
+            3,
+            "{listing}"
+        );
+        f.db.drop_db().await;
+    }
+}

@@ -1,3 +1,4 @@
+pub mod apply;
 pub mod diff;
 pub mod run;
 pub mod runs;

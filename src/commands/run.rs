@@ -183,7 +183,7 @@ impl RunPlan {
     }
 }
 
-async fn connect(
+pub(crate) async fn connect(
     endpoint: &EndpointConfig,
     schema: &Schema,
     time_field: Option<usize>,
@@ -538,6 +538,7 @@ async fn run_locked(
             json!({
                 "plan_id": run_id,
                 "job": job,
+                "window": { "start": format_timestamp(asked.start), "end": format_timestamp(asked.end) },
                 "action": action(*m),
                 "external_id": r.key,
                 "values": record_json(schema, r),
@@ -673,7 +674,7 @@ async fn run_locked(
 /// (planned) and after (applied or failed). A crash between the write and
 /// the record is harmless: the write is an upsert by key, so the next run
 /// finds the record present and plans nothing for it.
-async fn apply(
+pub(crate) async fn apply(
     state: &StateStore,
     target: &dyn Target,
     schema: &Schema,
