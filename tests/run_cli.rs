@@ -601,3 +601,37 @@ async fn apply_exactly_a_reviewed_plan_rechecking_each_item() {
         f.db.drop_db().await;
     }
 }
+
+#[tokio::test]
+async fn young_records_are_pending_not_gaps_and_never_backfilled() {
+    let f = Fixture::new(Dialect::Sqlite, true).await;
+    let now = jiff::Timestamp::now().as_second();
+    // One charge a minute old, one an hour old; neither reached the target.
+    std::fs::write(
+        f.dir.path().join("charges.csv"),
+        format!(
+            "id,amount,currency,status,created\nch_young,100,usd,succeeded,{}\nch_old,200,usd,succeeded,{}\n",
+            now - 60,
+            now - 3600
+        ),
+    )
+    .unwrap();
+    let text_cfg = std::fs::read_to_string(f.config_path())
+        .unwrap()
+        .replace("window = \"2026-11-28\"", "window = \"last:2h\"\ngrace = \"15m\"");
+    std::fs::write(f.config_path(), text_cfg).unwrap();
+    let before = f.table().await;
+    let o = f.run(&[], "grace");
+    // The old gap is backfilled and pending is in flight: nothing left open.
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = summary(&f.out("grace"));
+    assert_eq!(s["pending"], 1, "{s}");
+    assert_eq!(s["gaps"], 1, "{s}");
+    assert_eq!(ids(&f.out("grace"), "pending.csv"), ["ch_young"]);
+    assert_eq!(ids(&f.out("grace"), "gaps.csv"), ["ch_old"]);
+    let after = f.table().await;
+    assert_eq!(after.len(), before.len() + 1, "only the old gap is backfilled");
+    assert!(after.iter().any(|r| r.starts_with("ch_old|")));
+    assert!(!after.iter().any(|r| r.starts_with("ch_young|")));
+    f.db.drop_db().await;
+}
