@@ -616,9 +616,10 @@ async fn young_records_are_pending_not_gaps_and_never_backfilled() {
         ),
     )
     .unwrap();
-    let text_cfg = std::fs::read_to_string(f.config_path())
-        .unwrap()
-        .replace("window = \"2026-11-28\"", "window = \"last:2h\"\ngrace = \"15m\"");
+    let text_cfg = std::fs::read_to_string(f.config_path()).unwrap().replace(
+        "window = \"2026-11-28\"",
+        "window = \"last:2h\"\ngrace = \"15m\"",
+    );
     std::fs::write(f.config_path(), text_cfg).unwrap();
     let before = f.table().await;
     let o = f.run(&[], "grace");
@@ -630,7 +631,11 @@ async fn young_records_are_pending_not_gaps_and_never_backfilled() {
     assert_eq!(ids(&f.out("grace"), "pending.csv"), ["ch_young"]);
     assert_eq!(ids(&f.out("grace"), "gaps.csv"), ["ch_old"]);
     let after = f.table().await;
-    assert_eq!(after.len(), before.len() + 1, "only the old gap is backfilled");
+    assert_eq!(
+        after.len(),
+        before.len() + 1,
+        "only the old gap is backfilled"
+    );
     assert!(after.iter().any(|r| r.starts_with("ch_old|")));
     assert!(!after.iter().any(|r| r.starts_with("ch_young|")));
     f.db.drop_db().await;

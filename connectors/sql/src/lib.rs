@@ -128,6 +128,27 @@ impl SqlTable {
             )));
         }
         let display = format!("{} table {}", redact_url(&url), cfg.table);
+        // One plain connection first: a refused or unknown server fails at
+        // once with its own error, instead of after the pool's retries.
+        let unreachable = |e: &dyn std::fmt::Display| {
+            ConnectorError::Unreachable(format!(
+                "cannot connect to {} ({}): {e}; check that the database is running and the URL is right",
+                redact_url(&url),
+                dialect.name()
+            ))
+        };
+        match tokio::time::timeout(
+            Duration::from_secs(15),
+            <sqlx::AnyConnection as sqlx::Connection>::connect(&url),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => {
+                let _ = sqlx::Connection::close(conn).await;
+            }
+            Ok(Err(e)) => return Err(unreachable(&e)),
+            Err(_) => return Err(unreachable(&"no answer within 15 s")),
+        }
         let dialect_setup = dialect;
         let pool = AnyPoolOptions::new()
             .max_connections(cfg.max_connections.max(1))
@@ -148,13 +169,7 @@ impl SqlTable {
             })
             .connect(&url)
             .await
-            .map_err(|e| {
-                ConnectorError::Unreachable(format!(
-                    "cannot connect to {} ({}): {e}; check that the database is running and the URL is right",
-                    redact_url(&url),
-                    dialect.name()
-                ))
-            })?;
+            .map_err(|e| unreachable(&e))?;
         let columns = introspect(&pool, dialect, &cfg.table).await?;
         if columns.is_empty() {
             return Err(ConnectorError::Config(format!(
@@ -221,9 +236,21 @@ impl SqlTable {
             Some(i) => {
                 let col = dialect.quote(&cfg.columns[i]);
                 let (lo, hi) = (dialect.placeholder(1), dialect.placeholder(2));
-                let e = match storage[i] {
-                    Storage::Timestamp => dialect.epoch_expr(&col),
-                    _ => col,
+                // Compare the column itself against converted bounds, so an
+                // index on it serves the range (SQLite stores text: convert it).
+                let (lo, hi, e) = match (storage[i], dialect) {
+                    (Storage::Timestamp, Dialect::Postgres) => (
+                        format!("to_timestamp({lo})"),
+                        format!("to_timestamp({hi})"),
+                        col,
+                    ),
+                    (Storage::Timestamp, Dialect::MySql) => (
+                        format!("FROM_UNIXTIME({lo})"),
+                        format!("FROM_UNIXTIME({hi})"),
+                        col,
+                    ),
+                    (Storage::Timestamp, Dialect::Sqlite) => (lo, hi, dialect.epoch_expr(&col)),
+                    _ => (lo, hi, col),
                 };
                 format!("SELECT {select_list} FROM {table_sql} WHERE {e} >= {lo} AND {e} < {hi}")
             }
@@ -523,11 +550,15 @@ impl SqlTable {
     ) -> Result<Vec<WriteOutcome>, sqlx::Error> {
         let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
         // Which keys exist decides created vs updated; the write itself is
-        // idempotent whatever happens between the two statements.
-        let before = self
-            .existing(&keys)
-            .await
-            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+        // idempotent whatever happens between the two statements. An insert
+        // with RETURNING names the rows it created, so it needs no look-up.
+        let before = if mode == WriteMode::Insert && self.dialect != Dialect::MySql {
+            HashSet::new()
+        } else {
+            self.existing(&keys)
+                .await
+                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?
+        };
         let (sql, args) = self.insert_sql(records, mode);
         let returned: Option<HashSet<String>> = match self.dialect {
             Dialect::MySql => {
