@@ -30,6 +30,9 @@ pub enum Command {
     Run(RunArgs),
     /// Apply exactly a reviewed dry-run plan (plan.jsonl).
     Apply(ApplyArgs),
+    /// Run the whole product offline: an emulated Stripe API, a SQLite
+    /// ledger with planted discrepancies, then a dry run, an apply and a rerun.
+    Demo(DemoArgs),
     /// Recent runs of each job, from the state store.
     Runs(RunsArgs),
 }
@@ -138,4 +141,11 @@ pub struct DiffArgs {
     /// (timestamps, seconds), comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub tolerance: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Folder for the three runs' reports (default reports/demo).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }

@@ -154,6 +154,24 @@ pub enum EndpointConfig {
         /// `minor` (default) or `major`.
         amount_format: Option<AmountFormat>,
     },
+    /// Stripe's API (source only).
+    Stripe {
+        /// Secret or restricted API key; use `${STRIPE_API_KEY}`.
+        api_key: Secret,
+        /// `charges`, `payment_intents`, `invoices`, `refunds` or `customers`.
+        object: recon_stripe::StripeObject,
+        /// API base URL (default `https://api.stripe.com`).
+        base_url: Option<String>,
+        /// Pinned `Stripe-Version` (default the version recon was written against).
+        api_version: Option<String>,
+        /// Requests per second (default 25 with test keys, 100 with live keys).
+        requests_per_second: Option<u32>,
+        /// Most window slices paged at once (default 32).
+        concurrency: Option<usize>,
+        /// Canonical field → JSON path in the object (`email = "receipt_email"`).
+        #[serde(default)]
+        fields: BTreeMap<String, String>,
+    },
     /// A PostgreSQL, MySQL/MariaDB or SQLite table.
     Sql {
         /// Connection URL (`${VAR}` allowed; never logged).
@@ -300,6 +318,17 @@ impl ConfigFile {
                         url.expose(),
                         &format!("job `{name}` {side}.url"),
                     )?);
+                }
+                EndpointConfig::Stripe {
+                    api_key, base_url, ..
+                } => {
+                    *api_key = Secret::new(expand_env(
+                        api_key.expose(),
+                        &format!("job `{name}` {side}.api_key"),
+                    )?);
+                    if let Some(u) = base_url {
+                        *u = expand_env(u, &format!("job `{name}` {side}.base_url"))?;
+                    }
                 }
             }
         }

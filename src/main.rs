@@ -10,6 +10,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => recon::commands::diff::run(args),
         Command::Run(args) => recon::commands::run::run(args),
         Command::Apply(args) => recon::commands::apply::run(args),
+        Command::Demo(args) => recon::commands::demo::run(args),
         Command::Runs(args) => recon::commands::runs::run(args),
     };
     match result {

@@ -175,7 +175,7 @@ async fn execute(plan: RunPlan, items: Vec<PlanItem>, plan_path: PathBuf) -> Res
         let work: Vec<(Record, WriteMode)> = todo.iter().map(|i| (i.record.clone(), i.mode)).collect();
         let batch = match &plan.job.job.target {
             crate::config::EndpointConfig::Sql { write_batch, .. } => write_batch.unwrap_or(1000),
-            crate::config::EndpointConfig::File { .. } => 1000,
+            _ => 1000,
         };
         let outcomes = if work.is_empty() { Vec::new() } else { apply(&state, target.as_ref(), &schema, &run_id, &job, &work, batch).await? };
         let dir_path = plan.out.clone().unwrap_or_else(|| plan.job.reports.join(&job).join(&run_id));

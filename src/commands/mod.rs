@@ -1,4 +1,5 @@
 pub mod apply;
+pub mod demo;
 pub mod diff;
 pub mod run;
 pub mod runs;

@@ -133,6 +133,7 @@ impl RunPlan {
                 EndpointConfig::File { columns, .. } | EndpointConfig::Sql { columns, .. } => {
                     columns
                 }
+                EndpointConfig::Stripe { fields, .. } => fields,
             };
             for c in columns.keys() {
                 if schema.index_of(c).is_none() {
@@ -158,6 +159,9 @@ impl RunPlan {
         };
         let lookback = duration(&j.lookback, "lookback")?;
         let grace = duration(&j.grace, "grace")?;
+        if matches!(j.target, EndpointConfig::Stripe { .. }) {
+            bail!("job `{name}`: Stripe is a source of truth only; use it as the job's source");
+        }
         if matches!(j.target, EndpointConfig::File { .. })
             && j.backfill.mode != BackfillMode::Off
             && !args.dry_run
@@ -246,7 +250,83 @@ pub(crate) async fn connect(
             }
             Box::new(recon_sql::SqlTable::connect(cfg, schema).await?)
         }
+        EndpointConfig::Stripe {
+            api_key,
+            object,
+            base_url,
+            api_version,
+            requests_per_second,
+            concurrency,
+            fields,
+        } => {
+            let mut cfg = recon_stripe::StripeConfig::new(api_key.clone(), *object);
+            if let Some(u) = base_url {
+                cfg.base_url = u.clone();
+            }
+            if let Some(v) = api_version {
+                cfg.api_version = v.clone();
+            }
+            cfg.requests_per_second = *requests_per_second;
+            if let Some(c) = concurrency {
+                cfg.concurrency = *c;
+            }
+            cfg.field_paths = schema
+                .fields
+                .iter()
+                .map(|f| fields.get(&f.name).cloned())
+                .collect();
+            Box::new(SourceOnly(Box::new(recon_stripe::StripeSource::new(
+                cfg, schema,
+            )?)))
+        }
     })
+}
+
+/// A source that cannot be written to, behind the `Target` interface the
+/// run uses for both sides.
+struct SourceOnly(Box<dyn recon_core::Source>);
+
+#[async_trait::async_trait]
+impl recon_core::Source for SourceOnly {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn read(
+        &self,
+        schema: &Schema,
+        window: Window,
+    ) -> futures_core::stream::BoxStream<'_, Result<recon_core::Page, recon_core::ConnectorError>>
+    {
+        self.0.read(schema, window)
+    }
+    async fn lookup(
+        &self,
+        schema: &Schema,
+        keys: &[String],
+    ) -> Result<Vec<Record>, recon_core::ConnectorError> {
+        self.0.lookup(schema, keys).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Target for SourceOnly {
+    async fn check_unique_key(&self) -> Result<(), recon_core::ConnectorError> {
+        Err(recon_core::ConnectorError::NotIdempotent(format!(
+            "{} is a source only",
+            self.0.describe()
+        )))
+    }
+    async fn write(
+        &self,
+        _schema: &Schema,
+        _records: &[Record],
+        _mode: WriteMode,
+    ) -> Result<Vec<WriteOutcome>, recon_core::ConnectorError> {
+        Err(recon_core::ConnectorError::NotIdempotent(format!(
+            "{} is a source only",
+            self.0.describe()
+        )))
+    }
 }
 
 /// Reads a whole side into the engine, page by page.
@@ -589,7 +669,7 @@ async fn run_locked(
     } else {
         let batch = match &plan.job.job.target {
             EndpointConfig::Sql { write_batch, .. } => write_batch.unwrap_or(1000),
-            EndpointConfig::File { .. } => 1000,
+            _ => 1000,
         };
         let outcomes = apply(state, target.as_ref(), schema, run_id, job, &items, batch).await?;
         let mut rows = Vec::with_capacity(items.len());

@@ -13,6 +13,8 @@
 
 mod connector;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod money;
 mod record;
 mod redact;

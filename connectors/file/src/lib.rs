@@ -270,7 +270,8 @@ impl FileReader {
                         }));
                 }
                 let text = |i: usize| -> &str { row.get(i) };
-                let key = text(*key_idx);
+                // Surrounding whitespace is never part of an external ID.
+                let key = text(*key_idx).trim();
                 if key.is_empty() {
                     return Err(ReadError::Connector(ConnectorError::Malformed {
                         location: location(),
@@ -373,7 +374,9 @@ impl FileReader {
                         *checked_first = true;
                     }
                     let key = match json_path(&obj, &self.spec.key_column) {
-                        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+                        Some(serde_json::Value::String(s)) if !s.trim().is_empty() => {
+                            s.trim().to_string()
+                        }
                         Some(serde_json::Value::Number(n)) => n.to_string(),
                         _ => {
                             return Err(ReadError::Connector(ConnectorError::Malformed {

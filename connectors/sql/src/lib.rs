@@ -290,10 +290,16 @@ impl SqlTable {
             row.try_get::<Option<String>, _>(i)
                 .map_err(|e| db_error(&format!("{}: reading column {i}", self.display), e))
         };
-        let key = text(0)?.ok_or_else(|| ConnectorError::Malformed {
-            location: recon_core::Location(self.display.clone()),
-            message: format!("a row has a null key `{}`", self.cfg.key_column),
-        })?;
+        // Surrounding whitespace is never part of an external ID: `ch_1 `
+        // stored by a sloppy import is the same charge as `ch_1` (and a
+        // duplicate of it, which a UNIQUE constraint cannot see).
+        let key = text(0)?
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| ConnectorError::Malformed {
+                location: recon_core::Location(self.display.clone()),
+                message: format!("a row has a null or empty key `{}`", self.cfg.key_column),
+            })?;
         let n = self.schema.fields.len();
         let currency = if self.currency_storage.is_some() {
             text(n + 1)?

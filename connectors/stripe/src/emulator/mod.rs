@@ -1,0 +1,366 @@
+//! An emulator of Stripe's API, served over real HTTP on `127.0.0.1`, for tests,
+//! benchmarks and the offline demo.
+//!
+//! It serves the read side of five resources — `GET /v1/{charges,
+//! payment_intents, invoices, refunds, customers}` (list) and
+//! `GET /v1/<resource>/<id>` (retrieve) — with Stripe's documented semantics:
+//!
+//! * **Auth.** `Authorization: Bearer <key>` or HTTP basic auth with the key as
+//!   the username. Anything else is a `401` with Stripe's body, the presented key
+//!   masked as Stripe masks it (`sk_test_****…last4`), plus
+//!   `WWW-Authenticate: Basic realm="Stripe"`.
+//! * **Headers.** Every response carries a unique `Request-Id: req_…` and
+//!   `Content-Type: application/json`.
+//! * **Lists.** Newest first (`created` desc; ties by id desc — the emulator's
+//!   deterministic choice, Stripe documents none), `limit` 1..=100 (default 10),
+//!   `starting_after` / `ending_before` cursors, `created` as an integer or
+//!   `created[gt|gte|lt|lte]`, `expand[]` accepted; any other parameter is
+//!   Stripe's `400 parameter_unknown`. See the `store` module for how pages stay
+//!   O(log n + limit) at hundreds of thousands of objects.
+//! * **Errors.** Stripe's error body `{"error": {"code", "doc_url", "message",
+//!   "param", "type"}}`, e.g. `404 resource_missing` "No such charge: 'ch_x'".
+//! * **Rate limit, latency, faults** — see [`EmulatorConfig`] and [`FaultKind`].
+//!
+//! Order of decisions for each request: it is counted and matched against the
+//! fault plan on arrival; an injected error fault answers without auth or rate
+//! limiting; otherwise auth, then the rate limiter, then routing. The response
+//! (whatever it is) is sent after `latency` (plus the `Slow` delay, if any).
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use recon_stripe::emulator::{Emulator, EmulatorConfig, ObjectKind};
+//! let emu = Emulator::start(EmulatorConfig::default()).await?;
+//! emu.insert(ObjectKind::Charge, Emulator::charge("ch_1", 1000, "usd", "succeeded", 1_700_000_000));
+//! // GET {emu.base_url}/v1/charges with `Authorization: Bearer {emu.api_key}`
+//! emu.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod builders;
+mod faults;
+mod server;
+mod store;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use server::{ConnHandle, EmuListener, Shared};
+
+/// How an [`Emulator`] behaves.
+#[derive(Clone, Debug)]
+pub struct EmulatorConfig {
+    /// The one key the emulator accepts. Default `"sk_test_emulator"`.
+    pub api_key: String,
+    /// `Some(n)`: a token bucket of capacity `n` refilled at `n` per second
+    /// (a burst of `n`, then `n` per second); requests finding it empty get
+    /// Stripe's `429 rate_limit`. `None`: unlimited.
+    pub rate_limit_per_sec: Option<u32>,
+    /// Added before every response. Requests are served concurrently, so this
+    /// models network/server latency without limiting throughput.
+    pub latency: Duration,
+}
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        EmulatorConfig {
+            api_key: "sk_test_emulator".to_owned(),
+            rate_limit_per_sec: None,
+            latency: Duration::ZERO,
+        }
+    }
+}
+
+/// The resources the emulator serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Charge,
+    PaymentIntent,
+    Invoice,
+    Refund,
+    Customer,
+}
+
+impl ObjectKind {
+    pub const ALL: [ObjectKind; 5] = [
+        ObjectKind::Charge,
+        ObjectKind::PaymentIntent,
+        ObjectKind::Invoice,
+        ObjectKind::Refund,
+        ObjectKind::Customer,
+    ];
+
+    /// The path segment after `/v1/`, e.g. `"payment_intents"`.
+    pub fn path(self) -> &'static str {
+        match self {
+            ObjectKind::Charge => "charges",
+            ObjectKind::PaymentIntent => "payment_intents",
+            ObjectKind::Invoice => "invoices",
+            ObjectKind::Refund => "refunds",
+            ObjectKind::Customer => "customers",
+        }
+    }
+
+    /// The value of the objects' `"object"` field, also the noun in Stripe's
+    /// "No such <noun>: '<id>'" messages, e.g. `"payment_intent"`.
+    pub fn object_name(self) -> &'static str {
+        match self {
+            ObjectKind::Charge => "charge",
+            ObjectKind::PaymentIntent => "payment_intent",
+            ObjectKind::Invoice => "invoice",
+            ObjectKind::Refund => "refund",
+            ObjectKind::Customer => "customer",
+        }
+    }
+
+    pub fn from_path(segment: &str) -> Option<ObjectKind> {
+        ObjectKind::ALL.into_iter().find(|k| k.path() == segment)
+    }
+}
+
+/// A fault to inject instead of (or on top of) the normal response.
+#[derive(Clone, Debug)]
+pub enum FaultKind {
+    /// `429`, code `rate_limit`, Stripe's rate-limit body.
+    RateLimited,
+    /// `429`, code `lock_timeout`, with `Stripe-Should-Retry: true`.
+    LockTimeout,
+    /// `500`, type `api_error`.
+    ServerError,
+    /// `503`, type `api_error`.
+    Unavailable,
+    /// The normal response, sent after this extra delay (on top of `latency`).
+    Slow(Duration),
+    /// `200` whose body is the first half of the normal response's JSON, with a
+    /// `Content-Length` matching the truncated body.
+    TruncatedJson,
+    /// `200` with `Content-Type: application/json` and an HTML body.
+    MalformedJson,
+    /// The TCP connection is closed without any HTTP response.
+    DropConnection,
+}
+
+/// One entry of a fault plan: requests number `after .. after + times` (counted
+/// from 0 since [`Emulator::set_faults`]) get `kind`. When entries overlap, the
+/// first in the plan wins.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// Let this many requests through first.
+    pub after: u64,
+    /// Then inject on this many requests.
+    pub times: u64,
+}
+
+/// Counters since [`Emulator::start`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EmulatorStats {
+    /// Every HTTP request received (including dropped connections).
+    pub requests: u64,
+    /// `429` responses sent, from the rate limiter or from faults.
+    pub throttled: u64,
+    /// Responses sent, by status. Dropped connections send none and are absent.
+    pub by_status: BTreeMap<u16, u64>,
+    /// The most requests ever being handled at once.
+    pub max_in_flight: u64,
+}
+
+/// A running emulator. Dropping it stops the server too (without waiting).
+pub struct Emulator {
+    /// `"http://127.0.0.1:PORT"`, no trailing slash.
+    pub base_url: String,
+    /// The key to present (`Authorization: Bearer <api_key>`).
+    pub api_key: String,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Binds `127.0.0.1:0` and serves on a tokio task of the current runtime.
+    pub async fn start(config: EmulatorConfig) -> std::io::Result<Emulator> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(
+            config.api_key.clone(),
+            config.rate_limit_per_sec,
+            config.latency,
+        ));
+        let app = Router::new()
+            .fallback(server::handle)
+            .with_state(shared.clone())
+            .into_make_service_with_connect_info::<ConnHandle>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(EmuListener(listener), app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(Emulator {
+            base_url: format!("http://{addr}"),
+            api_key: config.api_key,
+            shared,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Stores `object` (replacing any object of this kind with the same id).
+    /// It must have a string `"id"` and an integer `"created"`; it is stored and
+    /// served as given, except that a missing `"object"` field is filled in.
+    ///
+    /// # Panics
+    /// If `"id"` or `"created"` is missing or mistyped.
+    pub fn insert(&self, kind: ObjectKind, object: Value) {
+        let (id, created, json) = prepare(kind, object);
+        self.shared
+            .store
+            .write()
+            .unwrap()
+            .insert(kind, id, created, json);
+    }
+
+    /// [`insert`](Self::insert) for many objects, taking the store's lock once
+    /// (objects are serialized before it is taken).
+    pub fn insert_many(&self, kind: ObjectKind, objects: impl IntoIterator<Item = Value>) {
+        let prepared: Vec<_> = objects.into_iter().map(|o| prepare(kind, o)).collect();
+        let mut store = self.shared.store.write().unwrap();
+        for (id, created, json) in prepared {
+            store.insert(kind, id, created, json);
+        }
+    }
+
+    /// Removes an object. A deleted customer still answers a retrieve, as on
+    /// Stripe, with `{"id": …, "object": "customer", "deleted": true}` (and is
+    /// no longer listed); other kinds simply become `404 resource_missing`.
+    pub fn delete(&self, kind: ObjectKind, id: &str) {
+        self.shared.store.write().unwrap().delete(kind, id);
+    }
+
+    /// How many (non-deleted) objects of `kind` are stored.
+    pub fn count(&self, kind: ObjectKind) -> usize {
+        self.shared.store.read().unwrap().len(kind)
+    }
+
+    /// Replaces the fault plan; the next request is request number 0 of it.
+    pub fn set_faults(&self, faults: Vec<Fault>) {
+        *self.shared.faults.lock().unwrap() = faults::FaultPlan::new(faults);
+    }
+
+    pub fn stats(&self) -> EmulatorStats {
+        self.shared.stats.lock().unwrap().clone()
+    }
+
+    /// Stops accepting connections, lets requests in flight finish (for up to
+    /// five seconds), and returns once the server task has ended.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+
+    /// A full Charge object per Stripe's API reference. `currency` is
+    /// lowercased; `status` is `"succeeded"`, `"pending"` or `"failed"` (a failed
+    /// charge is not paid or captured and carries `card_declined`). The
+    /// customer, billing details, receipt email, card and description are
+    /// derived from `id`; `payment_intent` is `pi_` + the id's suffix.
+    pub fn charge(id: &str, amount: i64, currency: &str, status: &str, created: i64) -> Value {
+        builders::charge(id, amount, currency, status, created)
+    }
+
+    /// A PaymentIntent object. `latest_charge` is `ch_` + the id's suffix when
+    /// the status implies a charge (`succeeded`, `processing`,
+    /// `requires_capture`).
+    pub fn payment_intent(
+        id: &str,
+        amount: i64,
+        currency: &str,
+        status: &str,
+        created: i64,
+    ) -> Value {
+        builders::payment_intent(id, amount, currency, status, created)
+    }
+
+    /// A Refund object of `charge`.
+    pub fn refund(
+        id: &str,
+        charge: &str,
+        amount: i64,
+        currency: &str,
+        status: &str,
+        created: i64,
+    ) -> Value {
+        builders::refund(id, charge, amount, currency, status, created)
+    }
+
+    /// A Customer object.
+    pub fn customer(id: &str, email: &str, name: &str, created: i64) -> Value {
+        builders::customer(id, email, name, created)
+    }
+
+    /// An Invoice object; `status` is one of `draft`, `open`, `paid`,
+    /// `uncollectible`, `void`.
+    pub fn invoice(
+        id: &str,
+        customer: &str,
+        amount_due: i64,
+        currency: &str,
+        status: &str,
+        created: i64,
+    ) -> Value {
+        builders::invoice(id, customer, amount_due, currency, status, created)
+    }
+
+    /// The customer id [`Emulator::charge`] (and `payment_intent`) assign to an
+    /// object id, so callers can insert matching customers.
+    pub fn customer_id_for(id: &str) -> String {
+        builders::customer_for(id)
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn prepare(kind: ObjectKind, mut object: Value) -> (String, i64, Arc<str>) {
+    let map = object
+        .as_object_mut()
+        .expect("emulator insert: the object must be a JSON object");
+    let id = map
+        .get("id")
+        .and_then(Value::as_str)
+        .expect("emulator insert: the object must have a string \"id\"")
+        .to_owned();
+    let created = map
+        .get("created")
+        .and_then(Value::as_i64)
+        .expect("emulator insert: the object must have an integer \"created\"");
+    map.entry("object")
+        .or_insert_with(|| Value::from(kind.object_name()));
+    // `Display` rather than `serde_json::to_string`: it is compiled inside
+    // serde_json (optimized even in debug builds of this crate), the generic
+    // `to_string::<Value>` would be instantiated here, unoptimized, ~2x slower.
+    let json: Arc<str> = Arc::from(object.to_string());
+    (id, created, json)
+}

@@ -1,0 +1,742 @@
+//! The HTTP side: axum serving on a custom listener, one fallback handler that
+//! routes `/v1/...` itself, auth, rate limiting and fault injection.
+//!
+//! # Dropping a connection
+//!
+//! `FaultKind::DropConnection` must close the TCP connection without writing any
+//! HTTP response. axum's `serve` accepts any [`Listener`], so the emulator wraps
+//! `tokio::net::TcpListener` in [`EmuListener`], whose connections are
+//! [`ConnIo`]: a `TcpStream` plus a shared "dropped" flag. The same flag reaches
+//! the handler through `ConnectInfo<ConnHandle>` (the [`Connected`] impl takes it
+//! from the accepted `ConnIo`). To drop, the handler sets the flag and returns;
+//! hyper's first attempt to write the response then fails with
+//! `ConnectionAborted` before a single byte is written, hyper abandons the
+//! connection, and dropping it closes the socket. The client sees the connection
+//! close with no response at all.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::serve::{IncomingStream, Listener};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::faults::{FaultPlan, RateLimiter};
+use super::store::{Found, ListQuery, MissingCursor, Store};
+use super::{EmulatorStats, FaultKind, ObjectKind};
+
+// ---------------------------------------------------------------------------
+// Shared state
+
+pub(crate) struct Shared {
+    pub api_key: String,
+    pub latency: Duration,
+    pub store: RwLock<Store>,
+    pub faults: Mutex<FaultPlan>,
+    pub limiter: Option<Mutex<RateLimiter>>,
+    pub stats: Mutex<EmulatorStats>,
+    in_flight: AtomicU64,
+    request_seq: AtomicU64,
+    request_salt: u64,
+}
+
+impl Shared {
+    pub fn new(api_key: String, rate_limit_per_sec: Option<u32>, latency: Duration) -> Self {
+        let salt = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Shared {
+            api_key,
+            latency,
+            store: RwLock::new(Store::default()),
+            faults: Mutex::new(FaultPlan::default()),
+            limiter: rate_limit_per_sec.map(|n| Mutex::new(RateLimiter::new(n))),
+            stats: Mutex::new(EmulatorStats::default()),
+            in_flight: AtomicU64::new(0),
+            request_seq: AtomicU64::new(0),
+            request_salt: splitmix64(salt),
+        }
+    }
+
+    /// `req_` and 14 base62 characters, like Stripe's request ids. The first 11
+    /// characters encode a bijective mix of a per-emulator counter, so ids never
+    /// repeat within an emulator.
+    fn next_request_id(&self) -> String {
+        let n = self.request_seq.fetch_add(1, Ordering::Relaxed);
+        let mixed = splitmix64(n ^ self.request_salt);
+        let mut id = String::with_capacity(18);
+        id.push_str("req_");
+        push_base62(&mut id, mixed, 11);
+        push_base62(&mut id, splitmix64(mixed), 3);
+        id
+    }
+}
+
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Appends exactly `width` base62 digits of `v` (least significant first).
+pub(crate) fn push_base62(out: &mut String, mut v: u64, width: usize) {
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    for _ in 0..width {
+        out.push(DIGITS[(v % 62) as usize] as char);
+        v /= 62;
+    }
+}
+
+/// Counts a request in flight for as long as it lives.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut stats = shared.stats.lock().unwrap();
+        stats.requests += 1;
+        stats.max_in_flight = stats.max_in_flight.max(now);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Listener and connections
+
+/// A `TcpListener` whose connections can be dropped from a handler.
+pub(crate) struct EmuListener(pub TcpListener);
+
+impl Listener for EmuListener {
+    type Io = ConnIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (ConnIo, SocketAddr) {
+        loop {
+            match self.0.accept().await {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let io = ConnIo {
+                        stream,
+                        dropped: Arc::new(AtomicBool::new(false)),
+                    };
+                    return (io, peer);
+                }
+                // Like axum's own TcpListener impl: transient errors (EMFILE,
+                // ECONNABORTED, ...) are retried after a short pause.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// A connection whose I/O fails once the handler has asked for it to be dropped.
+pub(crate) struct ConnIo {
+    stream: TcpStream,
+    dropped: Arc<AtomicBool>,
+}
+
+impl ConnIo {
+    fn check(&self) -> io::Result<()> {
+        if self.dropped.load(Ordering::SeqCst) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "emulator fault: connection dropped",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// The handler's grip on its connection (via `ConnectInfo`).
+#[derive(Clone)]
+pub(crate) struct ConnHandle {
+    dropped: Arc<AtomicBool>,
+}
+
+impl ConnHandle {
+    fn drop_connection(&self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Connected<IncomingStream<'_, EmuListener>> for ConnHandle {
+    fn connect_info(stream: IncomingStream<'_, EmuListener>) -> Self {
+        ConnHandle {
+            dropped: stream.io().dropped.clone(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Replies
+
+/// A response before the common headers are added.
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    should_retry: bool,
+}
+
+impl Reply {
+    fn json(status: u16, body: String) -> Reply {
+        Reply {
+            status,
+            body: body.into_bytes(),
+            should_retry: false,
+        }
+    }
+}
+
+/// Stripe's error body: `{"error": {"code"?, "doc_url"?, "message", "param"?, "type"}}`.
+/// Per Stripe's "Errors" reference, `doc_url` links to the error code's page,
+/// `https://stripe.com/docs/error-codes/<code with dashes>`.
+fn error(status: u16, kind: &str, message: &str, code: Option<&str>, param: Option<&str>) -> Reply {
+    let mut e = serde_json::Map::new();
+    if let Some(code) = code {
+        e.insert("code".into(), json!(code));
+        e.insert(
+            "doc_url".into(),
+            json!(format!(
+                "https://stripe.com/docs/error-codes/{}",
+                code.replace('_', "-")
+            )),
+        );
+    }
+    e.insert("message".into(), json!(message));
+    if let Some(param) = param {
+        e.insert("param".into(), json!(param));
+    }
+    e.insert("type".into(), json!(kind));
+    Reply::json(status, json!({ "error": Value::Object(e) }).to_string())
+}
+
+fn invalid(message: &str, code: Option<&str>, param: Option<&str>) -> Reply {
+    error(400, "invalid_request_error", message, code, param)
+}
+
+/// `429`, code `rate_limit`: Stripe's answer to too many requests too fast.
+fn rate_limited() -> Reply {
+    error(
+        429,
+        "invalid_request_error",
+        "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.",
+        Some("rate_limit"),
+        None,
+    )
+}
+
+/// `429`, code `lock_timeout`: another request holds the object's lock. Stripe
+/// documents that such errors are safe to retry and marks them with
+/// `Stripe-Should-Retry: true`.
+fn lock_timeout() -> Reply {
+    let mut r = error(
+        429,
+        "invalid_request_error",
+        "This object cannot be accessed right now because another API request or Stripe process is currently accessing it. If you see this error intermittently, retry the request. If you see this error frequently and are making multiple concurrent requests to a single object, make your requests serially or at a lower rate. See https://stripe.com/docs/rate-limits for more details.",
+        Some("lock_timeout"),
+        None,
+    );
+    r.should_retry = true;
+    r
+}
+
+/// Stripe: "API errors cover any other type of problem (e.g., a temporary
+/// problem with Stripe's servers), and are extremely uncommon" — type `api_error`.
+fn server_error() -> Reply {
+    error(500, "api_error", "An unknown error occurred", None, None)
+}
+
+fn unavailable() -> Reply {
+    error(
+        503,
+        "api_error",
+        "Stripe is temporarily unavailable. Please try again later.",
+        None,
+        None,
+    )
+}
+
+/// Stripe's 404 for a path it has no route for.
+fn unrecognized(method: &Method, path: &str) -> Reply {
+    error(
+        404,
+        "invalid_request_error",
+        &format!(
+            "Unrecognized request URL ({method}: {path}). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."
+        ),
+        None,
+        None,
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Auth
+
+/// Masks a key the way Stripe echoes it in its 401 message: the mode prefix
+/// (`sk_test_`, `rk_live_`, ...) and the last four characters stay, everything
+/// between becomes `*`.
+pub(crate) fn mask_key(key: &str) -> String {
+    let chars: Vec<char> = key.chars().collect();
+    let prefix_len = [
+        "sk_test_", "sk_live_", "rk_test_", "rk_live_", "pk_test_", "pk_live_",
+    ]
+    .iter()
+    .find(|p| key.starts_with(*p))
+    .map_or(0, |p| p.len());
+    let rest = chars.len() - prefix_len;
+    let keep = if rest > 4 { 4 } else { 0 };
+    let mut out: String = chars[..prefix_len].iter().collect();
+    out.extend(std::iter::repeat_n('*', rest - keep));
+    out.extend(&chars[chars.len() - keep..]);
+    out
+}
+
+/// The key a request presents: `Authorization: Bearer <key>`, or HTTP basic
+/// auth with the key as the username (Stripe accepts both: "Authentication to
+/// the API is performed with HTTP Basic Auth. Provide your API key as the basic
+/// auth username value. You do not need to provide a password." and
+/// "If you need to authenticate via bearer auth ... use -H "Authorization:
+/// Bearer sk_test_..."").
+fn presented_key(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        Some(rest.to_owned())
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64_decode(rest)?;
+        let decoded = String::from_utf8(decoded).ok()?;
+        let user = decoded.split(':').next().unwrap_or("");
+        Some(user.to_owned())
+    } else {
+        Some(value.to_owned())
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let s = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in s {
+        acc = (acc << 6) | val(c)?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// `None` when authorized, else Stripe's 401.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Option<Reply> {
+    let message = match presented_key(headers) {
+        Some(key) if key == shared.api_key => return None,
+        Some(key) => format!("Invalid API Key provided: {}", mask_key(&key)),
+        None => "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/.".to_owned(),
+    };
+    Some(error(401, "invalid_request_error", &message, None, None))
+}
+
+// ---------------------------------------------------------------------------
+// Routing
+
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let _in_flight = InFlight::enter(&shared);
+    let request_id = shared.next_request_id();
+    let conn = req
+        .extensions()
+        .get::<ConnectInfo<ConnHandle>>()
+        .map(|c| c.0.clone());
+
+    // Everything that depends on arrival order is decided now.
+    let fault = shared.faults.lock().unwrap().next();
+    let mut delay = shared.latency;
+    enum Plan {
+        Serve,
+        Reply(Reply),
+    }
+    let plan = match &fault {
+        Some(FaultKind::RateLimited) => Plan::Reply(rate_limited()),
+        Some(FaultKind::LockTimeout) => Plan::Reply(lock_timeout()),
+        Some(FaultKind::ServerError) => Plan::Reply(server_error()),
+        Some(FaultKind::Unavailable) => Plan::Reply(unavailable()),
+        Some(FaultKind::MalformedJson) => Plan::Reply(Reply {
+            status: 200,
+            body: b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>"
+                .to_vec(),
+            should_retry: false,
+        }),
+        Some(FaultKind::Slow(extra)) => {
+            delay += *extra;
+            Plan::Serve
+        }
+        Some(FaultKind::DropConnection) | Some(FaultKind::TruncatedJson) | None => Plan::Serve,
+    };
+    let plan = match plan {
+        Plan::Serve => match authorize(&shared, req.headers()) {
+            Some(denied) => Plan::Reply(denied),
+            None => match &shared.limiter {
+                Some(l) if !l.lock().unwrap().admit(Instant::now()) => Plan::Reply(rate_limited()),
+                _ => Plan::Serve,
+            },
+        },
+        other => other,
+    };
+
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    if matches!(fault, Some(FaultKind::DropConnection)) {
+        if let Some(conn) = conn {
+            conn.drop_connection();
+        }
+        // Never written: the connection's I/O now fails. Not counted in by_status.
+        return Response::new(Body::empty());
+    }
+
+    let mut reply = match plan {
+        Plan::Reply(r) => r,
+        Plan::Serve => route(&shared, req.method(), req.uri()),
+    };
+    if matches!(fault, Some(FaultKind::TruncatedJson)) {
+        reply.status = 200;
+        reply.body.truncate(reply.body.len() / 2);
+    }
+
+    {
+        let mut stats = shared.stats.lock().unwrap();
+        *stats.by_status.entry(reply.status).or_insert(0) += 1;
+        if reply.status == 429 {
+            stats.throttled += 1;
+        }
+    }
+    build(reply, &request_id)
+}
+
+fn build(reply: Reply, request_id: &str) -> Response {
+    let len = reply.body.len();
+    let mut res = Response::new(Body::from(reply.body));
+    *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("request-id", v);
+    }
+    h.insert(
+        "cache-control",
+        HeaderValue::from_static("no-cache, no-store"),
+    );
+    if reply.status == 401 {
+        h.insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"Stripe\""),
+        );
+    }
+    if reply.should_retry {
+        h.insert("stripe-should-retry", HeaderValue::from_static("true"));
+    }
+    res
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = hex {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn route(shared: &Shared, method: &Method, uri: &axum::http::Uri) -> Reply {
+    let path = uri.path();
+    let rest = path.strip_prefix("/v1/");
+    let segments: Vec<&str> = rest.map(|r| r.split('/').collect()).unwrap_or_default();
+    let kind = segments.first().and_then(|s| ObjectKind::from_path(s));
+    match (method, kind, segments.len()) {
+        (&Method::GET, Some(kind), 1) => list(shared, kind, uri),
+        (&Method::GET, Some(kind), 2) if !segments[1].is_empty() => {
+            retrieve(shared, kind, &percent_decode(segments[1]))
+        }
+        _ => unrecognized(method, path),
+    }
+}
+
+fn retrieve(shared: &Shared, kind: ObjectKind, id: &str) -> Reply {
+    let found = shared.store.read().unwrap().get(kind, id);
+    match found {
+        Found::Object(json) => Reply::json(200, json.to_string()),
+        Found::Deleted => Reply::json(
+            200,
+            json!({ "id": id, "object": kind.object_name(), "deleted": true }).to_string(),
+        ),
+        // Stripe: 404, `resource_missing`, "No such <object>: '<id>'", param `id`.
+        Found::Missing => error(
+            404,
+            "invalid_request_error",
+            &format!("No such {}: '{}'", kind.object_name(), id),
+            Some("resource_missing"),
+            Some("id"),
+        ),
+    }
+}
+
+/// Parses an integer parameter the way Stripe reports a bad one:
+/// `"Invalid integer: <value>"`, code `parameter_invalid_integer`, with the param.
+fn int_param(name: &str, value: &str) -> Result<i64, Reply> {
+    value.parse::<i64>().map_err(|_| {
+        invalid(
+            &format!("Invalid integer: {value}"),
+            Some("parameter_invalid_integer"),
+            Some(name),
+        )
+    })
+}
+
+/// Validates the list parameters Stripe documents for `GET /v1/<kind>`: `limit`
+/// ("Limit can range between 1 and 100, and the default is 10"), the
+/// `starting_after` / `ending_before` cursors, the `created` filter (an integer
+/// timestamp, or a hash of `gt`, `gte`, `lt`, `lte`) and `expand` (accepted and
+/// ignored: the emulator stores objects with whatever the caller put in them).
+/// Stripe rejects parameters an endpoint does not take with "Received unknown
+/// parameter: <name>" (code `parameter_unknown`); so does the emulator. The
+/// per-kind filters Stripe also offers (e.g. `customer`, `status`) are not
+/// emulated and are rejected the same way.
+fn parse_list_query(params: &[(String, String)]) -> Result<ListQuery, Reply> {
+    let mut q = ListQuery {
+        limit: 10,
+        ..Default::default()
+    };
+    // Inclusive bounds on `created`; `None` is a bound no timestamp meets
+    // (`created[gt]=<i64::MAX>`, `created[lt]=<i64::MIN>`).
+    let mut lower: Vec<Option<i64>> = Vec::new();
+    let mut upper: Vec<Option<i64>> = Vec::new();
+    for (name, value) in params {
+        let name = name.as_str();
+        if name == "expand" || (name.starts_with("expand[") && name.ends_with(']')) {
+            continue;
+        }
+        let known = matches!(
+            name,
+            "limit"
+                | "starting_after"
+                | "ending_before"
+                | "created"
+                | "created[gt]"
+                | "created[gte]"
+                | "created[lt]"
+                | "created[lte]"
+        );
+        if !known {
+            return Err(invalid(
+                &format!("Received unknown parameter: {name}"),
+                Some("parameter_unknown"),
+                Some(name),
+            ));
+        }
+        if value.is_empty() {
+            // Stripe's answer to `param=` for a parameter that cannot be unset.
+            return Err(invalid(
+                &format!(
+                    "You passed an empty string for '{name}'. We assume empty values are an attempt to unset a parameter; however '{name}' cannot be unset. You should remove '{name}' from your request or supply a non-empty value."
+                ),
+                Some("parameter_invalid_empty"),
+                Some(name),
+            ));
+        }
+        match name {
+            "limit" => {
+                let n = int_param(name, value)?;
+                if n < 1 {
+                    return Err(invalid(
+                        "This value must be greater than or equal to 1.",
+                        None,
+                        Some("limit"),
+                    ));
+                }
+                if n > 100 {
+                    return Err(invalid(
+                        "This value must be less than or equal to 100.",
+                        None,
+                        Some("limit"),
+                    ));
+                }
+                q.limit = n as usize;
+            }
+            "starting_after" => q.starting_after = Some(value.clone()),
+            "ending_before" => q.ending_before = Some(value.clone()),
+            "created" => {
+                let v = int_param(name, value)?;
+                lower.push(Some(v));
+                upper.push(Some(v));
+            }
+            "created[gte]" => lower.push(Some(int_param(name, value)?)),
+            "created[gt]" => lower.push(int_param(name, value)?.checked_add(1)),
+            "created[lte]" => upper.push(Some(int_param(name, value)?)),
+            "created[lt]" => upper.push(int_param(name, value)?.checked_sub(1)),
+            _ => unreachable!(),
+        }
+    }
+    if q.starting_after.is_some() && q.ending_before.is_some() {
+        // Stripe's cursors are mutually exclusive; the emulator refuses both at
+        // once rather than guess which one wins.
+        return Err(invalid(
+            "You may only specify one of these parameters: ending_before, starting_after.",
+            None,
+            Some("ending_before"),
+        ));
+    }
+    // Several bounds (e.g. `created=` and `created[gte]=`) all apply.
+    q.empty = lower.contains(&None) || upper.contains(&None);
+    q.created_min = lower.into_iter().flatten().max();
+    q.created_max = upper.into_iter().flatten().min();
+    if let (Some(lo), Some(hi)) = (q.created_min, q.created_max) {
+        q.empty |= lo > hi;
+    }
+    Ok(q)
+}
+
+fn list(shared: &Shared, kind: ObjectKind, uri: &axum::http::Uri) -> Reply {
+    let params = match Query::<Vec<(String, String)>>::try_from_uri(uri) {
+        Ok(Query(p)) => p,
+        Err(_) => return invalid("Invalid query string.", None, None),
+    };
+    let q = match parse_list_query(&params) {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let page = shared.store.read().unwrap().list(kind, &q);
+    let page = match page {
+        Ok(p) => p,
+        // An unknown cursor: Stripe's `resource_missing`, naming the cursor param.
+        Err(MissingCursor { param, id }) => {
+            return invalid(
+                &format!("No such {}: '{}'", kind.object_name(), id),
+                Some("resource_missing"),
+                Some(param),
+            )
+        }
+    };
+    // `{"object": "list", "url": "/v1/<kind>", "has_more": bool, "data": [...]}`,
+    // assembled from the stored JSON texts without re-serializing them.
+    let size: usize = page.data.iter().map(|d| d.len() + 1).sum();
+    let mut body = String::with_capacity(size + 96);
+    body.push_str("{\"object\":\"list\",\"url\":\"/v1/");
+    body.push_str(kind.path());
+    body.push_str("\",\"has_more\":");
+    body.push_str(if page.has_more { "true" } else { "false" });
+    body.push_str(",\"data\":[");
+    for (i, d) in page.data.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(d);
+    }
+    body.push_str("]}");
+    Reply::json(200, body)
+}

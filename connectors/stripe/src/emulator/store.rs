@@ -1,0 +1,230 @@
+//! The emulator's object store: one sorted collection per [`ObjectKind`].
+//!
+//! Objects are kept as their compact JSON text (serialized once, at insert), in a
+//! `BTreeMap` keyed by `(Reverse(created), Reverse(id))`, so iterating the map in
+//! order *is* Stripe's list order: newest first. Stripe documents that list
+//! endpoints return objects "sorted by creation date, with the most recent ...
+//! appearing first"; it does not document how objects created in the same second
+//! are ordered, so breaking ties by id descending is this emulator's own
+//! deterministic choice.
+//!
+//! Every list request is a `range` over that map: the `created` filters and the
+//! `starting_after` / `ending_before` cursors become bounds of the range (a cursor
+//! is looked up in an id → created index, then located by the `BTreeMap`'s binary
+//! search), so a page costs O(log n + limit) however many objects are stored.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::ObjectKind;
+
+/// The sort key: iterating keys in ascending order yields created desc, id desc.
+pub(crate) type Key = (Reverse<i64>, Reverse<String>);
+
+/// What the list handler asks the store for, already validated.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ListQuery {
+    pub limit: usize,
+    pub starting_after: Option<String>,
+    pub ending_before: Option<String>,
+    /// Inclusive lower bound on `created` (from `created[gt]`/`[gte]`/`=`).
+    pub created_min: Option<i64>,
+    /// Inclusive upper bound on `created` (from `created[lt]`/`[lte]`/`=`).
+    pub created_max: Option<i64>,
+    /// True when a bound was unsatisfiable (e.g. `created[gt]=i64::MAX`).
+    pub empty: bool,
+}
+
+/// One page of a list, as raw JSON texts in list order.
+pub(crate) struct Page {
+    pub data: Vec<Arc<str>>,
+    pub has_more: bool,
+}
+
+/// A list request named a cursor that is not in the collection.
+#[derive(Debug)]
+pub(crate) struct MissingCursor {
+    /// `"starting_after"` or `"ending_before"`.
+    pub param: &'static str,
+    pub id: String,
+}
+
+/// What a retrieve finds.
+pub(crate) enum Found {
+    Object(Arc<str>),
+    /// A deleted customer: Stripe still answers a retrieve with a stub.
+    Deleted,
+    Missing,
+}
+
+#[derive(Default)]
+struct Collection {
+    sorted: BTreeMap<Key, Arc<str>>,
+    /// id → created, to find an object's key (for cursors and replacement).
+    created_by_id: HashMap<String, i64>,
+    /// Ids of deleted objects that Stripe still answers for (customers only).
+    deleted: HashSet<String>,
+}
+
+/// All collections.
+#[derive(Default)]
+pub(crate) struct Store {
+    collections: HashMap<ObjectKind, Collection>,
+}
+
+fn key(created: i64, id: &str) -> Key {
+    (Reverse(created), Reverse(id.to_owned()))
+}
+
+/// The smallest key of all objects created at `created`, plus one step: every key
+/// with this `created` is `<=` it, every key with a smaller (older) `created` is
+/// `>` it. `Reverse("")` is the greatest `Reverse<String>`.
+fn group_ceiling(created: i64) -> Key {
+    (Reverse(created), Reverse(String::new()))
+}
+
+impl Store {
+    /// Inserts or replaces (by id) an object. `json` is its serialized text.
+    pub fn insert(&mut self, kind: ObjectKind, id: String, created: i64, json: Arc<str>) {
+        let c = self.collections.entry(kind).or_default();
+        if let Some(old) = c.created_by_id.insert(id.clone(), created) {
+            c.sorted.remove(&key(old, &id));
+        }
+        c.deleted.remove(&id);
+        c.sorted.insert((Reverse(created), Reverse(id)), json);
+    }
+
+    /// Removes an object. Customers leave a tombstone, because Stripe keeps
+    /// answering `GET /v1/customers/{id}` for a deleted customer with
+    /// `{"id": …, "object": "customer", "deleted": true}`.
+    pub fn delete(&mut self, kind: ObjectKind, id: &str) {
+        let Some(c) = self.collections.get_mut(&kind) else {
+            return;
+        };
+        if let Some(created) = c.created_by_id.remove(id) {
+            c.sorted.remove(&key(created, id));
+            if kind == ObjectKind::Customer {
+                c.deleted.insert(id.to_owned());
+            }
+        }
+    }
+
+    pub fn len(&self, kind: ObjectKind) -> usize {
+        self.collections.get(&kind).map_or(0, |c| c.sorted.len())
+    }
+
+    pub fn get(&self, kind: ObjectKind, id: &str) -> Found {
+        let Some(c) = self.collections.get(&kind) else {
+            return Found::Missing;
+        };
+        if let Some(&created) = c.created_by_id.get(id) {
+            if let Some(json) = c.sorted.get(&key(created, id)) {
+                return Found::Object(json.clone());
+            }
+        }
+        if c.deleted.contains(id) {
+            Found::Deleted
+        } else {
+            Found::Missing
+        }
+    }
+
+    /// One page of `kind`, newest first, per `q`.
+    pub fn list(&self, kind: ObjectKind, q: &ListQuery) -> Result<Page, MissingCursor> {
+        let empty = Collection::default();
+        let c = self.collections.get(&kind).unwrap_or(&empty);
+
+        // Resolve cursors first: an unknown cursor is an error even when the
+        // created filter would make the page empty anyway.
+        let cursor =
+            |param: &'static str, id: &Option<String>| -> Result<Option<Key>, MissingCursor> {
+                match id {
+                    None => Ok(None),
+                    Some(id) => match c.created_by_id.get(id) {
+                        Some(&created) => Ok(Some(key(created, id))),
+                        None => Err(MissingCursor {
+                            param,
+                            id: id.clone(),
+                        }),
+                    },
+                }
+            };
+        let after = cursor("starting_after", &q.starting_after)?;
+        let before = cursor("ending_before", &q.ending_before)?;
+        let backwards = before.is_some();
+
+        let nothing = Page {
+            data: Vec::new(),
+            has_more: false,
+        };
+        if q.empty || q.limit == 0 {
+            return Ok(nothing);
+        }
+
+        // Lower bound of the key range = the newest end of the page.
+        // created <= max  ⇔  key > group_ceiling(max + 1).
+        let mut start: Option<Key> = match q.created_max {
+            Some(max) => max.checked_add(1).map(group_ceiling),
+            None => None,
+        };
+        if let Some(a) = after {
+            // Both bounds are exclusive: the tighter one is the greater key.
+            start = Some(match start {
+                Some(s) if s > a => s,
+                _ => a,
+            });
+        }
+        let start: Bound<Key> = match start {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+
+        // Upper bound = the oldest end. created >= min ⇔ key <= group_ceiling(min).
+        let end: Bound<Key> = match (q.created_min.map(group_ceiling), before) {
+            (None, None) => Bound::Unbounded,
+            (Some(m), None) => Bound::Included(m),
+            (None, Some(b)) => Bound::Excluded(b),
+            (Some(m), Some(b)) => {
+                if b <= m {
+                    Bound::Excluded(b)
+                } else {
+                    Bound::Included(m)
+                }
+            }
+        };
+
+        // BTreeMap::range panics on an inverted range; such a range is empty.
+        let inverted = match (&start, &end) {
+            (Bound::Excluded(s), Bound::Excluded(e)) => s >= e,
+            (Bound::Excluded(s), Bound::Included(e)) => s > e,
+            _ => false,
+        };
+        if inverted {
+            return Ok(nothing);
+        }
+
+        let range = c.sorted.range((start, end));
+        let limit = q.limit;
+        if backwards {
+            // `ending_before`: the `limit` objects immediately newer than the
+            // cursor, still returned newest first; `has_more` says whether there
+            // are even newer ones (the direction of paging).
+            let mut data: Vec<Arc<str>> = range
+                .rev()
+                .take(limit + 1)
+                .map(|(_, v)| v.clone())
+                .collect();
+            let has_more = data.len() > limit;
+            data.truncate(limit);
+            data.reverse();
+            Ok(Page { data, has_more })
+        } else {
+            let mut data: Vec<Arc<str>> = range.take(limit + 1).map(|(_, v)| v.clone()).collect();
+            let has_more = data.len() > limit;
+            data.truncate(limit);
+            Ok(Page { data, has_more })
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Stripe objects as recon reads them: which list endpoint, which JSON path
+//! holds each canonical field, and strict conversion of a JSON object into a
+//! canonical [`Record`].
+//!
+//! Parsing ignores fields recon does not read (Stripe adds fields in new API
+//! versions) but is strict about the ones it does: a wrong type is an error
+//! naming the object ID and the field, never a silent null.
+
+use recon_core::{ConnectorError, Currency, FieldKind, Location, Money, Record, Schema, Value};
+use serde::Deserialize;
+
+/// The Stripe object types recon can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StripeObject {
+    /// `/v1/charges`
+    Charges,
+    /// `/v1/payment_intents`
+    PaymentIntents,
+    /// `/v1/invoices`
+    Invoices,
+    /// `/v1/refunds`
+    Refunds,
+    /// `/v1/customers`
+    Customers,
+}
+
+impl StripeObject {
+    /// The list endpoint's path.
+    pub fn path(&self) -> &'static str {
+        match self {
+            StripeObject::Charges => "/v1/charges",
+            StripeObject::PaymentIntents => "/v1/payment_intents",
+            StripeObject::Invoices => "/v1/invoices",
+            StripeObject::Refunds => "/v1/refunds",
+            StripeObject::Customers => "/v1/customers",
+        }
+    }
+
+    /// The singular noun for messages.
+    pub fn noun(&self) -> &'static str {
+        match self {
+            StripeObject::Charges => "charge",
+            StripeObject::PaymentIntents => "payment intent",
+            StripeObject::Invoices => "invoice",
+            StripeObject::Refunds => "refund",
+            StripeObject::Customers => "customer",
+        }
+    }
+
+    /// The documented default JSON path of a canonical field for this
+    /// object (see the README's Stripe section); other names are read as a
+    /// path of their own name.
+    pub fn default_path(&self, field: &str) -> String {
+        let p = match (self, field) {
+            (StripeObject::Invoices, "amount") => "total",
+            (StripeObject::Charges, "email") => "billing_details.email",
+            (StripeObject::PaymentIntents, "email") => "receipt_email",
+            (StripeObject::Invoices, "email") => "customer_email",
+            (StripeObject::Refunds, "customer") => "charge",
+            _ => field,
+        };
+        p.to_string()
+    }
+}
+
+/// A page of a Stripe list response.
+#[derive(Debug, Deserialize)]
+pub struct ListPage {
+    /// The objects, newest first.
+    pub data: Vec<serde_json::Value>,
+    /// Whether more objects follow.
+    pub has_more: bool,
+}
+
+fn path<'v>(obj: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    let mut cur = obj;
+    for part in path.split('.') {
+        cur = cur.get(part)?;
+    }
+    Some(cur)
+}
+
+/// How each schema field is read from an object.
+#[derive(Clone, Debug)]
+pub struct FieldPaths {
+    /// JSON path per schema field.
+    pub fields: Vec<String>,
+    /// JSON path of the money fields' currency.
+    pub currency: String,
+}
+
+/// The `created` of an object, which every listed Stripe object has.
+pub fn created_of(
+    object: StripeObject,
+    v: &serde_json::Value,
+) -> Result<(String, i64), ConnectorError> {
+    let id = v
+        .get("id")
+        .and_then(|i| i.as_str())
+        .ok_or_else(|| ConnectorError::Malformed {
+            location: Location(format!("Stripe {}", object.path())),
+            message: "an object has no string `id`".into(),
+        })?
+        .to_string();
+    let created =
+        v.get("created")
+            .and_then(|c| c.as_i64())
+            .ok_or_else(|| ConnectorError::Malformed {
+                location: Location(format!("Stripe {} {id}", object.noun())),
+                message: "field `created` is missing or not an integer (Unix seconds)".into(),
+            })?;
+    Ok((id, created))
+}
+
+/// Converts one Stripe object into a canonical record.
+pub fn to_record(
+    object: StripeObject,
+    schema: &Schema,
+    paths: &FieldPaths,
+    v: &serde_json::Value,
+) -> Result<Record, ConnectorError> {
+    let (id, _) = created_of(object, v)?;
+    let bad = |field: &str, what: &str| ConnectorError::Malformed {
+        location: Location(format!("Stripe {} {id}", object.noun())),
+        message: format!("field `{field}` {what}"),
+    };
+    let mut values = Vec::with_capacity(schema.fields.len());
+    for (f, p) in schema.fields.iter().zip(&paths.fields) {
+        let raw = path(v, p);
+        let value = match (f.kind, raw) {
+            (_, None) | (_, Some(serde_json::Value::Null)) => Value::Null,
+            (FieldKind::Money, Some(a)) => {
+                let minor = a
+                    .as_i64()
+                    .ok_or_else(|| bad(p, "is not an integer amount in minor units"))?;
+                let code = path(v, &paths.currency)
+                    .and_then(|c| c.as_str())
+                    .ok_or_else(|| bad(&paths.currency, "is missing; amounts need a currency"))?;
+                let c = Currency::parse(code).map_err(|e| bad(&paths.currency, &e.to_string()))?;
+                Value::Money(Money::from_minor(minor, c))
+            }
+            (FieldKind::Currency, Some(c)) => {
+                let code = c.as_str().ok_or_else(|| bad(p, "is not a currency code"))?;
+                Value::Currency(Currency::parse(code).map_err(|e| bad(p, &e.to_string()))?)
+            }
+            (FieldKind::Integer, Some(n)) => {
+                Value::Integer(n.as_i64().ok_or_else(|| bad(p, "is not an integer"))?)
+            }
+            (FieldKind::Timestamp, Some(n)) => {
+                let secs = n
+                    .as_i64()
+                    .ok_or_else(|| bad(p, "is not a Unix timestamp"))?;
+                Value::Timestamp(
+                    jiff::Timestamp::from_second(secs).map_err(|e| bad(p, &e.to_string()))?,
+                )
+            }
+            (FieldKind::Text, Some(serde_json::Value::String(s))) => Value::Text(s.clone()),
+            (FieldKind::Text, Some(serde_json::Value::Bool(b))) => Value::Text(b.to_string()),
+            (FieldKind::Text, Some(serde_json::Value::Number(n))) => Value::Text(n.to_string()),
+            // An expanded object (customer: {id: …}) reads as its ID.
+            (FieldKind::Text, Some(o @ serde_json::Value::Object(_))) => {
+                match o.get("id").and_then(|i| i.as_str()) {
+                    Some(i) => Value::Text(i.to_string()),
+                    None => return Err(bad(p, "is an object without an `id`")),
+                }
+            }
+            (FieldKind::Text, Some(_)) => return Err(bad(p, "is a list, not text")),
+        };
+        values.push(value);
+    }
+    Ok(Record { key: id, values })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::Field;
+    use serde_json::json;
+
+    fn schema() -> Schema {
+        let f = |n: &str, k| Field {
+            name: n.into(),
+            kind: k,
+            compared: true,
+        };
+        Schema {
+            fields: vec![
+                f("amount", FieldKind::Money),
+                f("currency", FieldKind::Currency),
+                f("status", FieldKind::Text),
+                f("created", FieldKind::Timestamp),
+                f("customer", FieldKind::Text),
+                f("email", FieldKind::Text),
+            ],
+        }
+    }
+
+    fn paths(o: StripeObject) -> FieldPaths {
+        FieldPaths {
+            fields: schema()
+                .fields
+                .iter()
+                .map(|f| o.default_path(&f.name))
+                .collect(),
+            currency: "currency".into(),
+        }
+    }
+
+    #[test]
+    fn reads_a_charge_with_documented_defaults() {
+        let charge = json!({
+            "id": "ch_1", "object": "charge", "amount": 500, "currency": "jpy", "status": "succeeded",
+            "created": 1_764_374_399, "customer": {"id": "cus_9", "object": "customer"},
+            "billing_details": {"email": "a@example.com"}, "some_new_field": {"x": 1}
+        });
+        let r = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &charge,
+        )
+        .unwrap();
+        assert_eq!(r.key, "ch_1");
+        let jpy = Currency::parse("JPY").unwrap();
+        assert_eq!(r.values[0], Value::Money(Money::from_minor(500, jpy)));
+        assert_eq!(r.values[1], Value::Currency(jpy));
+        assert_eq!(r.values[4], Value::Text("cus_9".into()));
+        assert_eq!(r.values[5], Value::Text("a@example.com".into()));
+    }
+
+    #[test]
+    fn wrong_types_name_the_object_and_field() {
+        let bad = json!({"id": "ch_2", "created": 1, "amount": "5.00", "currency": "usd"});
+        let e = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &bad,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("Stripe charge ch_2") && e.contains("field `amount`"),
+            "{e}"
+        );
+        let e = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &json!({"id": "ch_3", "amount": 1}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("ch_3") && e.contains("created"), "{e}");
+        let e = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &json!({"id": "ch_4", "created": 1, "amount": 1, "currency": "zzz"}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown currency code `zzz`"), "{e}");
+    }
+
+    #[test]
+    fn invoices_use_total_and_customer_email() {
+        let inv = json!({"id": "in_1", "created": 5, "total": 1234, "currency": "kwd", "status": "paid", "customer_email": "b@example.com"});
+        let r = to_record(
+            StripeObject::Invoices,
+            &schema(),
+            &paths(StripeObject::Invoices),
+            &inv,
+        )
+        .unwrap();
+        assert_eq!(
+            r.values[0],
+            Value::Money(Money::from_minor(1234, Currency::parse("KWD").unwrap()))
+        );
+        assert_eq!(r.values[5], Value::Text("b@example.com".into()));
+    }
+}
