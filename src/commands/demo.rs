@@ -198,7 +198,11 @@ async fn demo(out: PathBuf) -> Result<Status> {
         } else {
             "succeeded"
         };
-        let id = format!("ch_3Q{:022x}", rng.next() << 20 | i as u64);
+        let id = format!(
+            "ch_3Q{:011x}{:011x}",
+            rng.next() & 0xfff_ffff_ffff,
+            (rng.next() ^ i as u64) & 0xfff_ffff_ffff
+        );
         charges.push((id, amount, cur, status, now - age));
     }
     for (id, amount, cur, status, created) in &charges {

@@ -284,7 +284,7 @@ impl Source for StripeSource {
                         let span = (hi - oldest).max(1);
                         let remaining = (oldest - lo + 1).max(1);
                         let pages = (remaining as f64 / span as f64).ceil() as usize;
-                        let slices = pages.clamp(1, self.cfg.concurrency.max(1) * 4);
+                        let slices = pages.clamp(1, self.cfg.concurrency.max(1) * 8);
                         let step = (remaining as f64 / slices as f64).ceil().max(1.0) as i64;
                         // Slices cover [lo, oldest + 1): objects created at
                         // `oldest` may be split across the first page and the
