@@ -172,6 +172,30 @@ pub enum EndpointConfig {
         #[serde(default)]
         fields: BTreeMap<String, String>,
     },
+    /// HubSpot CRM objects keyed by a unique property.
+    Hubspot {
+        /// Private app access token; use `${HUBSPOT_TOKEN}`.
+        token: Secret,
+        /// `contacts`, `companies`, `deals`, or a custom object's `2-…` ID.
+        object_type: String,
+        /// The property holding the external ID (created with `hasUniqueValue: true`).
+        id_property: String,
+        /// Canonical field → property; unlisted fields use their own name.
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+        /// Property holding amounts' currency (deals: `deal_currency_code`).
+        currency_property: Option<String>,
+        /// Date property windows filter on (default `createdate`).
+        date_property: Option<String>,
+        /// `major` (default: HubSpot stores `29.99`) or `minor`.
+        amount_format: Option<AmountFormat>,
+        /// API base URL (default `https://api.hubapi.com`).
+        base_url: Option<String>,
+        /// General limit per rolling 10 s (default 100; set your tier's).
+        requests_per_10s: Option<u32>,
+        /// The search API's limit per second (default 5).
+        search_per_second: Option<u32>,
+    },
     /// A PostgreSQL, MySQL/MariaDB or SQLite table.
     Sql {
         /// Connection URL (`${VAR}` allowed; never logged).
@@ -318,6 +342,17 @@ impl ConfigFile {
                         url.expose(),
                         &format!("job `{name}` {side}.url"),
                     )?);
+                }
+                EndpointConfig::Hubspot {
+                    token, base_url, ..
+                } => {
+                    *token = Secret::new(expand_env(
+                        token.expose(),
+                        &format!("job `{name}` {side}.token"),
+                    )?);
+                    if let Some(u) = base_url {
+                        *u = expand_env(u, &format!("job `{name}` {side}.base_url"))?;
+                    }
                 }
                 EndpointConfig::Stripe {
                     api_key, base_url, ..

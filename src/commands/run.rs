@@ -134,6 +134,7 @@ impl RunPlan {
                     columns
                 }
                 EndpointConfig::Stripe { fields, .. } => fields,
+                EndpointConfig::Hubspot { properties, .. } => properties,
             };
             for c in columns.keys() {
                 if schema.index_of(c).is_none() {
@@ -250,6 +251,9 @@ pub(crate) async fn connect(
             }
             Box::new(recon_sql::SqlTable::connect(cfg, schema).await?)
         }
+        EndpointConfig::Hubspot { .. } => {
+            Box::new(hubspot(endpoint, schema, time_field)?.expect("a HubSpot endpoint"))
+        }
         EndpointConfig::Stripe {
             api_key,
             object,
@@ -280,6 +284,63 @@ pub(crate) async fn connect(
             )?)))
         }
     })
+}
+
+/// HubSpot objects for a job.
+fn hubspot(
+    endpoint: &EndpointConfig,
+    schema: &Schema,
+    time_field: Option<usize>,
+) -> Result<Option<recon_hubspot::HubSpotObjects>> {
+    let EndpointConfig::Hubspot {
+        token,
+        object_type,
+        id_property,
+        properties,
+        currency_property,
+        date_property,
+        amount_format,
+        base_url,
+        requests_per_10s,
+        search_per_second,
+    } = endpoint
+    else {
+        return Ok(None);
+    };
+    let mut cfg = recon_hubspot::HubSpotConfig::new(
+        token.clone(),
+        object_type,
+        id_property,
+        schema
+            .fields
+            .iter()
+            .map(|f| properties.get(&f.name).cloned().unwrap_or_else(|| f.name.clone()))
+            .collect(),
+    );
+    cfg.currency_property = currency_property.clone();
+    if schema.money_field().is_some() && cfg.currency_property.is_none() {
+        cfg.currency_property = Some("deal_currency_code".into());
+    }
+    // Windows filter on the property that holds the job's time field (the
+    // source's creation time), unless another date property is named.
+    match (date_property, time_field) {
+        (Some(d), _) => cfg.date_property = d.clone(),
+        (None, Some(t)) => cfg.date_property = cfg.properties[t].clone(),
+        (None, None) => {}
+    }
+    if let Some(a) = amount_format {
+        cfg.amount_format = *a;
+    }
+    if let Some(u) = base_url {
+        cfg.base_url = u.clone();
+    }
+    if let Some(n) = requests_per_10s {
+        cfg.requests_per_10s = *n;
+    }
+    if let Some(n) = search_per_second {
+        cfg.search_per_second = *n;
+    }
+    Ok(Some(recon_hubspot::HubSpotObjects::new(cfg, schema)?))
 }
 
 /// A source that cannot be written to, behind the `Target` interface the

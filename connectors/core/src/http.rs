@@ -34,8 +34,12 @@ use crate::Secret;
 /// Rate, timeout and retry settings of one client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpPolicy {
-    /// Sustained requests per second (at least 1).
+    /// Sustained requests per `interval` (at least 1); per second unless
+    /// `interval` says otherwise.
     pub requests_per_second: u32,
+    /// The period `requests_per_second` counts over: 1 s by default; HubSpot
+    /// documents its general limit per rolling 10 s.
+    pub interval: Duration,
     /// Requests that may go at once after a quiet spell (at least 1).
     pub burst: u32,
     /// Per-request timeout, from sending to the end of the body.
@@ -56,6 +60,7 @@ impl HttpPolicy {
     pub fn new(requests_per_second: u32) -> HttpPolicy {
         HttpPolicy {
             requests_per_second,
+            interval: Duration::from_secs(1),
             burst: requests_per_second,
             timeout: Duration::from_secs(30),
             max_attempts: 6,
@@ -90,9 +95,26 @@ pub struct Provider {
     /// Response header whose `true`/`false` overrides the retry decision
     /// (`Stripe-Should-Retry`).
     pub should_retry_header: Option<&'static str>,
+    /// Top-level JSON fields of an error body that make an otherwise
+    /// retryable status final: HubSpot's 429 with `policyName: DAILY` means
+    /// the day's quota is spent, and retrying for hours would only hide it.
+    pub final_when: &'static [(&'static str, &'static str)],
 }
 
 impl Provider {
+    /// Whether the error body carries one of [`Provider::final_when`].
+    pub fn is_final_body(&self, body: Option<&[u8]>) -> bool {
+        if self.final_when.is_empty() {
+            return false;
+        }
+        let Some(v) = body.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()) else {
+            return false;
+        };
+        self.final_when
+            .iter()
+            .any(|(field, value)| v.get(field).and_then(|x| x.as_str()) == Some(value))
+    }
+
     /// The retry classifier for HTTP responses: 429, 500, 502, 503 and 504
     /// are retried, other statuses are not; the provider's hint header, when
     /// present with `true` or `false`, overrides that. 2xx, 401 and 403 are
@@ -312,7 +334,11 @@ impl HttpClient {
             .timeout(policy.timeout)
             .build()
             .map_err(|e| fail(root_cause(&e)))?;
-        let limiter = RateLimiter::direct(Quota::per_second(rate).allow_burst(burst));
+        let period = policy.interval.max(Duration::from_millis(1)) / rate.get();
+        let quota = Quota::with_period(period)
+            .ok_or_else(|| fail("interval must be longer than zero".into()))?
+            .allow_burst(burst);
+        let limiter = RateLimiter::direct(quota);
         Ok(HttpClient {
             inner: Arc::new(Inner {
                 provider,
@@ -500,7 +526,8 @@ impl HttpClient {
             };
         }
 
-        let (message, body_code) = error_body(body.ok().as_deref());
+        let body = body.ok();
+        let (message, body_code) = error_body(body.as_deref());
         let message = self.scrub(message.unwrap_or_else(|| {
             reqwest::StatusCode::from_u16(status)
                 .ok()
@@ -518,7 +545,9 @@ impl HttpClient {
                 message,
             });
         }
-        if inner.provider.should_retry(status, &headers) {
+        if inner.provider.should_retry(status, &headers)
+            && !inner.provider.is_final_body(body.as_deref())
+        {
             let last = match &body_code {
                 Some(code) => format!("{status} {code}"),
                 None => status.to_string(),
@@ -635,6 +664,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const STRIPE: Provider = Provider {
+        final_when: &[],
         name: "Stripe",
         request_id_header: "Request-Id",
         should_retry_header: Some("Stripe-Should-Retry"),
@@ -752,6 +782,7 @@ mod tests {
     fn fast(max_attempts: u32) -> HttpPolicy {
         HttpPolicy {
             requests_per_second: 1000,
+            interval: Duration::from_secs(1),
             burst: 1000,
             timeout: Duration::from_secs(5),
             max_attempts,
@@ -1284,6 +1315,7 @@ mod tests {
         assert!(!STRIPE.should_retry(503, &no));
         assert!(!STRIPE.should_retry(401, &yes));
         let plain = Provider {
+            final_when: &[],
             should_retry_header: None,
             ..STRIPE
         };

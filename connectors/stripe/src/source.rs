@@ -22,6 +22,7 @@ use crate::models::{created_of, to_record, FieldPaths, ListPage, StripeObject};
 /// Stripe's documented identity for the HTTP policy: request IDs come in
 /// `Request-Id`, and `Stripe-Should-Retry` overrides the retry decision.
 pub const STRIPE: Provider = Provider {
+    final_when: &[],
     name: "Stripe",
     request_id_header: "Request-Id",
     should_retry_header: Some("Stripe-Should-Retry"),
