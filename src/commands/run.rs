@@ -314,7 +314,12 @@ fn hubspot(
         schema
             .fields
             .iter()
-            .map(|f| properties.get(&f.name).cloned().unwrap_or_else(|| f.name.clone()))
+            .map(|f| {
+                properties
+                    .get(&f.name)
+                    .cloned()
+                    .unwrap_or_else(|| f.name.clone())
+            })
             .collect(),
     );
     cfg.currency_property = currency_property.clone();

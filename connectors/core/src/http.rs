@@ -243,7 +243,10 @@ struct Inner {
     provider: Provider,
     policy: HttpPolicy,
     client: reqwest::Client,
-    limiter: DefaultDirectRateLimiter,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    /// Limiters of other clients this one also waits for: HubSpot's search
+    /// calls obey their own per-second limit and the account's 10-second one.
+    also: Vec<Arc<DefaultDirectRateLimiter>>,
     /// Values scrubbed from every message that could echo them.
     secrets: Vec<Secret>,
     requests: AtomicU64,
@@ -344,7 +347,8 @@ impl HttpClient {
                 provider,
                 policy,
                 client,
-                limiter,
+                limiter: Arc::new(limiter),
+                also: Vec::new(),
                 secrets: secret_headers.into_iter().map(|(_, s)| s).collect(),
                 requests: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
@@ -352,6 +356,29 @@ impl HttpClient {
                 server_errors: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// This client, also paced by `other`'s rate limiter (every request waits
+    /// for a permit of both). Call before cloning: clones made earlier keep
+    /// their limiters.
+    pub fn also_limited_by(self, other: &HttpClient) -> HttpClient {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            provider: shared.provider,
+            policy: shared.policy.clone(),
+            client: shared.client.clone(),
+            limiter: shared.limiter.clone(),
+            also: shared.also.clone(),
+            secrets: shared.secrets.clone(),
+            requests: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            server_errors: AtomicU64::new(0),
+        });
+        let mut inner = inner;
+        inner.also.push(other.inner.limiter.clone());
+        HttpClient {
+            inner: Arc::new(inner),
+        }
     }
 
     /// `GET url?query`, parsed as JSON into `T`, under the policy.
@@ -405,6 +432,9 @@ impl HttpClient {
         loop {
             attempt += 1;
             inner.limiter.until_ready().await;
+            for other in &inner.also {
+                other.until_ready().await;
+            }
             inner.requests.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 provider,

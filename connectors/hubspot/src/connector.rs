@@ -74,7 +74,12 @@ pub struct HubSpotConfig {
 
 impl HubSpotConfig {
     /// A config with HubSpot's documented defaults.
-    pub fn new(token: Secret, object_type: &str, id_property: &str, properties: Vec<String>) -> HubSpotConfig {
+    pub fn new(
+        token: Secret,
+        object_type: &str,
+        id_property: &str,
+        properties: Vec<String>,
+    ) -> HubSpotConfig {
         HubSpotConfig {
             token,
             object_type: object_type.to_string(),
@@ -99,7 +104,8 @@ pub struct HubSpotObjects {
     schema: Schema,
 }
 
-const TOKEN_HINT: &str = "check the job's target.token (a private app access token with CRM read and write scopes)";
+const TOKEN_HINT: &str =
+    "check the job's target.token (a private app access token with CRM read and write scopes)";
 
 fn http_error(e: HttpError) -> ConnectorError {
     match &e {
@@ -144,15 +150,16 @@ impl HubSpotObjects {
             vec![],
         )
         .map_err(http_error)?;
-        // Search has its own per-second limit; it also counts toward the
-        // general one, which the general rate leaves room for.
+        // Search has its own per-second limit and also counts toward the
+        // general one: its requests wait for a permit of both limiters.
         let search = HttpClient::new(
             HUBSPOT,
             policy(cfg.search_per_second, Duration::from_secs(1), 1),
             auth,
             vec![],
         )
-        .map_err(http_error)?;
+        .map_err(http_error)?
+        .also_limited_by(&general);
         Ok(HubSpotObjects {
             general,
             search,
@@ -209,15 +216,21 @@ impl HubSpotObjects {
                 Some(t) => match f.kind {
                     FieldKind::Text => Value::Text(t),
                     FieldKind::Integer => Value::Integer(
-                        t.trim().parse().map_err(|_| bad(p, format!("`{t}` is not a whole number")))?,
+                        t.trim()
+                            .parse()
+                            .map_err(|_| bad(p, format!("`{t}` is not a whole number")))?,
                     ),
-                    FieldKind::Currency => Value::Currency(Currency::parse(&t).map_err(|e| bad(p, e.to_string()))?),
+                    FieldKind::Currency => {
+                        Value::Currency(Currency::parse(&t).map_err(|e| bad(p, e.to_string()))?)
+                    }
                     FieldKind::Timestamp => Value::Timestamp(
-                        parse_datetime(&t).ok_or_else(|| bad(p, format!("`{t}` is not a date-time")))?,
+                        parse_datetime(&t)
+                            .ok_or_else(|| bad(p, format!("`{t}` is not a date-time")))?,
                     ),
                     FieldKind::Money => {
                         let cp = self.cfg.currency_property.clone().unwrap_or_default();
-                        let code = text(&cp).ok_or_else(|| bad(&cp, "is empty; amounts need a currency".into()))?;
+                        let code = text(&cp)
+                            .ok_or_else(|| bad(&cp, "is empty; amounts need a currency".into()))?;
                         let c = Currency::parse(&code).map_err(|e| bad(&cp, e.to_string()))?;
                         Value::Money(
                             match self.cfg.amount_format {
@@ -236,7 +249,13 @@ impl HubSpotObjects {
 
     fn properties_of(&self, r: &Record) -> serde_json::Map<String, Json> {
         let mut props = serde_json::Map::new();
-        for ((f, p), v) in self.schema.fields.iter().zip(&self.cfg.properties).zip(&r.values) {
+        for ((f, p), v) in self
+            .schema
+            .fields
+            .iter()
+            .zip(&self.cfg.properties)
+            .zip(&r.values)
+        {
             let text = match (f.kind, v) {
                 (_, Value::Null) => Json::Null,
                 (_, Value::Money(m)) => {
@@ -248,7 +267,8 @@ impl HubSpotObjects {
                         AmountFormat::Minor => m.minor.to_string(),
                     })
                 }
-                (_, Value::Timestamp(t)) => json!(t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()),
+                // HubSpot takes datetime values as epoch milliseconds.
+                (_, Value::Timestamp(t)) => json!(t.as_millisecond().to_string()),
                 (_, other) => json!(other.to_string()),
             };
             props.insert(p.clone(), text);
@@ -257,7 +277,13 @@ impl HubSpotObjects {
         props
     }
 
-    async fn search_page(&self, lo_ms: i64, hi_ms: i64, after: Option<&str>, limit: usize) -> Result<Json, ConnectorError> {
+    async fn search_page(
+        &self,
+        lo_ms: i64,
+        hi_ms: i64,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Json, ConnectorError> {
         let mut body = json!({
             "filterGroups": [{"filters": [
                 {"propertyName": self.cfg.date_property, "operator": "GTE", "value": lo_ms.to_string()},
@@ -283,7 +309,9 @@ impl HubSpotObjects {
         let mut todo = vec![(lo, hi)];
         let mut done = Vec::new();
         while let Some((a, b)) = todo.pop() {
-            let total = self.search_page(a, b, None, 1).await?["total"].as_u64().unwrap_or(0);
+            let total = self.search_page(a, b, None, 1).await?["total"]
+                .as_u64()
+                .unwrap_or(0);
             if total <= SEARCH_CAP || b - a <= 1 {
                 if total > SEARCH_CAP {
                     return Err(ConnectorError::Malformed {
@@ -308,18 +336,25 @@ impl HubSpotObjects {
     }
 
     fn walk(&self, lo: i64, hi: i64) -> BoxStream<'_, Result<Page, ConnectorError>> {
-        Box::pin(stream::try_unfold(Some(None::<String>), move |state| async move {
-            let Some(after) = state else { return Ok(None) };
-            let v = self.search_page(lo, hi, after.as_deref(), SEARCH_PAGE).await?;
-            let mut records = Vec::new();
-            for o in v["results"].as_array().into_iter().flatten() {
-                if let Some(r) = self.parse(o)? {
-                    records.push(r);
+        Box::pin(stream::try_unfold(
+            Some(None::<String>),
+            move |state| async move {
+                let Some(after) = state else { return Ok(None) };
+                let v = self
+                    .search_page(lo, hi, after.as_deref(), SEARCH_PAGE)
+                    .await?;
+                let mut records = Vec::new();
+                for o in v["results"].as_array().into_iter().flatten() {
+                    if let Some(r) = self.parse(o)? {
+                        records.push(r);
+                    }
                 }
-            }
-            let next = v["paging"]["next"]["after"].as_str().map(|s| Some(s.to_string()));
-            Ok(Some((Page { records }, next)))
-        }))
+                let next = v["paging"]["next"]["after"]
+                    .as_str()
+                    .map(|s| Some(s.to_string()));
+                Ok(Some((Page { records }, next)))
+            },
+        ))
     }
 }
 
@@ -332,18 +367,27 @@ fn parse_datetime(t: &str) -> Option<jiff::Timestamp> {
         return Some(ts);
     }
     // A date property holds a day at midnight UTC.
-    t.parse::<jiff::civil::Date>()
-        .ok()
-        .and_then(|d| jiff::tz::TimeZone::UTC.to_timestamp(d.to_datetime(jiff::civil::Time::midnight())).ok())
+    t.parse::<jiff::civil::Date>().ok().and_then(|d| {
+        jiff::tz::TimeZone::UTC
+            .to_timestamp(d.to_datetime(jiff::civil::Time::midnight()))
+            .ok()
+    })
 }
 
 #[async_trait::async_trait]
 impl Source for HubSpotObjects {
     fn describe(&self) -> String {
-        format!("HubSpot {} (by {})", self.cfg.object_type, self.cfg.id_property)
+        format!(
+            "HubSpot {} (by {})",
+            self.cfg.object_type, self.cfg.id_property
+        )
     }
 
-    fn read(&self, _schema: &Schema, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
+    fn read(
+        &self,
+        _schema: &Schema,
+        window: Window,
+    ) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let (lo, hi) = (window.start.as_millisecond(), window.end.as_millisecond());
         Box::pin(
             stream::once(async move { self.slices(lo, hi).await })
@@ -358,7 +402,11 @@ impl Source for HubSpotObjects {
         )
     }
 
-    async fn lookup(&self, _schema: &Schema, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
+    async fn lookup(
+        &self,
+        _schema: &Schema,
+        keys: &[String],
+    ) -> Result<Vec<Record>, ConnectorError> {
         let mut out = Vec::new();
         for chunk in keys.chunks(BATCH) {
             let body = json!({
@@ -367,7 +415,11 @@ impl Source for HubSpotObjects {
                 "properties": self.requested_properties(),
             });
             // 207 lists missing inputs as errors; the found ones are in results.
-            let v = match self.general.post_json::<Json>(&self.url("batch/read"), &body).await {
+            let v = match self
+                .general
+                .post_json::<Json>(&self.url("batch/read"), &body)
+                .await
+            {
                 Ok((v, _)) => v,
                 Err(HttpError::Status { status: 404, .. }) => continue,
                 Err(e) => return Err(http_error(e)),
@@ -409,7 +461,12 @@ impl Target for HubSpotObjects {
         }
     }
 
-    async fn write(&self, _schema: &Schema, records: &[Record], mode: WriteMode) -> Result<Vec<WriteOutcome>, ConnectorError> {
+    async fn write(
+        &self,
+        _schema: &Schema,
+        records: &[Record],
+        mode: WriteMode,
+    ) -> Result<Vec<WriteOutcome>, ConnectorError> {
         let mut out = Vec::with_capacity(records.len());
         for chunk in records.chunks(BATCH) {
             let inputs: Vec<Json> = chunk
@@ -423,7 +480,11 @@ impl Target for HubSpotObjects {
                 .map_err(http_error)?;
             let mut by_key: HashMap<String, WriteOutcome> = HashMap::new();
             for o in v["results"].as_array().into_iter().flatten() {
-                let key = o["properties"][&self.cfg.id_property].as_str().unwrap_or_default().trim().to_string();
+                let key = o["properties"][&self.cfg.id_property]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
                 let outcome = match (o["new"].as_bool(), mode) {
                     (Some(true), _) => WriteOutcome::Created,
                     (_, WriteMode::Insert) => WriteOutcome::Unchanged,
@@ -432,7 +493,10 @@ impl Target for HubSpotObjects {
                 by_key.insert(key, outcome);
             }
             for e in v["errors"].as_array().into_iter().flatten() {
-                let message = e["message"].as_str().unwrap_or("rejected by HubSpot").to_string();
+                let message = e["message"]
+                    .as_str()
+                    .unwrap_or("rejected by HubSpot")
+                    .to_string();
                 for id in e["context"]["ids"].as_array().into_iter().flatten() {
                     if let Some(id) = id.as_str() {
                         by_key.insert(id.trim().to_string(), WriteOutcome::Failed(message.clone()));
@@ -440,11 +504,9 @@ impl Target for HubSpotObjects {
                 }
             }
             for r in chunk {
-                out.push(
-                    by_key
-                        .remove(&r.key)
-                        .unwrap_or_else(|| WriteOutcome::Failed("HubSpot returned no result for this input".into())),
-                );
+                out.push(by_key.remove(&r.key).unwrap_or_else(|| {
+                    WriteOutcome::Failed("HubSpot returned no result for this input".into())
+                }));
             }
         }
         Ok(out)

@@ -1,0 +1,1087 @@
+//! The HTTP side: axum serving on a custom listener, one fallback handler that
+//! routes `/crm/v3/...` itself, auth, rate limiting and fault injection.
+//!
+//! # Dropping a connection
+//!
+//! As in the Stripe emulator: `FaultKind::DropConnection` must close the TCP
+//! connection without writing any HTTP response. axum's `serve` accepts any
+//! [`Listener`], so the emulator wraps `tokio::net::TcpListener` in
+//! [`EmuListener`], whose connections are [`ConnIo`]: a `TcpStream` plus a
+//! shared "dropped" flag, which reaches the handler through
+//! `ConnectInfo<ConnHandle>`. To drop, the handler sets the flag and returns;
+//! hyper's first attempt to write the response then fails before a single byte
+//! is written, hyper abandons the connection, and dropping it closes the
+//! socket.
+
+use std::collections::HashSet;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::Response;
+use axum::serve::{IncomingStream, Listener};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::faults::{FaultPlan, Limits, Policy, RateHeaders};
+use super::search::{self, QueryCache, MAX_RESULTS};
+use super::store::{self, canonical_type, iso_ms, Record, Store, TypeStore, ALWAYS};
+use super::{EmulatorConfig, EmulatorStats, FaultKind};
+
+/// HubSpot's batch endpoints take at most 100 inputs.
+const MAX_BATCH: usize = 100;
+/// Request bodies above this are refused (HubSpot's own limit is far lower
+/// than anything a batch of 100 needs).
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------
+// Shared state
+
+pub(crate) struct Shared {
+    pub token: String,
+    pub latency: Duration,
+    pub search_lag: Duration,
+    pub store: RwLock<Store>,
+    pub faults: Mutex<FaultPlan>,
+    pub limits: Mutex<Limits>,
+    /// For the `RateLimited` fault's `X-HubSpot-RateLimit-Max`.
+    limit_per_10s: Option<u32>,
+    pub fail_ids: RwLock<HashSet<String>>,
+    pub cache: Mutex<QueryCache>,
+    pub stats: Mutex<EmulatorStats>,
+    in_flight: AtomicU64,
+    seq: AtomicU64,
+    salt: u64,
+}
+
+impl Shared {
+    pub fn new(config: EmulatorConfig) -> Self {
+        let salt = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Shared {
+            token: config.token,
+            latency: config.latency,
+            search_lag: config.search_lag,
+            store: RwLock::new(Store::default()),
+            faults: Mutex::new(FaultPlan::default()),
+            limits: Mutex::new(Limits::new(
+                config.limit_per_10s,
+                config.search_per_sec,
+                config.daily_limit,
+            )),
+            limit_per_10s: config.limit_per_10s,
+            fail_ids: RwLock::new(HashSet::new()),
+            cache: Mutex::new(QueryCache::default()),
+            stats: Mutex::new(EmulatorStats::default()),
+            in_flight: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            salt: splitmix64(salt),
+        }
+    }
+
+    /// A version-4-UUID-shaped id, like HubSpot's correlation ids
+    /// (`c033cdaa-2c40-4a64-ae48-b4cec88dad24`). A bijective mix of a
+    /// per-emulator counter, so ids never repeat within an emulator.
+    fn next_uuid(&self) -> String {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let hi = splitmix64(n ^ self.salt);
+        let lo = splitmix64(hi ^ 0x5DEE_CE66_D1CE_5EED);
+        let hi = (hi & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_4000;
+        let lo = (lo & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000;
+        format!(
+            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            hi >> 32,
+            (hi >> 16) & 0xFFFF,
+            hi & 0xFFFF,
+            lo >> 48,
+            lo & 0xFFFF_FFFF_FFFF
+        )
+    }
+}
+
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Counts a request in flight for as long as it lives.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut stats = shared.stats.lock().unwrap();
+        stats.requests += 1;
+        stats.max_in_flight = stats.max_in_flight.max(now);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Listener and connections (as in the Stripe emulator)
+
+/// A `TcpListener` whose connections can be dropped from a handler.
+pub(crate) struct EmuListener(pub TcpListener);
+
+impl Listener for EmuListener {
+    type Io = ConnIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (ConnIo, SocketAddr) {
+        loop {
+            match self.0.accept().await {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let io = ConnIo {
+                        stream,
+                        dropped: Arc::new(AtomicBool::new(false)),
+                    };
+                    return (io, peer);
+                }
+                // Like axum's own TcpListener impl: transient errors (EMFILE,
+                // ECONNABORTED, ...) are retried after a short pause.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// A connection whose I/O fails once the handler has asked for it to be dropped.
+pub(crate) struct ConnIo {
+    stream: TcpStream,
+    dropped: Arc<AtomicBool>,
+}
+
+impl ConnIo {
+    fn check(&self) -> io::Result<()> {
+        if self.dropped.load(Ordering::SeqCst) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "emulator fault: connection dropped",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// The handler's grip on its connection (via `ConnectInfo`).
+#[derive(Clone)]
+pub(crate) struct ConnHandle {
+    dropped: Arc<AtomicBool>,
+}
+
+impl ConnHandle {
+    fn drop_connection(&self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Connected<IncomingStream<'_, EmuListener>> for ConnHandle {
+    fn connect_info(stream: IncomingStream<'_, EmuListener>) -> Self {
+        ConnHandle {
+            dropped: stream.io().dropped.clone(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Replies
+
+/// A response before the common headers are added.
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    /// `X-HubSpot-RateLimit-*` values, when the response carries them.
+    rate: Option<RateHeaders>,
+}
+
+impl Reply {
+    fn json(status: u16, body: &Value) -> Reply {
+        Reply {
+            status,
+            // `Display` is compiled inside serde_json (optimized even in
+            // debug builds of this crate).
+            body: body.to_string().into_bytes(),
+            rate: None,
+        }
+    }
+}
+
+/// HubSpot's error body: `{"status":"error","message","correlationId","category"}`.
+fn error(status: u16, category: &str, message: &str, cid: &str) -> Reply {
+    Reply::json(
+        status,
+        &json!({
+            "status": "error",
+            "message": message,
+            "correlationId": cid,
+            "category": category,
+        }),
+    )
+}
+
+fn validation(message: &str, cid: &str) -> Reply {
+    error(400, "VALIDATION_ERROR", message, cid)
+}
+
+/// A `429` as documented in HubSpot's "API usage details": `{"status":
+/// "error", "message": "You have reached your daily limit.", "errorType":
+/// "RATE_LIMIT", "correlationId", "policyName": "DAILY", "requestId"}` — "the
+/// message and policyName will indicate which limit you hit".
+fn rate_limited(policy: Policy, cid: &str, request_id: &str) -> Reply {
+    let (message, name, group) = match policy {
+        Policy::Daily => (
+            "You have reached your daily limit.",
+            "DAILY",
+            "publicapi:daily",
+        ),
+        Policy::TenSecondly => (
+            "You have reached your ten_secondly_rolling limit.",
+            "TEN_SECONDLY_ROLLING",
+            "publicapi:private-app",
+        ),
+        Policy::Secondly => (
+            "You have reached your secondly limit.",
+            "SECONDLY",
+            "publicapi:crm-search",
+        ),
+    };
+    Reply::json(
+        429,
+        &json!({
+            "status": "error",
+            "message": message,
+            "errorType": "RATE_LIMIT",
+            "correlationId": cid,
+            "policyName": name,
+            "groupName": group,
+            "requestId": request_id,
+        }),
+    )
+}
+
+/// `401`: no token, or not the emulator's token.
+fn unauthenticated(cid: &str) -> Reply {
+    error(
+        401,
+        "INVALID_AUTHENTICATION",
+        "Authentication credentials not found. This API supports OAuth 2.0 authentication and you can find more details at https://developers.hubspot.com/docs/methods/auth/oauth-overview",
+        cid,
+    )
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let (scheme, token) = value.trim().split_once(' ').unwrap_or((value, ""));
+    scheme.eq_ignore_ascii_case("bearer") && token.trim() == shared.token
+}
+
+fn build(reply: Reply, cid: &str) -> Response {
+    let len = reply.body.len();
+    let mut res = Response::new(Body::from(reply.body));
+    *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json;charset=utf-8"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if let Ok(v) = HeaderValue::from_str(cid) {
+        h.insert("x-hubspot-correlation-id", v);
+    }
+    if let Some(rate) = reply.rate {
+        if let Some((max, remaining)) = rate.ten {
+            h.insert("x-hubspot-ratelimit-max", HeaderValue::from(max));
+            h.insert(
+                "x-hubspot-ratelimit-remaining",
+                HeaderValue::from(remaining),
+            );
+            h.insert(
+                "x-hubspot-ratelimit-interval-milliseconds",
+                HeaderValue::from_static("10000"),
+            );
+        }
+        if let Some((daily, remaining)) = rate.daily {
+            h.insert("x-hubspot-ratelimit-daily", HeaderValue::from(daily));
+            h.insert(
+                "x-hubspot-ratelimit-daily-remaining",
+                HeaderValue::from(remaining),
+            );
+        }
+    }
+    res
+}
+
+// ---------------------------------------------------------------------------
+// Routing
+
+enum Route {
+    PropertyList(String),
+    Property(String, String),
+    Search(String),
+    BatchRead(String),
+    BatchUpsert(String),
+    Object(String, String),
+    NotAllowed,
+    Unknown,
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = hex {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Route {
+    fn parse(method: &Method, path: &str) -> Route {
+        let Some(rest) = path.strip_prefix("/crm/v3/") else {
+            return Route::Unknown;
+        };
+        let seg: Vec<String> = rest.split('/').map(percent_decode).collect();
+        let s: Vec<&str> = seg.iter().map(String::as_str).collect();
+        let (route, allowed) = match s.as_slice() {
+            ["properties", t] => (Route::PropertyList(t.to_string()), Method::GET),
+            ["properties", t, p] if !p.is_empty() => {
+                (Route::Property(t.to_string(), p.to_string()), Method::GET)
+            }
+            ["objects", t, "search"] => (Route::Search(t.to_string()), Method::POST),
+            ["objects", t, "batch", "read"] => (Route::BatchRead(t.to_string()), Method::POST),
+            ["objects", t, "batch", "upsert"] => (Route::BatchUpsert(t.to_string()), Method::POST),
+            ["objects", t, id] if !id.is_empty() => {
+                (Route::Object(t.to_string(), id.to_string()), Method::GET)
+            }
+            _ => return Route::Unknown,
+        };
+        if *method == allowed {
+            route
+        } else {
+            Route::NotAllowed
+        }
+    }
+}
+
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let _in_flight = InFlight::enter(&shared);
+    let cid = shared.next_uuid();
+    let conn = req
+        .extensions()
+        .get::<ConnectInfo<ConnHandle>>()
+        .map(|c| c.0.clone());
+    let (parts, body) = req.into_parts();
+    let route = Route::parse(&parts.method, parts.uri.path());
+    let is_search = matches!(route, Route::Search(_));
+    if is_search {
+        shared.stats.lock().unwrap().search_requests += 1;
+    }
+
+    // Everything that depends on arrival order is decided now.
+    let fault = shared.faults.lock().unwrap().next();
+    let mut delay = shared.latency;
+    enum Plan {
+        Serve(Option<RateHeaders>),
+        Reply(Reply),
+    }
+    let plan = match &fault {
+        Some(FaultKind::RateLimited) => {
+            let mut r = rate_limited(Policy::TenSecondly, &cid, &shared.next_uuid());
+            let mut h = shared.limits.lock().unwrap().headers();
+            h.ten = Some((shared.limit_per_10s.unwrap_or(100), 0));
+            r.rate = Some(h);
+            Plan::Reply(r)
+        }
+        Some(FaultKind::ServerError) => Plan::Reply(error(
+            500,
+            "INTERNAL_ERROR",
+            "internal error",
+            &cid,
+        )),
+        Some(FaultKind::Unavailable) => Plan::Reply(error(
+            503,
+            "SERVICE_UNAVAILABLE",
+            "The service is temporarily unavailable. Please try again later.",
+            &cid,
+        )),
+        Some(FaultKind::MalformedJson) => Plan::Reply(Reply {
+            status: 200,
+            body: b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>"
+                .to_vec(),
+            rate: None,
+        }),
+        Some(FaultKind::Slow(extra)) => {
+            delay += *extra;
+            Plan::Serve(None)
+        }
+        Some(FaultKind::DropConnection) | Some(FaultKind::TruncatedJson) | None => {
+            Plan::Serve(None)
+        }
+    };
+    let plan = match plan {
+        Plan::Serve(_) if !authorized(&shared, &parts.headers) => {
+            Plan::Reply(unauthenticated(&cid))
+        }
+        Plan::Serve(_) => {
+            let mut limits = shared.limits.lock().unwrap();
+            // HubSpot's search guide: search responses do not include the
+            // X-HubSpot-RateLimit headers (the search endpoints have their
+            // own limit); every other authenticated response does.
+            let headers = |l: &Limits| (!is_search).then(|| l.headers());
+            match limits.admit(Instant::now(), is_search) {
+                Ok(()) => Plan::Serve(headers(&limits)),
+                Err(policy) => {
+                    let mut r = rate_limited(policy, &cid, &shared.next_uuid());
+                    r.rate = headers(&limits);
+                    Plan::Reply(r)
+                }
+            }
+        }
+        other => other,
+    };
+
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    if matches!(fault, Some(FaultKind::DropConnection)) {
+        if let Some(conn) = conn {
+            conn.drop_connection();
+        }
+        // Never written: the connection's I/O now fails. Not counted in by_status.
+        return Response::new(Body::empty());
+    }
+
+    let mut reply = match plan {
+        Plan::Reply(r) => r,
+        Plan::Serve(rate) => {
+            let mut r = match axum::body::to_bytes(body, MAX_BODY).await {
+                Ok(bytes) => serve(&shared, &cid, route, &parts.uri, &bytes),
+                Err(_) => validation("The request body could not be read.", &cid),
+            };
+            r.rate = rate;
+            r
+        }
+    };
+    if matches!(fault, Some(FaultKind::TruncatedJson)) {
+        reply.status = 200;
+        reply.body.truncate(reply.body.len() / 2);
+    }
+
+    {
+        let mut stats = shared.stats.lock().unwrap();
+        *stats.by_status.entry(reply.status).or_insert(0) += 1;
+        if reply.status == 429 {
+            stats.throttled += 1;
+        }
+    }
+    build(reply, &cid)
+}
+
+fn parse_body(bytes: &[u8], cid: &str) -> Result<Value, Reply> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        validation(
+            &format!(
+                "Invalid input JSON on line {}, column {}: {e}",
+                e.line(),
+                e.column()
+            ),
+            cid,
+        )
+    })
+}
+
+fn serve(shared: &Shared, cid: &str, route: Route, uri: &Uri, body: &[u8]) -> Reply {
+    let result = match route {
+        Route::PropertyList(t) => list_properties(shared, cid, &t),
+        Route::Property(t, p) => get_property(shared, cid, &t, &p),
+        Route::Search(t) => parse_body(body, cid).and_then(|b| search(shared, cid, &t, &b)),
+        Route::BatchRead(t) => parse_body(body, cid).and_then(|b| batch_read(shared, cid, &t, &b)),
+        Route::BatchUpsert(t) => {
+            parse_body(body, cid).and_then(|b| batch_upsert(shared, cid, &t, &b, uri))
+        }
+        Route::Object(t, id) => get_object(shared, cid, &t, &id, uri),
+        Route::NotAllowed => Err(error(405, "METHOD_NOT_ALLOWED", "Method not allowed", cid)),
+        Route::Unknown => Err(error(
+            404,
+            "OBJECT_NOT_FOUND",
+            &format!("No route found for {}", uri.path()),
+            cid,
+        )),
+    };
+    result.unwrap_or_else(|r| r)
+}
+
+/// Checks the object type's name; `Err` is HubSpot's `400` for a name that is
+/// no object type.
+fn check_type(object_type: &str, cid: &str) -> Result<(), Reply> {
+    match canonical_type(object_type) {
+        Some(_) => Ok(()),
+        None => Err(validation(
+            &format!("Unable to infer object type from: {object_type}"),
+            cid,
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Properties
+
+fn property_json(ts: &TypeStore, name: &str) -> Option<Value> {
+    let d = ts.props.get(name)?;
+    let group = match ts.name.as_str() {
+        "contacts" => "contactinformation".to_owned(),
+        "companies" => "companyinformation".to_owned(),
+        "deals" => "dealinformation".to_owned(),
+        "tickets" => "ticketinformation".to_owned(),
+        custom => format!("{custom}_information"),
+    };
+    let mut v = json!({
+        "updatedAt": iso_ms(d.updated_ms),
+        "createdAt": iso_ms(d.created_ms),
+        "name": d.name,
+        "label": d.name,
+        "type": d.kind.name(),
+        "fieldType": d.kind.field_type(),
+        "description": "",
+        "groupName": group,
+        "options": [],
+        "displayOrder": -1,
+        "calculated": false,
+        "externalOptions": false,
+        "hasUniqueValue": d.unique,
+        "hidden": false,
+        "modificationMetadata": {
+            "archivable": !d.builtin,
+            "readOnlyDefinition": d.builtin,
+            "readOnlyValue": store::read_only(name),
+        },
+        "formField": false,
+        "archived": false,
+    });
+    if d.builtin {
+        v["hubspotDefined"] = Value::Bool(true);
+    }
+    Some(v)
+}
+
+fn list_properties(shared: &Shared, cid: &str, object_type: &str) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let store = shared.store.read().unwrap();
+    let fresh;
+    let ts = match store.type_ref(object_type) {
+        Ok(Some(ts)) => ts,
+        _ => {
+            fresh = TypeStore::new(&canonical_type(object_type).unwrap());
+            &fresh
+        }
+    };
+    let results: Vec<Value> = ts
+        .props
+        .keys()
+        .filter_map(|n| property_json(ts, n))
+        .collect();
+    Ok(Reply::json(200, &json!({ "results": results })))
+}
+
+fn get_property(shared: &Shared, cid: &str, object_type: &str, name: &str) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let store = shared.store.read().unwrap();
+    let fresh;
+    let ts = match store.type_ref(object_type) {
+        Ok(Some(ts)) => ts,
+        _ => {
+            fresh = TypeStore::new(&canonical_type(object_type).unwrap());
+            &fresh
+        }
+    };
+    match property_json(ts, name) {
+        Some(v) => Ok(Reply::json(200, &v)),
+        None => Err(error(
+            404,
+            "OBJECT_NOT_FOUND",
+            &format!("Unable to find property {name} for object type {object_type}"),
+            cid,
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Objects
+
+/// `{"id", "properties", "createdAt", "updatedAt", "archived": false}` with
+/// `hs_object_id`, `createdate`, `lastmodifieddate` and `names` (each `null`
+/// when unset, as HubSpot answers for requested properties without a value).
+fn object_json<'a>(rec: &Record, names: impl IntoIterator<Item = &'a str>) -> Map<String, Value> {
+    let mut props = Map::new();
+    for n in ALWAYS.into_iter().chain(names) {
+        if !props.contains_key(n) {
+            props.insert(n.to_owned(), rec.text(n).map_or(Value::Null, Value::from));
+        }
+    }
+    let mut o = Map::new();
+    o.insert("id".into(), Value::from(rec.id.to_string()));
+    o.insert("properties".into(), Value::Object(props));
+    o.insert("createdAt".into(), Value::from(iso_ms(rec.created_ms())));
+    o.insert("updatedAt".into(), Value::from(iso_ms(rec.updated_ms())));
+    o.insert("archived".into(), Value::Bool(false));
+    o
+}
+
+/// The properties to return: those requested, else the type's defaults.
+fn requested<'a>(object_type: &str, requested: &'a [String]) -> Vec<&'a str> {
+    if requested.is_empty() {
+        store::default_properties(object_type).to_vec()
+    } else {
+        requested.iter().map(String::as_str).collect()
+    }
+}
+
+fn string_list(v: Option<&Value>, what: &str, cid: &str) -> Result<Vec<String>, Reply> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|p| p.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| validation(&format!("{what} must be an array of strings"), cid)),
+        Some(_) => Err(validation(
+            &format!("{what} must be an array of strings"),
+            cid,
+        )),
+    }
+}
+
+fn scalar_id(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn search(shared: &Shared, cid: &str, object_type: &str, body: &Value) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let canonical = canonical_type(object_type).unwrap();
+    let req = search::parse(&canonical, body).map_err(|m| validation(&m, cid))?;
+    let store = shared.store.read().unwrap();
+    let ts = store.type_ref(object_type).ok().flatten();
+    let now = Instant::now();
+    let version = ts.map_or(0, |t| t.version);
+    let cached = shared
+        .cache
+        .lock()
+        .unwrap()
+        .get(&req.cache_key, version, now);
+    let ids = match cached {
+        Some(ids) => ids,
+        None => {
+            let m = search::evaluate(&req, ts, now).map_err(|m| validation(&m, cid))?;
+            shared
+                .cache
+                .lock()
+                .unwrap()
+                .put(req.cache_key.clone(), version, &m);
+            m.ids
+        }
+    };
+    let total = ids.len();
+    let end = (req.after + req.limit).min(total);
+    if req.after >= MAX_RESULTS || end > MAX_RESULTS {
+        return Err(validation(
+            &format!(
+                "Search results are limited to {MAX_RESULTS} per query: this page (after {}, limit {}) reaches past result {MAX_RESULTS}. Narrow the query's filters to page further.",
+                req.after, req.limit
+            ),
+            cid,
+        ));
+    }
+    let names = requested(&canonical, &req.properties);
+    let results: Vec<Value> = match ts {
+        Some(ts) if req.after < end => ids[req.after..end]
+            .iter()
+            .filter_map(|id| ts.records.get(id))
+            .map(|r| Value::Object(object_json(r, names.iter().copied())))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut out = json!({ "total": total, "results": results });
+    if end < total {
+        out["paging"] = json!({ "next": { "after": end.to_string() } });
+    }
+    Ok(Reply::json(200, &out))
+}
+
+/// Resolves an `idProperty`: `None`/`hs_object_id` means record ids; anything
+/// else must be a unique property of the type.
+fn resolve_id_property<'a>(
+    ts: Option<&TypeStore>,
+    object_type: &str,
+    prop: Option<&'a str>,
+    cid: &str,
+) -> Result<Option<&'a str>, Reply> {
+    match prop {
+        None | Some("hs_object_id") => Ok(None),
+        Some(p) if ts.is_some_and(|t| t.is_unique(p)) => Ok(Some(p)),
+        Some(p) if ts.is_some_and(|t| t.props.contains_key(p)) => Err(validation(
+            &format!("{p} is not a unique property of {object_type}: only a property with hasUniqueValue can be the idProperty"),
+            cid,
+        )),
+        Some(p) => Err(validation(
+            &format!("Property \"{p}\" does not exist on {object_type}"),
+            cid,
+        )),
+    }
+}
+
+fn batch_inputs<'a>(body: &'a Value, cid: &str) -> Result<&'a Vec<Value>, Reply> {
+    let inputs = body
+        .get("inputs")
+        .and_then(Value::as_array)
+        .ok_or_else(|| validation("inputs must be an array", cid))?;
+    if inputs.len() > MAX_BATCH {
+        return Err(validation(
+            &format!(
+                "Too many inputs: {} were given, the limit is {MAX_BATCH} per batch.",
+                inputs.len()
+            ),
+            cid,
+        ));
+    }
+    Ok(inputs)
+}
+
+fn batch_read(shared: &Shared, cid: &str, object_type: &str, body: &Value) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let canonical = canonical_type(object_type).unwrap();
+    let started = store::now_ms();
+    let inputs = batch_inputs(body, cid)?;
+    let properties = string_list(body.get("properties"), "properties", cid)?;
+    let store = shared.store.read().unwrap();
+    let ts = store.type_ref(object_type).ok().flatten();
+    let prop = match body.get("idProperty") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(validation("idProperty must be a string", cid)),
+    };
+    let id_prop = resolve_id_property(ts, object_type, prop, cid)?;
+    let names = requested(&canonical, &properties);
+    let mut results = Vec::new();
+    let mut seen = HashSet::new();
+    let mut missing: Vec<String> = Vec::new();
+    for input in inputs {
+        let Some(id) = scalar_id(input.get("id")) else {
+            return Err(validation("Each input needs an id", cid));
+        };
+        let rec = ts.and_then(|ts| match id_prop {
+            Some(p) => ts.find_by(p, &id),
+            None => id.parse::<u64>().ok().and_then(|n| ts.records.get(&n)),
+        });
+        match rec {
+            Some(r) => {
+                if seen.insert(r.id) {
+                    results.push(Value::Object(object_json(r, names.iter().copied())));
+                }
+            }
+            None => {
+                if !missing.contains(&id) {
+                    missing.push(id);
+                }
+            }
+        }
+    }
+    let mut out = json!({
+        "status": "COMPLETE",
+        "results": results,
+        "startedAt": iso_ms(started),
+        "completedAt": iso_ms(store::now_ms()),
+    });
+    if missing.is_empty() {
+        return Ok(Reply::json(200, &out));
+    }
+    // HubSpot lists the ids it could not find in one OBJECT_NOT_FOUND error
+    // and answers 207 Multi-Status.
+    out["numErrors"] = json!(1);
+    out["errors"] = json!([{
+        "status": "error",
+        "category": "OBJECT_NOT_FOUND",
+        "message": format!("Could not get some {canonical} objects, they may be deleted or not exist. Check that ids are valid."),
+        "context": { "ids": missing },
+    }]);
+    Ok(Reply::json(207, &out))
+}
+
+/// `POST …/batch/upsert`. Per HubSpot's reference, each input is
+/// `{"idProperty", "id", "properties"}` and records are "identified by a
+/// unique property value as specified by the idProperty"; the response lists
+/// `results` (each with `"new"`) and, when some inputs failed, `errors` and
+/// `numErrors` — with `207 Multi-Status`.
+fn batch_upsert(
+    shared: &Shared,
+    cid: &str,
+    object_type: &str,
+    body: &Value,
+    uri: &Uri,
+) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let started = store::now_ms();
+    let inputs = batch_inputs(body, cid)?;
+    // `?idProperty=` applies to inputs that do not name their own.
+    let query_prop = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .ok()
+        .and_then(|Query(q)| {
+            q.into_iter()
+                .find(|(k, _)| k == "idProperty")
+                .map(|(_, v)| v)
+        });
+
+    struct Input<'a> {
+        id_property: String,
+        id: String,
+        properties: &'a Map<String, Value>,
+    }
+    let empty = Map::new();
+    let mut parsed = Vec::with_capacity(inputs.len());
+    let mut pairs = HashSet::new();
+    let mut duplicates = Vec::new();
+    {
+        let store = shared.store.read().unwrap();
+        let ts = store.type_ref(object_type).ok().flatten();
+        for input in inputs {
+            let id_property = match input.get("idProperty").and_then(Value::as_str) {
+                Some(p) => p.to_owned(),
+                None => query_prop
+                    .clone()
+                    .ok_or_else(|| validation("Each input needs an idProperty", cid))?,
+            };
+            if id_property == "hs_object_id"
+                || resolve_id_property(ts, object_type, Some(&id_property), cid)?.is_none()
+            {
+                return Err(validation(
+                    &format!("{id_property} is not a unique property of {object_type}: only a property with hasUniqueValue can be the idProperty"),
+                    cid,
+                ));
+            }
+            let id = scalar_id(input.get("id"))
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| validation("Each input needs an id", cid))?;
+            let properties = match input.get("properties") {
+                None | Some(Value::Null) => &empty,
+                Some(Value::Object(m)) => m,
+                Some(_) => return Err(validation("properties must be an object", cid)),
+            };
+            if !pairs.insert((id_property.clone(), id.clone())) {
+                duplicates.push(id.clone());
+            }
+            parsed.push(Input {
+                id_property,
+                id,
+                properties,
+            });
+        }
+    }
+    if !duplicates.is_empty() {
+        return Err(validation(
+            &format!("Duplicate IDs found in batch input: {duplicates:?}. IDs must be unique"),
+            cid,
+        ));
+    }
+
+    let fail: HashSet<String> = {
+        let f = shared.fail_ids.read().unwrap();
+        parsed
+            .iter()
+            .filter(|i| f.contains(&i.id))
+            .map(|i| i.id.clone())
+            .collect()
+    };
+    let searchable_at = (!shared.search_lag.is_zero()).then(|| Instant::now() + shared.search_lag);
+    let mut results = Vec::new();
+    let mut errors = Vec::new();
+    {
+        let mut store = shared.store.write().unwrap();
+        let now = store::now_ms();
+        let (ts, next_id) = store
+            .next_id_mut(object_type)
+            .map_err(|m| validation(&m, cid))?;
+        for input in &parsed {
+            let outcome = if fail.contains(&input.id) {
+                Err(format!(
+                    "Upsert of {} with {} '{}' failed (emulator fail_ids).",
+                    ts.name, input.id_property, input.id
+                ))
+            } else {
+                ts.upsert(
+                    &input.id_property,
+                    &input.id,
+                    input.properties,
+                    now,
+                    searchable_at,
+                    next_id,
+                )
+            };
+            match outcome {
+                Ok(up) => {
+                    let rec = &ts.records[&up.id];
+                    let names = input
+                        .properties
+                        .keys()
+                        .map(String::as_str)
+                        .chain([input.id_property.as_str()]);
+                    let mut o = object_json(rec, names);
+                    o.insert("new".into(), Value::Bool(up.new));
+                    results.push(Value::Object(o));
+                }
+                Err(message) => errors.push(json!({
+                    "status": "error",
+                    "category": "VALIDATION_ERROR",
+                    "message": message,
+                    "context": { "ids": [input.id] },
+                })),
+            }
+        }
+    }
+    let mut out = json!({
+        "status": "COMPLETE",
+        "results": results,
+        "startedAt": iso_ms(started),
+        "completedAt": iso_ms(store::now_ms()),
+    });
+    if errors.is_empty() {
+        return Ok(Reply::json(200, &out));
+    }
+    out["numErrors"] = json!(errors.len());
+    out["errors"] = Value::Array(errors);
+    Ok(Reply::json(207, &out))
+}
+
+/// `GET …/objects/{type}/{id}?idProperty=&properties=a,b`.
+fn get_object(
+    shared: &Shared,
+    cid: &str,
+    object_type: &str,
+    id: &str,
+    uri: &Uri,
+) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let canonical = canonical_type(object_type).unwrap();
+    let params = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(q)| q)
+        .unwrap_or_default();
+    let mut properties = Vec::new();
+    let mut prop = None;
+    for (k, v) in &params {
+        match k.as_str() {
+            "properties" => {
+                properties.extend(v.split(',').filter(|s| !s.is_empty()).map(str::to_owned))
+            }
+            "idProperty" => prop = Some(v.as_str()),
+            _ => {}
+        }
+    }
+    let store = shared.store.read().unwrap();
+    let ts = store.type_ref(object_type).ok().flatten();
+    let id_prop = resolve_id_property(ts, object_type, prop, cid)?;
+    let rec = ts.and_then(|ts| match id_prop {
+        Some(p) => ts.find_by(p, id),
+        None => id.parse::<u64>().ok().and_then(|n| ts.records.get(&n)),
+    });
+    match rec {
+        Some(r) => Ok(Reply::json(
+            200,
+            &Value::Object(object_json(r, requested(&canonical, &properties))),
+        )),
+        None => Err(error(404, "OBJECT_NOT_FOUND", "Object not found.", cid)),
+    }
+}
