@@ -358,6 +358,31 @@ impl HubSpotObjects {
     }
 }
 
+/// Paces by HubSpot's `X-HubSpot-RateLimit-*` headers, which count what
+/// every client of the account spent (our limiter knows only this process):
+/// when the window is nearly spent, wait a tenth of it before going on.
+async fn pace(meta: &recon_core::http::ResponseMeta) {
+    let header = |name: &str| -> Option<u64> {
+        meta.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+    };
+    if let (Some(remaining), Some(interval)) = (
+        header("X-HubSpot-RateLimit-Remaining"),
+        header("X-HubSpot-RateLimit-Interval-Milliseconds"),
+    ) {
+        if remaining <= 1 {
+            tracing::debug!(
+                message = "HubSpot's rate-limit window is nearly spent; pausing.",
+                remaining,
+                interval_ms = interval
+            );
+            tokio::time::sleep(Duration::from_millis(interval / 10)).await;
+        }
+    }
+}
+
 fn parse_datetime(t: &str) -> Option<jiff::Timestamp> {
     let t = t.trim();
     if let Ok(ms) = t.parse::<i64>() {
@@ -420,7 +445,10 @@ impl Source for HubSpotObjects {
                 .post_json::<Json>(&self.url("batch/read"), &body)
                 .await
             {
-                Ok((v, _)) => v,
+                Ok((v, meta)) => {
+                    pace(&meta).await;
+                    v
+                }
                 Err(HttpError::Status { status: 404, .. }) => continue,
                 Err(e) => return Err(http_error(e)),
             };
@@ -473,11 +501,12 @@ impl Target for HubSpotObjects {
                 .iter()
                 .map(|r| json!({"idProperty": self.cfg.id_property, "id": r.key, "properties": self.properties_of(r)}))
                 .collect();
-            let (v, _) = self
+            let (v, meta) = self
                 .general
                 .post_json::<Json>(&self.url("batch/upsert"), &json!({ "inputs": inputs }))
                 .await
                 .map_err(http_error)?;
+            pace(&meta).await;
             let mut by_key: HashMap<String, WriteOutcome> = HashMap::new();
             for o in v["results"].as_array().into_iter().flatten() {
                 let key = o["properties"][&self.cfg.id_property]

@@ -241,3 +241,24 @@ async fn a_wrong_token_points_at_the_token_setting() {
     assert!(!err.contains("pat-na1-wrong"), "{err}");
     e.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_daily_limit_stops_at_once_instead_of_retrying() {
+    let e = emulator(EmulatorConfig {
+        daily_limit: Some(2),
+        ..EmulatorConfig::default()
+    })
+    .await;
+    let t = objects(&e, 100, 5);
+    t.check_unique_key().await.unwrap();
+    let records: Vec<Record> = (0..300).map(record).collect();
+    let err = t
+        .write(&schema(), &records, WriteMode::Insert)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("daily"), "{err}");
+    // One property check, one upsert, then the refused one: no retries.
+    assert_eq!(e.stats().requests, 3, "{:?}", e.stats());
+    e.shutdown().await;
+}
