@@ -172,6 +172,25 @@ pub enum EndpointConfig {
         #[serde(default)]
         fields: BTreeMap<String, String>,
     },
+    /// Shopify orders through the GraphQL Admin API (source only).
+    Shopify {
+        /// `https://{shop}.myshopify.com`.
+        shop_url: String,
+        /// Admin API access token; use `${SHOPIFY_TOKEN}`.
+        token: Secret,
+        /// API version (default `2025-01`).
+        api_version: Option<String>,
+        /// `legacy_id` (default), `gid` or `name`.
+        key: Option<recon_shopify::OrderKey>,
+        /// `created_at` (default) or `updated_at`.
+        time_field: Option<recon_shopify::TimeField>,
+        /// `auto` (default), `always` or `never`.
+        bulk: Option<String>,
+        /// Above this many expected orders, `auto` uses a bulk operation (default 25000).
+        bulk_threshold: Option<u64>,
+        /// Orders per page, 1..=250 (default 250).
+        page_size: Option<u32>,
+    },
     /// HubSpot CRM objects keyed by a unique property.
     Hubspot {
         /// Private app access token; use `${HUBSPOT_TOKEN}`.
@@ -342,6 +361,15 @@ impl ConfigFile {
                         url.expose(),
                         &format!("job `{name}` {side}.url"),
                     )?);
+                }
+                EndpointConfig::Shopify {
+                    token, shop_url, ..
+                } => {
+                    *token = Secret::new(expand_env(
+                        token.expose(),
+                        &format!("job `{name}` {side}.token"),
+                    )?);
+                    *shop_url = expand_env(shop_url, &format!("job `{name}` {side}.shop_url"))?;
                 }
                 EndpointConfig::Hubspot {
                     token, base_url, ..

@@ -135,6 +135,7 @@ impl RunPlan {
                 }
                 EndpointConfig::Stripe { fields, .. } => fields,
                 EndpointConfig::Hubspot { properties, .. } => properties,
+                EndpointConfig::Shopify { .. } => &std::collections::BTreeMap::new(),
             };
             for c in columns.keys() {
                 if schema.index_of(c).is_none() {
@@ -160,8 +161,11 @@ impl RunPlan {
         };
         let lookback = duration(&j.lookback, "lookback")?;
         let grace = duration(&j.grace, "grace")?;
-        if matches!(j.target, EndpointConfig::Stripe { .. }) {
-            bail!("job `{name}`: Stripe is a source of truth only; use it as the job's source");
+        if matches!(
+            j.target,
+            EndpointConfig::Stripe { .. } | EndpointConfig::Shopify { .. }
+        ) {
+            bail!("job `{name}`: Stripe and Shopify are sources of truth only; use them as the job's source");
         }
         if matches!(j.target, EndpointConfig::File { .. })
             && j.backfill.mode != BackfillMode::Off
@@ -250,6 +254,39 @@ pub(crate) async fn connect(
                 cfg.write_batch = *n;
             }
             Box::new(recon_sql::SqlTable::connect(cfg, schema).await?)
+        }
+        EndpointConfig::Shopify {
+            shop_url,
+            token,
+            api_version,
+            key,
+            time_field: shop_time,
+            bulk,
+            bulk_threshold,
+            page_size,
+        } => {
+            let mut cfg = recon_shopify::ShopifyConfig::new(shop_url, token.clone());
+            if let Some(v) = api_version {
+                cfg.api_version = v.clone();
+            }
+            if let Some(k) = key {
+                cfg.key = *k;
+            }
+            if let Some(t) = shop_time {
+                cfg.time_field = *t;
+            }
+            cfg.bulk = match bulk.as_deref().unwrap_or("auto") {
+                "auto" => recon_shopify::BulkMode::Auto(bulk_threshold.unwrap_or(25_000)),
+                "always" => recon_shopify::BulkMode::Always,
+                "never" => recon_shopify::BulkMode::Never,
+                other => bail!("Shopify bulk = \"{other}\": expected auto, always or never"),
+            };
+            if let Some(p) = page_size {
+                cfg.page_size = *p;
+            }
+            Box::new(SourceOnly(Box::new(recon_shopify::ShopifySource::new(
+                cfg, schema,
+            )?)))
         }
         EndpointConfig::Hubspot { .. } => {
             Box::new(hubspot(endpoint, schema, time_field)?.expect("a HubSpot endpoint"))
