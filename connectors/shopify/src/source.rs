@@ -142,6 +142,8 @@ pub struct ShopifySource {
     fields: Vec<usize>,
     bucket: Mutex<Option<Bucket>>,
     throttled: std::sync::atomic::AtomicU64,
+    /// Sum of `actualQueryCost` of page queries, for benchmarks.
+    spent: std::sync::atomic::AtomicU64,
 }
 
 const TOKEN_HINT: &str =
@@ -195,7 +197,13 @@ impl ShopifySource {
             fields,
             bucket: Mutex::new(None),
             throttled: std::sync::atomic::AtomicU64::new(0),
+            spent: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Points of the cost bucket that page queries spent so far.
+    pub fn spent(&self) -> u64 {
+        self.spent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// THROTTLED answers received so far.
@@ -247,6 +255,12 @@ impl ShopifySource {
 
     fn note_cost(&self, v: &Json, page_query: bool) {
         let cost = &v["extensions"]["cost"];
+        if page_query && v["errors"].is_null() {
+            if let Some(actual) = cost["actualQueryCost"].as_u64() {
+                self.spent
+                    .fetch_add(actual, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let status = &cost["throttleStatus"];
         if let (Some(max), Some(available), Some(restore)) = (
             status["maximumAvailable"].as_f64(),

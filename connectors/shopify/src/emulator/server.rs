@@ -1,0 +1,705 @@
+//! The HTTP side: axum serving on a custom listener, one fallback handler that
+//! routes itself, auth, the cost bucket and fault injection.
+//!
+//! # Dropping a connection
+//!
+//! `FaultKind::DropConnection` must close the TCP connection without writing any
+//! HTTP response. axum's `serve` accepts any [`Listener`], so the emulator wraps
+//! `tokio::net::TcpListener` in [`EmuListener`], whose connections are
+//! [`ConnIo`]: a `TcpStream` plus a shared "dropped" flag. The same flag reaches
+//! the handler through `ConnectInfo<ConnHandle>` (the [`Connected`] impl takes it
+//! from the accepted `ConnIo`). To drop, the handler sets the flag and returns;
+//! hyper's first attempt to write the response then fails with
+//! `ConnectionAborted` before a single byte is written, hyper abandons the
+//! connection, and dropping it closes the socket. The client sees the connection
+//! close with no response at all. (The same design as the Stripe emulator.)
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::serve::{IncomingStream, Listener};
+use serde_json::{json, Map, Value as Json};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::exec::{self, gql_error, MAX_QUERY_COST};
+use super::faults::{CostBucket, FaultPlan};
+use super::graphql;
+use super::store::{Bulk, Store};
+use super::{BulkOutcome, EmulatorConfig, EmulatorStats, FaultKind};
+
+// ---------------------------------------------------------------------------
+// Shared state
+
+pub(crate) struct Shared {
+    pub token: String,
+    pub latency: Duration,
+    pub bulk_delay: Duration,
+    /// `http://127.0.0.1:PORT`, for bulk result URLs.
+    pub base_url: String,
+    pub store: RwLock<Store>,
+    pub bulk: Mutex<Bulk>,
+    pub faults: Mutex<FaultPlan>,
+    pub bucket: Mutex<CostBucket>,
+    pub stats: Mutex<EmulatorStats>,
+    request_seq: AtomicU64,
+    request_salt: u64,
+}
+
+impl Shared {
+    pub fn new(config: &EmulatorConfig, base_url: String) -> Self {
+        let salt = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Shared {
+            token: config.token.clone(),
+            latency: config.latency,
+            bulk_delay: config.bulk_delay,
+            base_url,
+            store: RwLock::new(Store::default()),
+            bulk: Mutex::new(Bulk {
+                next_outcome: BulkOutcome::Completed,
+                ..Bulk::default()
+            }),
+            faults: Mutex::new(FaultPlan::default()),
+            bucket: Mutex::new(CostBucket::new(
+                config.max_available,
+                config.restore_rate,
+                Instant::now(),
+            )),
+            stats: Mutex::new(EmulatorStats::default()),
+            request_seq: AtomicU64::new(0),
+            request_salt: splitmix64(salt),
+        }
+    }
+
+    /// A UUID-shaped id (Shopify's `X-Request-Id` values are UUIDs), unique
+    /// within an emulator: a bijective mix of a counter.
+    fn next_request_id(&self) -> String {
+        let n = self.request_seq.fetch_add(1, Ordering::Relaxed);
+        let a = splitmix64(n ^ self.request_salt);
+        let b = splitmix64(a);
+        // Version 4, variant 10xx, like a random UUID.
+        let hi = (a & !0xF000) | 0x4000;
+        let lo = (b & !(0xC000u64 << 48)) | (0x8000u64 << 48);
+        format!(
+            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            hi >> 32,
+            (hi >> 16) & 0xFFFF,
+            hi & 0xFFFF,
+            lo >> 48,
+            lo & 0xFFFF_FFFF_FFFF
+        )
+    }
+
+    /// `throttleStatus`, as of `now`. Shopify sends the bucket size and the
+    /// restore rate as floats and `currentlyAvailable` as an integer, e.g.
+    /// `{"maximumAvailable": 2000.0, "currentlyAvailable": 1990, "restoreRate": 100.0}`.
+    fn throttle_status(&self, now: Instant) -> Json {
+        let mut b = self.bucket.lock().unwrap();
+        json!({
+            "maximumAvailable": b.maximum() as f64,
+            "currentlyAvailable": b.available(now),
+            "restoreRate": b.restore_rate() as f64,
+        })
+    }
+}
+
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+// ---------------------------------------------------------------------------
+// Listener and connections
+
+/// A `TcpListener` whose connections can be dropped from a handler.
+pub(crate) struct EmuListener(pub TcpListener);
+
+impl Listener for EmuListener {
+    type Io = ConnIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (ConnIo, SocketAddr) {
+        loop {
+            match self.0.accept().await {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let io = ConnIo {
+                        stream,
+                        dropped: Arc::new(AtomicBool::new(false)),
+                    };
+                    return (io, peer);
+                }
+                // Like axum's own TcpListener impl: transient errors (EMFILE,
+                // ECONNABORTED, ...) are retried after a short pause.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// A connection whose I/O fails once the handler has asked for it to be dropped.
+pub(crate) struct ConnIo {
+    stream: TcpStream,
+    dropped: Arc<AtomicBool>,
+}
+
+impl ConnIo {
+    fn check(&self) -> io::Result<()> {
+        if self.dropped.load(Ordering::SeqCst) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "emulator fault: connection dropped",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// The handler's grip on its connection (via `ConnectInfo`).
+#[derive(Clone)]
+pub(crate) struct ConnHandle {
+    dropped: Arc<AtomicBool>,
+}
+
+impl ConnHandle {
+    fn drop_connection(&self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Connected<IncomingStream<'_, EmuListener>> for ConnHandle {
+    fn connect_info(stream: IncomingStream<'_, EmuListener>) -> Self {
+        ConnHandle {
+            dropped: stream.io().dropped.clone(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Replies
+
+/// A response before the common headers are added.
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    content_type: &'static str,
+    /// `Retry-After`, in seconds.
+    retry_after: Option<&'static str>,
+    /// The API version, echoed as `X-Shopify-API-Version` on GraphQL replies.
+    api_version: Option<String>,
+    /// A `THROTTLED` GraphQL error (counted in `stats.throttled`).
+    throttled: bool,
+}
+
+const JSON_TYPE: &str = "application/json; charset=utf-8";
+
+impl Reply {
+    fn json(status: u16, body: &Json) -> Reply {
+        Reply {
+            status,
+            body: body.to_string().into_bytes(),
+            content_type: JSON_TYPE,
+            retry_after: None,
+            api_version: None,
+            throttled: false,
+        }
+    }
+}
+
+/// HTTP `429`. Shopify answers requests over its request-based limits with
+/// `429 Too Many Requests` and a `Retry-After` header (in seconds, sent as a
+/// float, e.g. `2.0`); the GraphQL Admin API's cost-based throttling is the
+/// `THROTTLED` error instead (HTTP 200), see [`graphql`].
+fn rate_limited() -> Reply {
+    let mut r = Reply::json(
+        429,
+        &json!({"errors": [{"message": "Throttled", "extensions": {"code": "THROTTLED"}}]}),
+    );
+    r.retry_after = Some("1.0");
+    r
+}
+
+/// HTTP 500 with Shopify's internal-error body, which names the request id.
+fn server_error(request_id: &str) -> Reply {
+    Reply::json(
+        500,
+        &json!({"errors": [{
+            "message": format!("Internal error. Looks like something went wrong on our end.\nRequest ID: {request_id} (include this in support requests)."),
+            "extensions": {"code": "INTERNAL_SERVER_ERROR", "requestId": request_id},
+        }]}),
+    )
+}
+
+fn unavailable() -> Reply {
+    Reply::json(503, &json!({"errors": "Service Unavailable"}))
+}
+
+fn not_found() -> Reply {
+    Reply::json(404, &json!({"errors": "Not Found"}))
+}
+
+/// Shopify's `401` for a missing or wrong `X-Shopify-Access-Token`.
+fn unauthorized() -> Reply {
+    Reply::json(
+        401,
+        &json!({"errors": "[API] Invalid API key or access token (unrecognized login or wrong password)"}),
+    )
+}
+
+/// Shopify's `400` for a request without a usable `query`.
+fn missing_query() -> Reply {
+    Reply::json(
+        400,
+        &json!({"errors": {"query": "Required parameter missing or invalid"}}),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Handler
+
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    shared.stats.lock().unwrap().requests += 1;
+    let request_id = shared.next_request_id();
+    let conn = req
+        .extensions()
+        .get::<ConnectInfo<ConnHandle>>()
+        .map(|c| c.0.clone());
+
+    // The fault is decided on arrival, in arrival order.
+    let fault = shared.faults.lock().unwrap().next();
+    let mut delay = shared.latency;
+    let injected = match &fault {
+        Some(FaultKind::RateLimited) => Some(rate_limited()),
+        Some(FaultKind::ServerError) => Some(server_error(&request_id)),
+        Some(FaultKind::Unavailable) => Some(unavailable()),
+        Some(FaultKind::MalformedJson) => Some(Reply {
+            body: b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>"
+                .to_vec(),
+            ..Reply::json(200, &Json::Null)
+        }),
+        Some(FaultKind::Slow(extra)) => {
+            delay += *extra;
+            None
+        }
+        Some(FaultKind::DropConnection) | Some(FaultKind::TruncatedJson) | None => None,
+    };
+    let dropping = matches!(fault, Some(FaultKind::DropConnection));
+
+    let (parts, body) = req.into_parts();
+    // A dropped request has no effect (it is never routed); an injected error
+    // answers without auth or throttling.
+    let reply = match injected {
+        Some(r) => Some(r),
+        None if dropping => None,
+        None => {
+            let body = axum::body::to_bytes(body, 16 << 20)
+                .await
+                .unwrap_or_default();
+            Some(route(
+                &shared,
+                &parts.method,
+                parts.uri.path(),
+                &parts.headers,
+                &body,
+            ))
+        }
+    };
+
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    let Some(mut reply) = reply else {
+        if let Some(conn) = conn {
+            conn.drop_connection();
+        }
+        // Never written: the connection's I/O now fails. Not counted in by_status.
+        return Response::new(Body::empty());
+    };
+    if matches!(fault, Some(FaultKind::TruncatedJson)) {
+        reply.status = 200;
+        reply.body.truncate(reply.body.len() / 2);
+    }
+    {
+        let mut stats = shared.stats.lock().unwrap();
+        *stats.by_status.entry(reply.status).or_insert(0) += 1;
+        if reply.status == 429 || reply.throttled {
+            stats.throttled += 1;
+        }
+    }
+    build(reply, &request_id)
+}
+
+fn build(reply: Reply, request_id: &str) -> Response {
+    let len = reply.body.len();
+    let mut res = Response::new(Body::from(reply.body));
+    *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("x-request-id", v);
+    }
+    if let Some(v) = reply
+        .api_version
+        .as_deref()
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    {
+        h.insert("x-shopify-api-version", v);
+    }
+    if let Some(ra) = reply.retry_after {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static(ra));
+    }
+    res
+}
+
+fn route(shared: &Shared, method: &Method, path: &str, headers: &HeaderMap, body: &Bytes) -> Reply {
+    if let Some(file) = path.strip_prefix("/bulk/") {
+        return if method == Method::GET {
+            bulk_file(shared, file)
+        } else {
+            not_found()
+        };
+    }
+    // POST /admin/api/{version}/graphql.json
+    let version = path
+        .strip_prefix("/admin/api/")
+        .and_then(|rest| rest.strip_suffix("/graphql.json"))
+        .filter(|v| !v.is_empty() && !v.contains('/'));
+    let Some(version) = version else {
+        return not_found();
+    };
+    let token = headers
+        .get("x-shopify-access-token")
+        .and_then(|v| v.to_str().ok());
+    if token != Some(shared.token.as_str()) {
+        return unauthorized();
+    }
+    if method != Method::POST {
+        return Reply::json(405, &json!({"errors": "Method Not Allowed"}));
+    }
+    let mut reply = graphql_request(shared, headers, body);
+    reply.api_version = Some(version.to_owned());
+    reply
+}
+
+/// `GET /bulk/{n}.jsonl` (a completed operation's `url`) or
+/// `/bulk/{n}-partial.jsonl` (a failed one's `partialDataUrl`). No auth: on
+/// Shopify these are pre-signed storage URLs. A URL the emulator never handed
+/// out is the storage service's `404 NoSuchKey`.
+fn bulk_file(shared: &Shared, file: &str) -> Reply {
+    let no_such_key = || {
+        Reply {
+        content_type: "application/xml; charset=UTF-8",
+        ..Reply::json(404, &Json::Null)
+    }
+    .with_body(
+        "<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>",
+    )
+    };
+    let Some(stem) = file.strip_suffix(".jsonl") else {
+        return no_such_key();
+    };
+    let (number, partial) = match stem.strip_suffix("-partial") {
+        Some(n) => (n, true),
+        None => (stem, false),
+    };
+    let Ok(number) = number.parse::<u64>() else {
+        return no_such_key();
+    };
+    let bulk = shared.bulk.lock().unwrap();
+    let Some(op) = bulk.ops.get(&number) else {
+        return no_such_key();
+    };
+    let view = op.view(Instant::now(), shared.bulk_delay);
+    let lines = if partial && view.partial {
+        &op.lines[..op.partial_len()]
+    } else if !partial && view.url {
+        &op.lines[..]
+    } else {
+        return no_such_key();
+    };
+    let mut body = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+    for line in lines {
+        body.push_str(line);
+        body.push('\n');
+    }
+    Reply {
+        content_type: "application/jsonl",
+        ..Reply::json(200, &Json::Null)
+    }
+    .with_body(body)
+}
+
+impl Reply {
+    fn with_body(mut self, body: impl Into<String>) -> Reply {
+        self.body = body.into().into_bytes();
+        self
+    }
+}
+
+/// The body of a GraphQL response: `errors` and/or `data`, and
+/// `extensions.cost` (every Shopify GraphQL response reports the query's cost
+/// and the bucket's state).
+fn graphql_body(
+    errors: Option<Vec<Json>>,
+    data: Option<Json>,
+    requested: u64,
+    actual: Option<u64>,
+    throttle: Json,
+    search: Vec<Json>,
+) -> Json {
+    let mut body = Map::new();
+    if let Some(errors) = errors {
+        body.insert("errors".into(), Json::Array(errors));
+    }
+    if let Some(data) = data {
+        body.insert("data".into(), data);
+    }
+    let mut ext = Map::new();
+    ext.insert(
+        "cost".into(),
+        json!({
+            "requestedQueryCost": requested,
+            "actualQueryCost": actual,
+            "throttleStatus": throttle,
+        }),
+    );
+    if !search.is_empty() {
+        ext.insert("search".into(), Json::Array(search));
+    }
+    body.insert("extensions".into(), Json::Object(ext));
+    Json::Object(body)
+}
+
+fn graphql_request(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> Reply {
+    let now = Instant::now();
+    let invalid = |errors: Vec<Json>| {
+        Reply::json(
+            200,
+            &graphql_body(
+                Some(errors),
+                None,
+                0,
+                Some(0),
+                shared.throttle_status(now),
+                Vec::new(),
+            ),
+        )
+    };
+
+    // The body: JSON `{"query", "variables"?, "operationName"?}`, or (with
+    // `Content-Type: application/graphql`) the query itself.
+    let is_graphql = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/graphql"));
+    let (query, variables, operation_name) = if is_graphql {
+        match std::str::from_utf8(body) {
+            Ok(q) => (q.to_owned(), Map::new(), None),
+            Err(_) => return missing_query(),
+        }
+    } else {
+        let Ok(Json::Object(mut obj)) = serde_json::from_slice::<Json>(body) else {
+            return missing_query();
+        };
+        let Some(Json::String(query)) = obj.remove("query") else {
+            return missing_query();
+        };
+        let variables = match obj.remove("variables") {
+            Some(Json::Object(v)) => v,
+            None | Some(Json::Null) => Map::new(),
+            // graphql-ruby also accepts variables as a JSON-encoded string.
+            Some(Json::String(s)) => match serde_json::from_str::<Json>(&s) {
+                Ok(Json::Object(v)) => v,
+                _ => return missing_query(),
+            },
+            Some(_) => return missing_query(),
+        };
+        let operation_name = match obj.remove("operationName") {
+            Some(Json::String(n)) => Some(n),
+            _ => None,
+        };
+        (query, variables, operation_name)
+    };
+
+    let doc = match graphql::parse(&query) {
+        Ok(d) => d,
+        Err(e) => return invalid(vec![gql_error(e.message, e.pos, None, None)]),
+    };
+    let op = match &operation_name {
+        Some(name) => doc
+            .operations
+            .iter()
+            .find(|o| o.name.as_deref() == Some(name.as_str())),
+        None if doc.operations.len() == 1 => doc.operations.first(),
+        None => {
+            return invalid(vec![gql_error(
+                "An operation name is required",
+                None,
+                None,
+                None,
+            )])
+        }
+    };
+    let Some(op) = op else {
+        return invalid(vec![gql_error(
+            format!(
+                "No operation named \"{}\"",
+                operation_name.unwrap_or_default()
+            ),
+            None,
+            None,
+            None,
+        )]);
+    };
+    let vars = match exec::validate(op, &variables, false) {
+        Ok(v) => v,
+        Err(errors) => return invalid(errors),
+    };
+
+    let requested = exec::requested_cost(op, &vars);
+    if requested > MAX_QUERY_COST {
+        // Shopify: "A single query to the API cannot exceed a cost of 1000.
+        // This limit is enforced before query execution begins".
+        let message = format!(
+            "Query cost is {requested}, which exceeds the single query max cost limit ({MAX_QUERY_COST}).\n\nSee https://shopify.dev/concepts/about-apis/rate-limits for more information on how the\ncost of a query is calculated.\n\nTo query larger amounts of data with fewer limits, bulk operations should be used instead.\nSee https://shopify.dev/tutorials/perform-bulk-operations-with-admin-api for usage details.\n"
+        );
+        let error = gql_error(
+            message,
+            None,
+            None,
+            Some(
+                json!({"code": "MAX_COST_EXCEEDED", "cost": requested, "maxCost": MAX_QUERY_COST}),
+            ),
+        );
+        return Reply::json(
+            200,
+            &graphql_body(
+                Some(vec![error]),
+                None,
+                requested,
+                None,
+                shared.throttle_status(now),
+                Vec::new(),
+            ),
+        );
+    }
+
+    // The leaky bucket: the requested cost must be available now.
+    let admitted = shared.bucket.lock().unwrap().try_take(requested, now);
+    if !admitted {
+        // Shopify's throttled answer: HTTP 200, a `THROTTLED` error, no data,
+        // `actualQueryCost: null`.
+        let error = gql_error(
+            "Throttled",
+            None,
+            None,
+            Some(
+                json!({"code": "THROTTLED", "documentation": "https://shopify.dev/api/usage/rate-limits"}),
+            ),
+        );
+        let mut reply = Reply::json(
+            200,
+            &graphql_body(
+                Some(vec![error]),
+                None,
+                requested,
+                None,
+                shared.throttle_status(now),
+                Vec::new(),
+            ),
+        );
+        reply.throttled = true;
+        return reply;
+    }
+
+    let executed = exec::execute(shared, op, &vars, now);
+    let actual = executed.actual.min(requested);
+    shared.bucket.lock().unwrap().refund(requested - actual);
+    shared.stats.lock().unwrap().queries += 1;
+    Reply::json(
+        200,
+        &graphql_body(
+            None,
+            Some(executed.data),
+            requested,
+            Some(actual),
+            shared.throttle_status(now),
+            executed.search,
+        ),
+    )
+}
