@@ -77,30 +77,22 @@ pub(crate) fn hash_key(key: &[u8]) -> u64 {
 
 /// Appends `varint(key_len) key values…` to `buf`.
 /// Each value must be of its field's kind or null (the caller checks).
+/// On a value that does not fit its field's kind, returns that field's
+/// index (the caller drops what was appended).
 pub(crate) fn encode_record(
     buf: &mut Vec<u8>,
     key: &str,
     values: &[ValueRef<'_>],
     kinds: &[FieldKind],
-) {
+) -> Result<(), usize> {
     write_varint(buf, key.len() as u64);
     buf.extend_from_slice(key.as_bytes());
-    for (v, &kind) in values.iter().zip(kinds) {
-        encode(buf, v, kind);
+    for (i, (v, &kind)) in values.iter().zip(kinds).enumerate() {
+        if !encode(buf, v, kind) {
+            return Err(i);
+        }
     }
-}
-
-/// Whether a value can be stored for a field of this kind.
-pub(crate) fn fits(kind: FieldKind, v: &ValueRef<'_>) -> bool {
-    matches!(
-        (kind, v),
-        (_, ValueRef::Null)
-            | (FieldKind::Text, ValueRef::Text(_))
-            | (FieldKind::Integer, ValueRef::Integer(_))
-            | (FieldKind::Money, ValueRef::Money(_))
-            | (FieldKind::Currency, ValueRef::Currency(_))
-            | (FieldKind::Timestamp, ValueRef::Timestamp(_))
-    )
+    Ok(())
 }
 
 /// Splits an encoded record into its key and the offset where values start.
@@ -311,7 +303,18 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind) {
+/// Appends `v`; false when it is not of `kind` (checked in the same match
+/// that encodes, so the check costs nothing on the hot path).
+fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind) -> bool {
+    match (*v, kind) {
+        (ValueRef::Null, _)
+        | (ValueRef::Text(_), FieldKind::Text)
+        | (ValueRef::Integer(_), FieldKind::Integer)
+        | (ValueRef::Money(_), FieldKind::Money)
+        | (ValueRef::Currency(_), FieldKind::Currency)
+        | (ValueRef::Timestamp(_), FieldKind::Timestamp) => {}
+        _ => return false,
+    }
     match *v {
         // The decoder knows the kind, so each null reads back unambiguously.
         ValueRef::Null => match kind {
@@ -331,6 +334,7 @@ fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind) {
         ValueRef::Currency(c) => buf.extend_from_slice(&c.to_index().to_le_bytes()),
         ValueRef::Timestamp(t) => write_varint(buf, zigzag(t.as_second())),
     }
+    true
 }
 
 fn currency_at(buf: &[u8], pos: usize) -> Currency {
@@ -423,7 +427,7 @@ mod tests {
             let h = hash_key(k.as_bytes());
             assert!(index.find_mut(h, k.as_bytes()).is_none());
             buf.clear();
-            encode_record(&mut buf, k, &values, &kinds);
+            encode_record(&mut buf, k, &values, &kinds).unwrap();
             index.insert_encoded(h, &buf);
         }
         assert_eq!(index.len(), 1000);

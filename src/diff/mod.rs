@@ -24,8 +24,8 @@ use recon_core::{Currency, FieldKind, Record, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_values, encode_record, fits, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF,
-    MISMATCH, OFFSET_MASK, SEEN_OTHER,
+    decode_values, encode_record, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH,
+    OFFSET_MASK, SEEN_OTHER,
 };
 
 /// Records of one side, encoded and hashed ahead of the engine, possibly on
@@ -61,7 +61,9 @@ impl RecordBatch {
                 want: self.kinds.len(),
             });
         }
-        if let Some(i) = (0..values.len()).find(|&i| !fits(self.kinds[i], &values[i])) {
+        let start = self.bytes.len();
+        if let Err(i) = encode_record(&mut self.bytes, key, values, &self.kinds) {
+            self.bytes.truncate(start);
             return Err(DiffError::Kind {
                 key: key.to_string(),
                 field: i,
@@ -69,8 +71,6 @@ impl RecordBatch {
             });
         }
         add_total(&mut self.totals, self.money_field, values);
-        let start = self.bytes.len();
-        encode_record(&mut self.bytes, key, values, &self.kinds);
         self.rows
             .push((hash_key(key.as_bytes()), start, self.bytes.len()));
         Ok(())
