@@ -203,14 +203,7 @@ pub enum FaultKind {
 /// One entry of a fault plan: requests number `after .. after + times` (counted
 /// from 0 since [`Emulator::set_faults`]) get `kind`. When entries overlap, the
 /// first in the plan wins.
-#[derive(Clone, Debug)]
-pub struct Fault {
-    pub kind: FaultKind,
-    /// Let this many requests through first.
-    pub after: u64,
-    /// Then inject on this many requests.
-    pub times: u64,
-}
+pub type Fault = recon_emulator_kit::Fault<FaultKind>;
 
 /// Counters since [`Emulator::start`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -124,14 +124,7 @@ pub enum FaultKind {
 /// One entry of a fault plan: requests number `after .. after + times` (counted
 /// from 0 since [`Emulator::set_faults`], every HTTP request including bulk
 /// downloads) get `kind`. When entries overlap, the first in the plan wins.
-#[derive(Clone, Debug)]
-pub struct Fault {
-    pub kind: FaultKind,
-    /// Let this many requests through first.
-    pub after: u64,
-    /// Then inject on this many requests.
-    pub times: u64,
-}
+pub type Fault = recon_emulator_kit::Fault<FaultKind>;
 
 /// How the next bulk operation ends, once `bulk_delay` has passed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -9,29 +9,10 @@
 
 use std::time::Instant;
 
-use super::{Fault, FaultKind};
+use super::FaultKind;
 
-#[derive(Default)]
-pub(crate) struct FaultPlan {
-    faults: Vec<Fault>,
-    seen: u64,
-}
-
-impl FaultPlan {
-    pub fn new(faults: Vec<Fault>) -> Self {
-        FaultPlan { faults, seen: 0 }
-    }
-
-    /// Counts one arriving request and returns the fault to inject on it, if any.
-    pub fn next(&mut self) -> Option<FaultKind> {
-        let n = self.seen;
-        self.seen += 1;
-        self.faults
-            .iter()
-            .find(|f| n >= f.after && n - f.after < f.times)
-            .map(|f| f.kind.clone())
-    }
-}
+/// The shared fault plan (see `recon_emulator_kit::FaultPlan`).
+pub(crate) type FaultPlan = recon_emulator_kit::FaultPlan<FaultKind>;
 
 /// A token bucket of capacity `per_sec`, refilled continuously at `per_sec`
 /// tokens per second; each admitted request takes one token.

@@ -14,27 +14,21 @@
 //! connection, and dropping it closes the socket. The client sees the connection
 //! close with no response at all.
 
-use std::io;
-use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
-use axum::serve::{IncomingStream, Listener};
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 
 use super::faults::{FaultPlan, RateLimiter};
 use super::store::{Found, ListQuery, MissingCursor, Store};
 use super::{EmulatorStats, FaultKind, ObjectKind};
+pub(crate) use recon_emulator_kit::{ConnHandle, EmuListener};
 
 // ---------------------------------------------------------------------------
 // Shared state
@@ -121,125 +115,6 @@ impl Drop for InFlight<'_> {
 
 // ---------------------------------------------------------------------------
 // Listener and connections
-
-/// A `TcpListener` whose connections can be dropped from a handler.
-pub(crate) struct EmuListener(pub TcpListener);
-
-impl Listener for EmuListener {
-    type Io = ConnIo;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (ConnIo, SocketAddr) {
-        loop {
-            match self.0.accept().await {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let io = ConnIo {
-                        stream,
-                        dropped: Arc::new(AtomicBool::new(false)),
-                    };
-                    return (io, peer);
-                }
-                // Like axum's own TcpListener impl: transient errors (EMFILE,
-                // ECONNABORTED, ...) are retried after a short pause.
-                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.0.local_addr()
-    }
-}
-
-/// A connection whose I/O fails once the handler has asked for it to be dropped.
-pub(crate) struct ConnIo {
-    stream: TcpStream,
-    dropped: Arc<AtomicBool>,
-}
-
-impl ConnIo {
-    fn check(&self) -> io::Result<()> {
-        if self.dropped.load(Ordering::SeqCst) {
-            Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "emulator fault: connection dropped",
-            ))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl AsyncRead for ConnIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for ConnIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-}
-
-/// The handler's grip on its connection (via `ConnectInfo`).
-#[derive(Clone)]
-pub(crate) struct ConnHandle {
-    dropped: Arc<AtomicBool>,
-}
-
-impl ConnHandle {
-    fn drop_connection(&self) {
-        self.dropped.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Connected<IncomingStream<'_, EmuListener>> for ConnHandle {
-    fn connect_info(stream: IncomingStream<'_, EmuListener>) -> Self {
-        ConnHandle {
-            dropped: stream.io().dropped.clone(),
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Replies
