@@ -510,8 +510,26 @@ impl SqlTable {
 
     /// Keys among `keys` that exist in the table.
     async fn existing(&self, keys: &[String]) -> Result<HashSet<String>, ConnectorError> {
-        let mut found = HashSet::new();
+        let select = self
+            .dialect
+            .as_text(&self.dialect.quote(&self.cfg.key_column));
+        Ok(self
+            .rows_by_key(&select, keys)
+            .await?
+            .iter()
+            .filter_map(|row| row.try_get::<Option<String>, _>(0).ok().flatten())
+            .collect())
+    }
+
+    /// `SELECT {select}` of the rows whose key is among `keys`, in chunks of
+    /// `LOOKUP_CHUNK` bound keys.
+    async fn rows_by_key(
+        &self,
+        select: &str,
+        keys: &[String],
+    ) -> Result<Vec<sqlx::any::AnyRow>, ConnectorError> {
         let key = self.dialect.quote(&self.cfg.key_column);
+        let mut out = Vec::new();
         for chunk in keys.chunks(LOOKUP_CHUNK) {
             let mut args = AnyArguments::default();
             let marks: Vec<String> = (1..=chunk.len())
@@ -521,23 +539,19 @@ impl SqlTable {
                 let _ = args.add(k.clone());
             }
             let sql = format!(
-                "SELECT {} FROM {} WHERE {} IN ({})",
-                self.dialect.as_text(&key),
+                "SELECT {select} FROM {} WHERE {} IN ({})",
                 self.table(),
                 self.key_cmp(&key),
                 marks.join(", ")
             );
-            let rows = sqlx::query_with(&sql, args)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| db_error(&self.display, e))?;
-            for row in rows {
-                if let Ok(Some(k)) = row.try_get::<Option<String>, _>(0) {
-                    found.insert(k);
-                }
-            }
+            out.extend(
+                sqlx::query_with(&sql, args)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| db_error(&self.display, e))?,
+            );
         }
-        Ok(found)
+        Ok(out)
     }
 
     /// The key column as compared against bound text keys.
@@ -683,32 +697,11 @@ impl Source for SqlTable {
         _schema: &Schema,
         keys: &[String],
     ) -> Result<Vec<Record>, ConnectorError> {
-        let mut out = Vec::new();
-        let key = self.dialect.quote(&self.cfg.key_column);
-        for chunk in keys.chunks(LOOKUP_CHUNK) {
-            let mut args = AnyArguments::default();
-            let marks: Vec<String> = (1..=chunk.len())
-                .map(|i| self.dialect.text_param(&self.dialect.placeholder(i)))
-                .collect();
-            for k in chunk {
-                let _ = args.add(k.clone());
-            }
-            let sql = format!(
-                "SELECT {} FROM {} WHERE {} IN ({})",
-                self.select_list,
-                self.table(),
-                self.key_cmp(&key),
-                marks.join(", ")
-            );
-            let rows = sqlx::query_with(&sql, args)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| db_error(&self.display, e))?;
-            for row in &rows {
-                out.push(self.parse_row(row)?);
-            }
-        }
-        Ok(out)
+        self.rows_by_key(&self.select_list, keys)
+            .await?
+            .iter()
+            .map(|row| self.parse_row(row))
+            .collect()
     }
 }
 
