@@ -17,9 +17,9 @@ use recon_core::{
 use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
-use crate::commands::run::{apply, connect, RunPlan};
-use crate::report::{CsvReport, ReportDir};
-use crate::state::{StateError, StateStore};
+use crate::commands::run::{apply, backfill_row, connect, lock, write_batch, RunPlan};
+use crate::report::{write_backfill_csv, BackfillRow, ReportDir};
+use crate::state::StateStore;
 use crate::Status;
 
 /// One line of plan.jsonl.
@@ -155,14 +155,7 @@ async fn execute(plan: RunPlan, items: Vec<PlanItem>, plan_path: PathBuf) -> Res
         end: now,
     });
     let state = StateStore::open(plan.job.state.expose()).await?;
-    let lock = match state
-        .acquire_lock(&job, std::time::Duration::from_secs(600))
-        .await
-    {
-        Ok(l) => l,
-        Err(e @ StateError::Locked { .. }) => bail!("{e}"),
-        Err(e) => return Err(e.into()),
-    };
+    let lock = lock(&state, &job).await?;
     let run_id = state.start_run(&job, window, false).await?;
     let result = async {
         let target = connect(&plan.job.job.target, &schema, plan.time_field).await.with_context(|| format!("job `{job}`: target"))?;
@@ -173,34 +166,29 @@ async fn execute(plan: RunPlan, items: Vec<PlanItem>, plan_path: PathBuf) -> Res
         let (skipped, todo): (Vec<&PlanItem>, Vec<&PlanItem>) =
             items.iter().partition(|i| i.mode == WriteMode::Insert && present.contains(&i.record.key));
         let work: Vec<(Record, WriteMode)> = todo.iter().map(|i| (i.record.clone(), i.mode)).collect();
-        let batch = match &plan.job.job.target {
-            crate::config::EndpointConfig::Sql { write_batch, .. } => write_batch.unwrap_or(1000),
-            _ => 1000,
-        };
+        let batch = write_batch(&plan.job.job.target);
         let outcomes = if work.is_empty() { Vec::new() } else { apply(&state, target.as_ref(), &schema, &run_id, &job, &work, batch).await? };
         let dir_path = plan.out.clone().unwrap_or_else(|| plan.job.reports.join(&job).join(&run_id));
         let mut dir = ReportDir::create(&dir_path)?;
-        let mut w = CsvReport::new(dir.file("backfill.csv")?, &["external_id", "action", "outcome", "error"])?;
         let (mut done, mut failed) = (0u64, 0u64);
-        for i in &skipped {
-            w.row([i.record.key.as_str(), "insert", "skipped", "already present in the target"])?;
-        }
+        let mut rows: Vec<BackfillRow> = skipped
+            .iter()
+            .map(|i| BackfillRow {
+                key: i.record.key.clone(),
+                action: "insert".into(),
+                outcome: "skipped".into(),
+                error: "already present in the target".into(),
+            })
+            .collect();
         for ((r, m), o) in work.iter().zip(&outcomes) {
-            let action = if *m == WriteMode::Insert { "insert" } else { "update" };
-            let (outcome, err) = match o {
-                WriteOutcome::Created => ("created", String::new()),
-                WriteOutcome::Updated => ("updated", String::new()),
-                WriteOutcome::Unchanged => ("unchanged", String::new()),
-                WriteOutcome::Failed(e) => ("failed", e.clone()),
-            };
             match o {
                 WriteOutcome::Failed(_) => failed += 1,
                 WriteOutcome::Created | WriteOutcome::Updated => done += 1,
                 WriteOutcome::Unchanged => {}
             }
-            w.row([r.key.as_str(), action, outcome, err.as_str()])?;
+            rows.push(backfill_row(r, *m, o));
         }
-        std::io::Write::flush(&mut w.finish()?)?;
+        write_backfill_csv(&mut dir, &rows)?;
         let status = if failed > 0 { Status::Discrepancies } else { Status::Clean };
         let summary = json!({
             "job": job,

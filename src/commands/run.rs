@@ -566,11 +566,7 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
     let now = Timestamp::now();
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
-    let lock = match state.acquire_lock(&job, STALE_LOCK).await {
-        Ok(lock) => lock,
-        Err(e @ StateError::Locked { .. }) => bail!("{e}"),
-        Err(e) => return Err(e.into()),
-    };
+    let lock = lock(&state, &job).await?;
     let last = state.last_success_end(&job).await?;
     let asked = plan
         .window
@@ -770,30 +766,16 @@ async fn run_locked(
         extras.plan = Some(plan_json);
         trouble = Some(msg);
     } else {
-        let batch = match &plan.job.job.target {
-            EndpointConfig::Sql { write_batch, .. } => write_batch.unwrap_or(1000),
-            _ => 1000,
-        };
+        let batch = write_batch(&plan.job.job.target);
         let outcomes = apply(state, target.as_ref(), schema, run_id, job, &items, batch).await?;
         let mut rows = Vec::with_capacity(items.len());
         for ((r, m), o) in items.iter().zip(&outcomes) {
-            let (outcome_text, error) = match o {
-                WriteOutcome::Created => ("created", String::new()),
-                WriteOutcome::Updated => ("updated", String::new()),
-                WriteOutcome::Unchanged => ("unchanged", String::new()),
-                WriteOutcome::Failed(e) => ("failed", e.clone()),
-            };
             match o {
                 WriteOutcome::Failed(_) => extras.backfill_failed += 1,
                 WriteOutcome::Created | WriteOutcome::Updated => extras.backfilled += 1,
                 WriteOutcome::Unchanged => {}
             }
-            rows.push(BackfillRow {
-                key: r.key.clone(),
-                action: action(*m).into(),
-                outcome: outcome_text.into(),
-                error,
-            });
+            rows.push(backfill_row(r, *m, o));
         }
         extras.backfill = Some(rows);
     }
@@ -851,6 +833,44 @@ async fn run_locked(
         eprintln!("error: {msg}");
     }
     Ok((status, serde_json::Value::Object(counts), path))
+}
+
+/// Takes the job's run lock; an overlapping run is trouble, said plainly.
+pub(crate) async fn lock(state: &StateStore, job: &str) -> Result<crate::state::RunLock> {
+    match state.acquire_lock(job, STALE_LOCK).await {
+        Ok(lock) => Ok(lock),
+        Err(e @ StateError::Locked { .. }) => bail!("{e}"),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records per write batch of a target (the SQL `write_batch`, or 1000).
+pub(crate) fn write_batch(target: &EndpointConfig) -> usize {
+    match target {
+        EndpointConfig::Sql { write_batch, .. } => write_batch.unwrap_or(1000),
+        _ => 1000,
+    }
+}
+
+/// The `backfill.csv` row of one written item.
+pub(crate) fn backfill_row(r: &Record, mode: WriteMode, o: &WriteOutcome) -> BackfillRow {
+    let (outcome, error) = match o {
+        WriteOutcome::Created => ("created", String::new()),
+        WriteOutcome::Updated => ("updated", String::new()),
+        WriteOutcome::Unchanged => ("unchanged", String::new()),
+        WriteOutcome::Failed(e) => ("failed", e.clone()),
+    };
+    BackfillRow {
+        key: r.key.clone(),
+        action: if mode == WriteMode::Insert {
+            "insert"
+        } else {
+            "update"
+        }
+        .into(),
+        outcome: outcome.into(),
+        error,
+    }
 }
 
 /// Writes the plan's items in batches, recording each in the ledger first
@@ -928,14 +948,8 @@ pub(crate) async fn apply(
 
 fn render(o: &DiffOutcome, e: &RunExtras) -> String {
     format!(
-        "source {} records, target {} records\n  matched     {}\n  gaps        {}\n  orphans     {}\n  mismatches  {}\n  duplicates  {}\n  pending     {}\n  resolved    {}\n  backfilled  {}{}",
-        o.source_records,
-        o.target_records,
-        o.matched,
-        o.gaps.len(),
-        o.orphans.len(),
-        o.mismatches.len(),
-        o.duplicates.len(),
+        "{}\n  pending     {}\n  resolved    {}\n  backfilled  {}{}",
+        crate::commands::diff::render_summary(o),
         e.pending.len(),
         e.resolved.len(),
         e.backfilled,

@@ -87,6 +87,19 @@ pub struct BackfillRow {
     pub error: String,
 }
 
+/// `backfill.csv`: each written (or skipped) item's outcome.
+pub fn write_backfill_csv(dir: &mut ReportDir, rows: &[BackfillRow]) -> Result<()> {
+    let mut w = CsvReport::new(
+        dir.file("backfill.csv")?,
+        &["external_id", "action", "outcome", "error"],
+    )?;
+    for r in rows {
+        w.row([&r.key, &r.action, &r.outcome, &r.error])?;
+    }
+    w.finish()?.flush()?;
+    Ok(())
+}
+
 /// Counts for the contract's top-level integers.
 pub fn counts(outcome: &DiffOutcome) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
@@ -171,14 +184,7 @@ pub fn write_diff_reports(
         f.flush()?;
     }
     if let Some(rows) = &extras.backfill {
-        let mut w = CsvReport::new(
-            dir.file("backfill.csv")?,
-            &["external_id", "action", "outcome", "error"],
-        )?;
-        for r in rows {
-            w.row([&r.key, &r.action, &r.outcome, &r.error])?;
-        }
-        w.finish()?.flush()?;
+        write_backfill_csv(dir, rows)?;
     }
 
     let mut summary = serde_json::Map::new();

@@ -7,7 +7,9 @@
 mod files;
 mod staging;
 
-pub use files::{counts, write_diff_reports, BackfillRow, ResolvedRow, RunExtras, RunMeta};
+pub use files::{
+    counts, write_backfill_csv, write_diff_reports, BackfillRow, ResolvedRow, RunExtras, RunMeta,
+};
 pub use staging::ReportDir;
 
 use std::borrow::Cow;
