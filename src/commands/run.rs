@@ -17,7 +17,9 @@ use serde_json::json;
 
 use crate::cli::RunArgs;
 use crate::config::{self, BackfillMode, EndpointConfig, ResolvedJob, ToleranceSetting};
-use crate::diff::{equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, Tolerance};
+use crate::diff::{
+    equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Tolerance,
+};
 use crate::report::{write_diff_reports, BackfillRow, ReportDir, ResolvedRow, RunExtras, RunMeta};
 use crate::state::{Class, ItemStatus, StateError, StateStore};
 use crate::window::{parse_duration, WindowSpec};
@@ -441,14 +443,21 @@ async fn feed(
     source_side: bool,
 ) -> Result<()> {
     let mut pages = side.read(schema, window);
+    // A page becomes one encoded batch: the engine's batch path, without a
+    // per-record call.
+    let mut batch = RecordBatch::new(engine.spec());
     while let Some(page) = pages.try_next().await? {
+        batch.clear();
+        let mut values = Vec::with_capacity(schema.fields.len());
         for r in &page.records {
-            let values: Vec<_> = r.values.iter().map(Value::as_ref).collect();
-            if source_side {
-                engine.add_source(&r.key, &values)?;
-            } else {
-                engine.add_target(&r.key, &values)?;
-            }
+            values.clear();
+            values.extend(r.values.iter().map(Value::as_ref));
+            batch.push(&r.key, &values)?;
+        }
+        if source_side {
+            engine.add_source_batch(&batch)?;
+        } else {
+            engine.add_target_batch(&batch);
         }
     }
     Ok(())

@@ -283,7 +283,8 @@ pub struct DiffEngine {
     target_started: bool,
     /// Every field compared exactly: equal encodings mean equal records.
     bytewise: bool,
-    scratch: RecordBatch,
+    /// Reused by the one-record calls, so they allocate nothing per record.
+    scratch: Option<RecordBatch>,
     kinds: Vec<FieldKind>,
 }
 
@@ -302,7 +303,7 @@ impl DiffEngine {
             target_rows: 0,
             target_started: false,
             bytewise: spec_is_bytewise(&spec),
-            scratch: RecordBatch::new(&spec),
+            scratch: None,
             kinds: spec.schema.fields.iter().map(|f| f.kind).collect(),
             spec,
         }
@@ -324,25 +325,31 @@ impl DiffEngine {
         if self.target_started {
             return Err(DiffError::SourceAfterTarget(key.to_string()));
         }
-        let mut batch = std::mem::replace(&mut self.scratch, RecordBatch::new(&self.spec));
+        let mut batch = self
+            .scratch
+            .take()
+            .unwrap_or_else(|| RecordBatch::new(&self.spec));
         batch.clear();
         let result = batch.push(key, values);
         if result.is_ok() {
             self.add_source_batch(&batch)?;
         }
-        self.scratch = batch;
+        self.scratch = Some(batch);
         result
     }
 
     /// Adds one target record. Source records can no longer be added.
     pub fn add_target(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
-        let mut batch = std::mem::replace(&mut self.scratch, RecordBatch::new(&self.spec));
+        let mut batch = self
+            .scratch
+            .take()
+            .unwrap_or_else(|| RecordBatch::new(&self.spec));
         batch.clear();
         let result = batch.push(key, values);
         if result.is_ok() {
             self.add_target_batch(&batch);
         }
-        self.scratch = batch;
+        self.scratch = Some(batch);
         result
     }
 
