@@ -13,6 +13,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use recon_core::{AmountFormat, FieldKind, Secret};
 use serde::Deserialize;
 
+/// The state store when neither the job nor the defaults name one.
+pub const DEFAULT_STATE: &str = "sqlite://recon-state.db";
+
 /// The whole file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -401,7 +404,7 @@ impl ConfigFile {
             .or(self.defaults.state.take())
             .map(|s| expand_env(s.expose(), &format!("job `{name}` state")))
             .transpose()?
-            .unwrap_or_else(|| "sqlite://recon-state.db".into());
+            .unwrap_or_else(|| DEFAULT_STATE.into());
         let reports = job
             .reports
             .clone()

@@ -10,22 +10,23 @@ use crate::Status;
 /// The `recon runs` command.
 pub fn run(args: RunsArgs) -> Result<Status> {
     let file = config::load(&args.config)?;
-    let job = file.job(args.job.as_deref().or(None)).ok();
-    // Without --job and with several jobs, list the default state store.
-    let (state_url, only) = match (&job, &args.job) {
-        (Some(j), Some(_)) => (j.state.expose().to_string(), Some(j.name.clone())),
-        (Some(j), None) => (j.state.expose().to_string(), None),
-        (None, _) => {
-            let file = config::load(&args.config)?;
-            let url = file
-                .defaults
-                .state
-                .as_ref()
-                .map(|s| config::expand_env(s.expose(), "defaults.state"))
-                .transpose()?
-                .unwrap_or_else(|| "sqlite://recon-state.db".into());
-            (url, None)
+    // The defaults' store, for a config of several jobs listed without --job.
+    let default_state = file
+        .defaults
+        .state
+        .as_ref()
+        .map(|s| config::expand_env(s.expose(), "defaults.state"))
+        .transpose()?
+        .unwrap_or_else(|| config::DEFAULT_STATE.into());
+    let several = file.jobs.len() > 1;
+    let (state_url, only) = match &args.job {
+        // A named job must exist: its own store, its runs only.
+        Some(name) => {
+            let j = file.job(Some(name))?;
+            (j.state.expose().to_string(), Some(j.name))
         }
+        None if several => (default_state, None),
+        None => (file.job(None)?.state.expose().to_string(), None),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
