@@ -28,7 +28,27 @@ struct PlanItem {
     job: String,
     window: Option<Window>,
     mode: WriteMode,
+    /// Key, and values once typed by the job's schema ([`PlanItem::type_values`]).
     record: Record,
+    /// The line's `values`, as written.
+    raw: serde_json::Value,
+    /// `plan.jsonl line N`, for errors.
+    at: String,
+}
+
+impl PlanItem {
+    /// Types the line's values by the job's schema.
+    fn type_values(&mut self, schema: &Schema) -> Result<()> {
+        self.record.values = schema
+            .fields
+            .iter()
+            .map(|f| {
+                value_from_json(f.kind, &self.raw[&f.name])
+                    .map_err(|e| anyhow!("{}: field `{}`: {e}", self.at, f.name))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(())
+    }
 }
 
 fn value_from_json(kind: FieldKind, v: &serde_json::Value) -> Result<Value> {
@@ -61,7 +81,8 @@ fn value_from_json(kind: FieldKind, v: &serde_json::Value) -> Result<Value> {
     })
 }
 
-fn read_plan(path: &PathBuf, schema: Option<&Schema>) -> Result<Vec<PlanItem>> {
+/// Reads every line of a plan; values stay untyped until the job is known.
+fn read_plan(path: &PathBuf) -> Result<Vec<PlanItem>> {
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read plan {}", path.display()))?;
     let mut items = Vec::new();
@@ -93,22 +114,16 @@ fn read_plan(path: &PathBuf, schema: Option<&Schema>) -> Result<Vec<PlanItem>> {
             }),
             _ => None,
         };
-        let values = match schema {
-            Some(schema) => schema
-                .fields
-                .iter()
-                .map(|f| {
-                    value_from_json(f.kind, &v["values"][&f.name])
-                        .map_err(|e| anyhow!("{}: field `{}`: {e}", at(), f.name))
-                })
-                .collect::<Result<Vec<_>>>()?,
-            None => Vec::new(),
-        };
         items.push(PlanItem {
             job,
             window,
             mode,
-            record: Record { key, values },
+            record: Record {
+                key,
+                values: Vec::new(),
+            },
+            raw: v["values"].clone(),
+            at: at(),
         });
     }
     Ok(items)
@@ -116,8 +131,7 @@ fn read_plan(path: &PathBuf, schema: Option<&Schema>) -> Result<Vec<PlanItem>> {
 
 /// The `recon apply` command.
 pub fn run(args: ApplyArgs) -> Result<Status> {
-    // First pass: which job the plan belongs to.
-    let items = read_plan(&args.plan, None)?;
+    let mut items = read_plan(&args.plan)?;
     let Some(first) = items.first() else {
         bail!("plan {} is empty: nothing to apply", args.plan.display());
     };
@@ -138,7 +152,9 @@ pub fn run(args: ApplyArgs) -> Result<Status> {
         max_records: None,
         max_ratio: None,
     })?;
-    let items = read_plan(&args.plan, Some(&plan.spec.schema))?;
+    for item in &mut items {
+        item.type_values(&plan.spec.schema)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
