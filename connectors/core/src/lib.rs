@@ -2,7 +2,8 @@
 //!
 //! - [`Money`] and [`Currency`]: exact integer minor units with the ISO 4217
 //!   exponent table; decimal strings are converted digit by digit, never
-//!   through floating point.
+//!   through floating point. [`MinorUnits`] declares a provider's own API
+//!   minor units (Stripe's ISK, MGA) and converts them exactly.
 //! - [`Record`], [`Value`], [`Schema`]: the canonical record, keyed by
 //!   external ID, with typed values in schema order.
 //! - [`Source`] and [`Target`]: async streams of pages, point lookups by key,
@@ -21,8 +22,8 @@ mod redact;
 
 pub use connector::{Page, Source, Target, Window, WriteMode, WriteOutcome};
 pub use error::{ConnectorError, Location};
-pub use money::{format_minor, Currency, Money, MoneyError};
+pub use money::{format_minor, Currency, MinorUnits, Money, MoneyError};
 pub use record::{
     format_timestamp, AmountFormat, Field, FieldKind, Record, Schema, Value, ValueRef,
 };
-pub use redact::{redact_url, Secret};
+pub use redact::{redact_url, register_secret, scrub, url_secrets, Secret, MIN_SCRUB_LEN};

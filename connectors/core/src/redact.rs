@@ -1,16 +1,58 @@
 //! Keeping secrets out of logs, errors, reports and `Debug` output.
+//!
+//! Two layers, so that one mistake does not leak:
+//!
+//! 1. **Structural**: [`Secret`] never prints its value, and every URL shown
+//!    anywhere goes through [`redact_url`], which removes the password and
+//!    secret-bearing query values whatever characters they contain.
+//! 2. **By value**: every [`Secret`] registers its value (and, for a URL,
+//!    the password and secret query values in both their typed and
+//!    percent-decoded forms) in a process-wide list; [`scrub`] replaces
+//!    each of them by `***` in any text, and recon applies it where text
+//!    leaves the process (logs, the error line, the state store), in case a
+//!    driver or a server echoed a secret in its own words.
+//!
+//! # How a URL's password is found
+//!
+//! A URL typed by a user is often not a valid URL: a password holding a raw
+//! `/`, `#`, `?` or `@` makes a WHATWG parser (the `url` crate, which sqlx
+//! uses) end the authority early, so the parser's idea of the password is
+//! not the user's. recon therefore reads the text as typed:
+//!
+//! - the userinfo runs from after `://` to the **last** `@` of the URL;
+//! - if it holds a `:`, everything between its first `:` and that last `@`
+//!   is the password.
+//!
+//! This range always contains what the WHATWG parser would call the
+//! password (the parser's userinfo ends at an `@` no later than the last
+//! one and starts at the same place), so it is the safe reading; the
+//! parser's own password is registered with [`scrub`] too. The
+//! price is over-redaction in rare URLs whose query or path holds an `@`
+//! after a `:` (`postgres://h:5432/db?application_name=a@b` is shown as
+//! `postgres://h:***@b`): the message loses detail, never a secret.
+//! `sqlite:` and `file:` URLs name a file and have no userinfo.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
+use std::sync::RwLock;
+
+use percent_encoding::percent_decode_str;
 
 /// A secret (API key, token, password, or a URL that may hold one). Its
 /// `Debug` and `Display` never show the value.
+///
+/// Creating one registers its value with [`scrub`] (unless it still holds
+/// a `${VAR}` placeholder, which is not the secret itself).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {
-    /// Wraps a secret value.
+    /// Wraps a secret value and registers it with [`scrub`].
     pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
+        let value = value.into();
+        register_secret(&value);
+        Secret(value)
     }
 
     /// The value, for the one place that must send it.
@@ -21,7 +63,7 @@ impl Secret {
 
 impl<'de> serde::Deserialize<'de> for Secret {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Secret)
+        String::deserialize(d).map(Secret::new)
     }
 }
 
@@ -37,31 +79,189 @@ impl fmt::Display for Secret {
     }
 }
 
-/// A connection URL with its password (and any `password=` query value)
-/// replaced by `***`: `postgres://recon:***@db/finance`.
-pub fn redact_url(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find(['/', '?', '#'])
-            .map_or(out.len(), |i| rest_start + i);
-        if let Some(at) = out[rest_start..authority_end].rfind('@') {
-            let userinfo = &out[rest_start..rest_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                let pw_start = rest_start + colon + 1;
-                out.replace_range(pw_start..rest_start + at, "***");
-            }
+/// Shortest value [`scrub`] replaces: shorter ones would turn ordinary
+/// words of a message into `***` (a one-letter password would erase every
+/// `a`). Passwords in URLs are redacted structurally whatever their length.
+pub const MIN_SCRUB_LEN: usize = 4;
+
+/// Query parameter names whose values are secrets: any name (lowercased,
+/// percent-decoded) containing one of these. Over-matching (`sslkey`, a
+/// file path) only hides a harmless value.
+const SECRET_PARAMS: [&str; 8] = [
+    "pass",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "auth",
+    "credential",
+    "sig",
+];
+
+/// Schemes whose URLs name a file and so have no userinfo.
+const FILE_SCHEMES: [&str; 2] = ["sqlite", "file"];
+
+static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Adds a value (and, for a URL, its password and secret query values) to
+/// the values [`scrub`] removes. Values shorter than [`MIN_SCRUB_LEN`] and
+/// values still holding a `${` placeholder are ignored.
+pub fn register_secret(value: &str) {
+    if value.contains("${") {
+        return;
+    }
+    let mut found = vec![value.to_string()];
+    // `Bearer TOKEN`: the token alone too.
+    if let Some((_, token)) = value.rsplit_once(' ') {
+        found.push(token.to_string());
+    }
+    found.extend(url_secrets(value));
+    let mut list = SECRETS.write().unwrap_or_else(|e| e.into_inner());
+    for s in found {
+        if s.chars().count() >= MIN_SCRUB_LEN && s != "***" && !list.contains(&s) {
+            list.push(s);
         }
     }
-    // Query parameters that carry secrets.
-    for key in ["password=", "sslpassword=", "token=", "api_key="] {
-        let mut search = 0;
-        while let Some(i) = out[search..].to_ascii_lowercase().find(key) {
-            let start = search + i + key.len();
-            let end = out[start..].find('&').map_or(out.len(), |j| start + j);
-            out.replace_range(start..end, "***");
-            search = start + 3;
+    // Longest first, so that a secret containing another is removed whole.
+    list.sort_by_key(|s| std::cmp::Reverse(s.len()));
+}
+
+/// `text` with every registered secret replaced by `***`, and every URL in
+/// it passed through [`redact_url`].
+pub fn scrub(text: &str) -> Cow<'_, str> {
+    let list = SECRETS.read().unwrap_or_else(|e| e.into_inner());
+    let mut out = Cow::Borrowed(text);
+    for s in list.iter() {
+        if out.contains(s.as_str()) {
+            out = Cow::Owned(out.replace(s.as_str(), "***"));
+        }
+    }
+    if out.contains("://") {
+        out = Cow::Owned(redact_urls_in(&out));
+    }
+    out
+}
+
+/// Every URL-looking word (`scheme://…` up to white space, a quote or a
+/// backtick) of free text, redacted.
+fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        // The scheme: letters, digits, `+`, `-`, `.` before `://`.
+        let scheme_start = rest[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |j| j + 1);
+        let end = rest[i..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>'))
+            .map_or(rest.len(), |j| i + j);
+        out.push_str(&rest[..scheme_start]);
+        if scheme_start == i {
+            out.push_str(&rest[i..end]);
+        } else {
+            out.push_str(&redact_url(&rest[scheme_start..end]));
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the password is in a URL as typed (see the module docs): between
+/// the first `:` after `://` and the last `@`.
+fn password_range(url: &str) -> Option<Range<usize>> {
+    let scheme_end = url.find("://")?;
+    let scheme = url[..scheme_end].to_ascii_lowercase();
+    if FILE_SCHEMES.contains(&scheme.as_str()) {
+        return None;
+    }
+    let start = scheme_end + 3;
+    let at = start + url[start..].rfind('@')?;
+    let colon = start + url[start..at].find(':')?;
+    Some(colon + 1..at)
+}
+
+/// The password according to a WHATWG parser, as it appears in the
+/// serialized URL (percent-encoded), when the URL parses.
+fn parsed_password(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    parsed
+        .password()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+}
+
+/// Whether a query parameter name (as typed) carries a secret.
+fn is_secret_param(name: &str) -> bool {
+    let name = percent_decode_str(name)
+        .decode_utf8_lossy()
+        .to_ascii_lowercase();
+    SECRET_PARAMS.iter().any(|p| name.contains(p))
+}
+
+/// The byte ranges of secret query values in `url` (after `start`).
+fn secret_param_ranges(url: &str, start: usize) -> Vec<Range<usize>> {
+    let Some(q) = url[start..].find('?').map(|i| start + i + 1) else {
+        return Vec::new();
+    };
+    let mut ranges = Vec::new();
+    let mut pos = q;
+    for pair in url[q..].split('&') {
+        if let Some((name, value)) = pair.split_once('=') {
+            let value_start = pos + name.len() + 1;
+            if is_secret_param(name) && !value.is_empty() {
+                ranges.push(value_start..value_start + value.len());
+            }
+        }
+        pos += pair.len() + 1;
+    }
+    ranges
+}
+
+/// A connection URL with its password and secret query values replaced by
+/// `***`: `postgres://recon:***@db/finance`,
+/// `postgres://db/finance?user=recon&password=***`. Any password is found,
+/// whatever it contains (see the module docs for how a URL that is not
+/// valid as typed is read).
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_string();
+    // Removing the password first: the query is then found after it.
+    let mut query_from = url.find("://").map_or(0, |i| i + 3);
+    if let Some(range) = password_range(&out) {
+        out.replace_range(range.clone(), "***");
+        query_from = range.start + 3;
+    }
+    for range in secret_param_ranges(&out, query_from).into_iter().rev() {
+        out.replace_range(range, "***");
+    }
+    out
+}
+
+/// Every secret a URL holds, in each form it may be echoed: the password as
+/// typed and percent-decoded, the parser's password, and the values of
+/// secret-bearing query parameters. Empty for a URL without secrets.
+pub fn url_secrets(url: &str) -> Vec<String> {
+    if !url.contains("://") {
+        return Vec::new();
+    }
+    let mut raw: Vec<&str> = Vec::new();
+    let mut query_from = url.find("://").map_or(0, |i| i + 3);
+    if let Some(range) = password_range(url) {
+        query_from = range.end;
+        raw.push(&url[range]);
+    }
+    let parsed = parsed_password(url);
+    raw.extend(parsed.as_deref());
+    let ranges = secret_param_ranges(url, query_from);
+    raw.extend(ranges.into_iter().map(|r| &url[r]));
+    let mut out: Vec<String> = Vec::new();
+    for r in raw.into_iter().filter(|r| !r.is_empty()) {
+        let decoded = percent_decode_str(r).decode_utf8_lossy().into_owned();
+        let plus = decoded.replace('+', " ");
+        for s in [r.to_string(), decoded, plus] {
+            if !out.contains(&s) {
+                out.push(s);
+            }
         }
     }
     out
@@ -90,6 +290,99 @@ mod tests {
             redact_url("postgres://h/db?user=a&password=hunter2&x=1"),
             "postgres://h/db?user=a&password=***&x=1"
         );
+    }
+
+    /// Passwords holding every character that ends an authority, as typed
+    /// (invalid URLs) and percent-encoded (valid ones).
+    #[test]
+    fn passwords_with_delimiters_are_redacted_whole() {
+        let cases = [
+            ("pa/ss", "postgres://u:pa/ss@db.example:5432/fin"),
+            ("pa#ss", "postgres://u:pa#ss@db.example:5432/fin"),
+            ("pa?ss", "postgres://u:pa?ss@db.example:5432/fin"),
+            ("pa@ss", "postgres://u:pa@ss@db.example:5432/fin"),
+            ("pa%2Fss", "postgres://u:pa%2Fss@db.example:5432/fin"),
+            ("pa:ss", "postgres://u:pa:ss@db.example:5432/fin"),
+            (
+                "a/b#c?d@e:f",
+                "postgres://u:a/b#c?d@e:f@db.example:5432/fin",
+            ),
+            ("/#?@", "mysql://u:/#?@@db.example:5432/fin"),
+        ];
+        for (password, url) in cases {
+            let scheme = &url[..url.find(':').unwrap()];
+            let shown = redact_url(url);
+            assert_eq!(
+                shown,
+                format!("{scheme}://u:***@db.example:5432/fin"),
+                "{url}"
+            );
+            assert!(!shown.contains(password), "{url} -> {shown}");
+            // What a WHATWG parser calls the password lies inside the
+            // typed reading's range, so redacting that range covers it.
+            if let Some(p) = parsed_password(url) {
+                let typed = &url[password_range(url).unwrap()];
+                let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+                assert!(decode(typed).contains(&decode(&p)), "{url}: {p} vs {typed}");
+            }
+        }
+        // Query values after such a password are still found.
+        assert_eq!(
+            redact_url("postgres://u:p/w@h/db?sslmode=require&sslpassword=k%2Fy&token=t"),
+            "postgres://u:***@h/db?sslmode=require&sslpassword=***&token=***"
+        );
+        // A percent-encoded parameter name is still recognised.
+        assert_eq!(
+            redact_url("postgres://h/db?pass%77ord=x1&user=u"),
+            "postgres://h/db?pass%77ord=***&user=u"
+        );
+        // No password: nothing to hide, nothing changed.
+        assert_eq!(
+            redact_url("postgres://u@h:5432/db?sslmode=require"),
+            "postgres://u@h:5432/db?sslmode=require"
+        );
+        // A file URL has no userinfo even with `:` and `@` in its path.
+        assert_eq!(
+            redact_url("sqlite://C:/data/a@b.db"),
+            "sqlite://C:/data/a@b.db"
+        );
+    }
+
+    #[test]
+    fn an_at_in_the_query_over_redacts_rather_than_leaks() {
+        let shown = redact_url("postgres://u:pw/x@h/db?application_name=a@b");
+        assert!(!shown.contains("pw/x"), "{shown}");
+        assert!(shown.starts_with("postgres://u:***@"), "{shown}");
+    }
+
+    #[test]
+    fn url_secrets_lists_each_form() {
+        let s = url_secrets("postgres://u:pa%2Fss@h/db?password=q%23r");
+        for form in ["pa%2Fss", "pa/ss", "q%23r", "q#r"] {
+            assert!(s.iter().any(|x| x == form), "{form} missing from {s:?}");
+        }
+        assert!(url_secrets("sqlite://state.db").is_empty());
+        assert!(url_secrets("postgres://u@h/db").is_empty());
+    }
+
+    #[test]
+    fn scrub_removes_registered_values_and_urls_in_text() {
+        Secret::new("postgres://u:Zq9/Wv#Xk@h/db");
+        Secret::new("sk_test_ScrubMe123");
+        let text = "connect failed: password Zq9/Wv#Xk rejected for key sk_test_ScrubMe123";
+        let out = scrub(text);
+        assert_eq!(out, "connect failed: password *** rejected for key ***");
+        // An unregistered URL in free text loses its password too.
+        assert_eq!(
+            scrub("cannot open 'mysql://root:Other/Pw@db/x' now"),
+            "cannot open 'mysql://root:***@db/x' now"
+        );
+        // Placeholders are not secrets.
+        Secret::new("${SOME_VAR}");
+        assert_eq!(scrub("uses ${SOME_VAR}"), "uses ${SOME_VAR}");
+        // Short values are not scrubbed from prose.
+        register_secret("ab");
+        assert_eq!(scrub("abc"), "abc");
     }
 
     #[test]
