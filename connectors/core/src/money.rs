@@ -2,8 +2,15 @@
 //!
 //! Amounts never pass through floating point. A decimal string such as
 //! Shopify's `"29.99"` is parsed digit by digit into minor units using the
-//! currency's exponent (2 for USD, 0 for JPY, 3 for KWD), and formatted back
-//! the same way.
+//! currency's ISO 4217 exponent (2 for USD, 0 for JPY, 3 for KWD), and
+//! formatted back the same way.
+//!
+//! The canonical [`Money`] is always in ISO 4217 minor units. A provider
+//! whose API counts some currencies in other units (Stripe counts ISK in
+//! hundredths although ISO 4217 gives it no decimals, and MGA in whole
+//! ariary although ISO 4217 gives it two) declares those exceptions in a
+//! [`MinorUnits`] table, and converts its integers with
+//! [`MinorUnits::to_money`], which is exact or an error, never a rounding.
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,8 +25,10 @@ use serde::{Deserialize, Serialize};
 pub struct Currency([u8; 3]);
 
 /// ISO 4217 active codes with a non-2 exponent. Every other listed code in
-/// [`TWO_DECIMAL`] has two decimals. Source: ISO 4217 list one (2024), as
-/// used by Stripe's and Shopify's zero-decimal and three-decimal tables.
+/// [`TWO_DECIMAL`] has two decimals. Source: ISO 4217 list one (2024). This
+/// is the exponent of decimal text (Shopify's and HubSpot's amounts, ledger
+/// NUMERIC columns, export files). It is not Stripe's table of API minor
+/// units, which differs for ISK and MGA: see [`MinorUnits`].
 const ZERO_DECIMAL: &[&str] = &[
     "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND",
     "VUV", "XAF", "XOF", "XPF",
@@ -197,6 +206,111 @@ pub enum MoneyError {
     /// Does not fit in 64-bit minor units.
     #[error("`{0}` is too large to represent in minor units")]
     Overflow(String),
+    /// A provider's integer amount that is not a whole number of ISO 4217
+    /// minor units (Stripe ISK `10050` is 100.50 ISK; ISK has no decimals).
+    #[error("`{amount}` in {provider}'s {currency} units ({provider_exponent} decimals) is {major} {currency}, which has more decimal places than {currency} allows ({exponent}); amounts are never rounded")]
+    NotExact {
+        /// The provider's integer as given.
+        amount: i64,
+        /// Who counts in these units (`Stripe`).
+        provider: &'static str,
+        /// The provider's exponent for this currency.
+        provider_exponent: u32,
+        /// The amount in major units, exactly.
+        major: String,
+        /// The currency.
+        currency: Currency,
+        /// ISO 4217 decimals of the currency.
+        exponent: u32,
+    },
+}
+
+/// One provider's minor units for the integer amounts of its API, where
+/// they differ from ISO 4217. Every code not listed uses its ISO 4217
+/// exponent ([`Currency::exponent`]).
+///
+/// Connectors of APIs that write decimal text in major units (Shopify's
+/// `"29.99"`, HubSpot's `amount`) need no table: ISO 4217 applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinorUnits {
+    /// Who counts in these units, for messages (`Stripe`).
+    pub provider: &'static str,
+    /// `(code, exponent)` of every currency whose API exponent is the
+    /// provider's own (upper-case codes). Listing a code whose exponent
+    /// equals ISO 4217's is allowed and documents the provider's rule.
+    pub exponents: &'static [(&'static str, u32)],
+}
+
+impl MinorUnits {
+    /// ISO 4217 itself: no exceptions.
+    pub const ISO_4217: MinorUnits = MinorUnits {
+        provider: "ISO 4217",
+        exponents: &[],
+    };
+
+    /// The provider's exponent for a currency.
+    pub fn exponent(&self, currency: Currency) -> u32 {
+        self.exponents
+            .iter()
+            .find(|(code, _)| code.as_bytes() == currency.0)
+            .map_or_else(|| currency.exponent(), |&(_, e)| e)
+    }
+
+    /// Converts a provider's integer amount into canonical ISO 4217 minor
+    /// units, exactly: Stripe ISK `10000` is 100 ISK (`100`), Stripe MGA
+    /// `500` is 500 MGA (`50000`). An amount that would need rounding
+    /// (Stripe ISK `10050`, 100.50 ISK) is [`MoneyError::NotExact`], and
+    /// one that no longer fits in 64 bits is [`MoneyError::Overflow`].
+    pub fn to_money(&self, amount: i64, currency: Currency) -> Result<Money, MoneyError> {
+        let provider = self.exponent(currency);
+        let iso = currency.exponent();
+        let overflow = || MoneyError::Overflow(amount.to_string());
+        let minor = if provider > iso {
+            let scale = 10i64.checked_pow(provider - iso).ok_or_else(overflow)?;
+            if amount % scale != 0 {
+                return Err(MoneyError::NotExact {
+                    amount,
+                    provider: self.provider,
+                    provider_exponent: provider,
+                    major: format_with_exponent(i128::from(amount), provider),
+                    currency,
+                    exponent: iso,
+                });
+            }
+            amount / scale
+        } else {
+            10i64
+                .checked_pow(iso - provider)
+                .and_then(|scale| amount.checked_mul(scale))
+                .ok_or_else(overflow)?
+        };
+        Ok(Money { minor, currency })
+    }
+
+    /// The provider's integer for a canonical amount (the inverse of
+    /// [`MinorUnits::to_money`]): 100 ISK is Stripe `10000`. Exact or an
+    /// error, as there.
+    pub fn from_money(&self, money: Money) -> Result<i64, MoneyError> {
+        let provider = self.exponent(money.currency);
+        let iso = money.currency.exponent();
+        let overflow = || MoneyError::Overflow(money.to_major_string());
+        if provider >= iso {
+            10i64
+                .checked_pow(provider - iso)
+                .and_then(|scale| money.minor.checked_mul(scale))
+                .ok_or_else(overflow)
+        } else {
+            let scale = 10i64.checked_pow(iso - provider).ok_or_else(overflow)?;
+            if money.minor % scale != 0 {
+                return Err(MoneyError::TooManyDecimals {
+                    amount: money.to_major_string(),
+                    currency: money.currency,
+                    exponent: provider,
+                });
+            }
+            Ok(money.minor / scale)
+        }
+    }
 }
 
 impl Money {
@@ -209,10 +323,10 @@ impl Money {
     pub fn parse_minor(text: &str, currency: Currency) -> Result<Money, MoneyError> {
         let t = text.trim();
         let minor: i64 = t.parse().map_err(|_| {
-            if t.chars()
-                .all(|c| c.is_ascii_digit() || c == '-' || c == '+')
-                && !t.is_empty()
-            {
+            // Only a well-formed integer (one optional sign, then digits)
+            // can be too large; `-` and `--5` are not numbers at all.
+            let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
                 MoneyError::Overflow(text.to_string())
             } else if looks_decimal(t) {
                 MoneyError::NotMinorUnits(text.to_string())
@@ -294,7 +408,10 @@ fn looks_decimal(t: &str) -> bool {
 
 /// Formats a (possibly summed) minor-unit amount in major units.
 pub fn format_minor(minor: i128, currency: Currency) -> String {
-    let exponent = currency.exponent();
+    format_with_exponent(minor, currency.exponent())
+}
+
+fn format_with_exponent(minor: i128, exponent: u32) -> String {
     let negative = minor < 0;
     let abs = minor.unsigned_abs();
     if exponent == 0 {
@@ -400,6 +517,30 @@ mod tests {
             Money::parse_minor("12x", cur("USD")),
             Err(MoneyError::NotANumber(_))
         ));
+        // A sign alone, or two signs, is not a number (it was once called
+        // "too large"); only a well-formed integer can overflow.
+        for bad in ["-", "+", "--5", "-+5", "5-", "1-2", ""] {
+            let e = Money::parse_minor(bad, cur("USD")).unwrap_err();
+            assert!(matches!(e, MoneyError::NotANumber(_)), "{bad}: {e:?}");
+            assert!(e.to_string().contains("is not a number"), "{e}");
+        }
+        for big in [
+            "99999999999999999999",
+            "-99999999999999999999",
+            "+9223372036854775808",
+        ] {
+            assert!(
+                matches!(
+                    Money::parse_minor(big, cur("USD")),
+                    Err(MoneyError::Overflow(_))
+                ),
+                "{big}"
+            );
+        }
+        assert!(matches!(
+            Money::parse_major("--5", cur("USD")),
+            Err(MoneyError::NotANumber(_))
+        ));
         let e = Currency::parse("XYZ").unwrap_err();
         assert!(e.to_string().contains("unknown currency code `XYZ`"));
         assert!(Currency::parse("US").is_err());
@@ -435,5 +576,67 @@ mod tests {
             let m = Money::parse_major(text, cur(c)).unwrap();
             assert_eq!(m.to_major_string(), text);
         }
+    }
+
+    /// A provider table with Stripe's two kinds of exception (a larger and a
+    /// smaller exponent than ISO 4217) and one that agrees with ISO.
+    const TEST_UNITS: MinorUnits = MinorUnits {
+        provider: "Test",
+        exponents: &[("ISK", 2), ("MGA", 0), ("HUF", 2)],
+    };
+
+    #[test]
+    fn provider_units_convert_exactly_or_refuse() {
+        // (code, provider amount, canonical minor units, major text)
+        let cases: &[(&str, i64, i64, &str)] = &[
+            ("ISK", 10000, 100, "100"),
+            ("ISK", -500, -5, "-5"),
+            ("MGA", 500, 50000, "500.00"),
+            ("HUF", 12345, 12345, "123.45"),
+            ("JPY", 500, 500, "500"),
+            ("KWD", 1234, 1234, "1.234"),
+            ("USD", 2999, 2999, "29.99"),
+        ];
+        for &(code, amount, minor, major) in cases {
+            let m = TEST_UNITS.to_money(amount, cur(code)).unwrap();
+            assert_eq!(m, Money::from_minor(minor, cur(code)), "{code} {amount}");
+            assert_eq!(m.to_major_string(), major, "{code} {amount}");
+            assert_eq!(TEST_UNITS.from_money(m).unwrap(), amount, "{code} back");
+            // ISO 4217 itself changes nothing.
+            assert_eq!(MinorUnits::ISO_4217.to_money(minor, cur(code)).unwrap(), m);
+        }
+        assert_eq!(TEST_UNITS.exponent(cur("isk")), 2);
+        assert_eq!(TEST_UNITS.exponent(cur("KWD")), 3, "unlisted codes use ISO");
+
+        let e = TEST_UNITS.to_money(10050, cur("ISK")).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MoneyError::NotExact {
+                    amount: 10050,
+                    exponent: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("`10050` in Test's ISK units (2 decimals) is 100.50 ISK")
+                && text.contains("never rounded"),
+            "{text}"
+        );
+        assert!(matches!(
+            TEST_UNITS.to_money(i64::MAX, cur("MGA")),
+            Err(MoneyError::Overflow(_))
+        ));
+        assert!(matches!(
+            TEST_UNITS.from_money(Money::from_minor(12345, cur("MGA"))),
+            Err(MoneyError::TooManyDecimals { exponent: 0, .. })
+        ));
+        assert!(matches!(
+            TEST_UNITS.from_money(Money::from_minor(i64::MAX, cur("ISK"))),
+            Err(MoneyError::Overflow(_))
+        ));
     }
 }

@@ -9,6 +9,7 @@
 //! line of a CSV), and says what was expected.
 
 mod convert;
+mod json;
 mod scan;
 mod source;
 
@@ -158,15 +159,31 @@ impl FileReader {
                     })
                     .collect();
                 let find = |col: &str, role: &str| -> Result<usize, ConnectorError> {
-                    names.iter().position(|n| n == col).ok_or_else(|| {
-                        ConnectorError::MissingField {
+                    let mut at = names.iter().enumerate().filter(|(_, n)| *n == col);
+                    let Some((first, _)) = at.next() else {
+                        return Err(ConnectorError::MissingField {
                             location: Location(format!("{display} line 1")),
                             message: format!(
                                 "{role} column `{col}` not found in the header; columns are: {}",
                                 names.join(", ")
                             ),
-                        }
-                    })
+                        });
+                    };
+                    // Two columns of one name (after trimming): which one
+                    // holds the data is a guess recon does not make.
+                    if let Some((second, _)) = at.next() {
+                        return Err(ConnectorError::Malformed {
+                            location: Location(format!("{display} line 1")),
+                            message: format!(
+                                "{role} column `{col}` appears more than once in the header \
+                                 (columns {} and {}, counting from 1); rename or remove one \
+                                 so it is clear which to read",
+                                first + 1,
+                                second + 1
+                            ),
+                        });
+                    }
+                    Ok(first)
                 };
                 let key_idx = find(&spec.key_column, "key")?;
                 let mut idx = Vec::with_capacity(spec.columns.len());
@@ -305,10 +322,10 @@ impl FileReader {
                 checked_first,
                 bytes,
             } => {
-                let mut line = String::new();
+                let mut raw: Vec<u8> = Vec::new();
                 loop {
-                    line.clear();
-                    let n = reader.read_line(&mut line).map_err(|source| {
+                    raw.clear();
+                    let n = reader.read_until(b'\n', &mut raw).map_err(|source| {
                         ReadError::Connector(ConnectorError::Io {
                             what: display.clone(),
                             source,
@@ -321,6 +338,15 @@ impl FileReader {
                     *line_no += 1;
                     let ln = *line_no;
                     let location = || Location(format!("{display} line {ln}"));
+                    let line = std::str::from_utf8(&raw).map_err(|e| {
+                        ReadError::Connector(ConnectorError::Malformed {
+                            location: location(),
+                            message: format!(
+                                "not valid UTF-8 (byte {} of the line); save the export as UTF-8",
+                                e.valid_up_to() + 1
+                            ),
+                        })
+                    })?;
                     let mut trimmed = line.trim();
                     if ln == 1 {
                         // Some Windows tools start UTF-8 files with a byte-order mark.
@@ -329,24 +355,28 @@ impl FileReader {
                     if trimmed.is_empty() {
                         continue;
                     }
-                    let obj: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| {
-                        // serde's message ends "at line 1 column N"; the line is ours.
-                        let what = e.to_string();
-                        let what = what.split(" at line ").next().unwrap_or_default();
+                    let obj = json::parse_object(trimmed).map_err(|e| {
+                        let message = match e {
+                            json::JsonLineError::Syntax(e) => {
+                                // serde's message ends "at line 1 column N"; the line is ours.
+                                let what = e.to_string();
+                                let what = what.split(" at line ").next().unwrap_or_default();
+                                format!(
+                                    "malformed JSON at column {}: {what}; expected one JSON object per line",
+                                    e.column()
+                                )
+                            }
+                            json::JsonLineError::NotObject => "expected a JSON object".into(),
+                            json::JsonLineError::Duplicate(field) => format!(
+                                "field `{field}` appears more than once in this object; \
+                                 remove the repeated one so it is clear which value to read"
+                            ),
+                        };
                         ReadError::Connector(ConnectorError::Malformed {
                             location: location(),
-                            message: format!(
-                                "malformed JSON at column {}: {what}; expected one JSON object per line",
-                                e.column()
-                            ),
+                            message,
                         })
                     })?;
-                    if !obj.is_object() {
-                        return Err(ReadError::Connector(ConnectorError::Malformed {
-                            location: location(),
-                            message: "expected a JSON object".into(),
-                        }));
-                    }
                     if !*checked_first {
                         // Columns missing from the first object are a wrong
                         // name, not sparse data: say so at once.
@@ -377,6 +407,8 @@ impl FileReader {
                         Some(serde_json::Value::String(s)) if !s.trim().is_empty() => {
                             s.trim().to_string()
                         }
+                        // Numbers arrive as their text from `json::parse_object`:
+                        // `3.0` stays `3.0`, IDs above 2^64 stay distinct.
                         Some(serde_json::Value::Number(n)) => n.to_string(),
                         _ => {
                             return Err(ReadError::Connector(ConnectorError::Malformed {
@@ -464,7 +496,9 @@ fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
     match v? {
         serde_json::Value::Null => None,
         serde_json::Value::String(s) => Some(s.clone()),
-        // The shortest round-trip form: 29.99 stays "29.99", never 29.989999.
+        // `json::parse_object` hands numbers over as their text, so
+        // `29.990000000000002` reaches the amount parser as written and is
+        // refused for USD, never read as 29.99.
         serde_json::Value::Number(n) => Some(n.to_string()),
         serde_json::Value::Bool(b) => Some(b.to_string()),
         other => Some(other.to_string()),

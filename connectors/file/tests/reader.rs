@@ -398,3 +398,219 @@ fn jsonl_byte_order_mark_and_unknown_currency_name_the_right_column() {
     assert!(err.contains("column `currency`"), "{err}");
     assert!(err.contains("unknown currency code `xyz`"), "{err}");
 }
+
+/// Issue 11, exact JSON: every number is read from its text. Each row is
+/// (line's JSON amount, currency, expected minor units).
+#[test]
+fn jsonl_numbers_are_read_from_their_text_never_through_a_float() {
+    let dir = test_dir("exact_numbers");
+    let cases: &[(&str, &str, i64)] = &[
+        // Both were rounded by f64 to ...456.80 and ...409.92.
+        ("1234567890123456.7", "EUR", 123456789012345670),
+        ("90071992547409.93", "USD", 9007199254740993),
+        ("0.1", "USD", 10),
+        ("1.000", "KWD", 1000),
+        ("500.00", "JPY", 500),
+    ];
+    let mut body = String::new();
+    for (i, (amount, cur, _)) in cases.iter().enumerate() {
+        body.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"amount\":{amount},\"currency\":\"{cur}\",\"status\":\"ok\"}}\n"
+        ));
+    }
+    let path = write(&dir, "exact.jsonl", body.as_bytes());
+    let records = read_all(
+        spec(path, "id", &["amount", "status"], AmountFormat::Major),
+        &amount_and("status"),
+    )
+    .unwrap();
+    assert_eq!(records.len(), cases.len());
+    for (r, (amount, cur, minor)) in records.iter().zip(cases) {
+        assert_eq!(r.values[0], money(*minor, cur), "{amount} {cur}");
+    }
+}
+
+#[test]
+fn jsonl_amount_with_a_float_tail_is_an_error_naming_file_line_and_field() {
+    let dir = test_dir("float_tail");
+    let path = write(
+        &dir,
+        "tail.jsonl",
+        b"{\"id\":\"a\",\"amount\":29.99,\"currency\":\"USD\",\"status\":\"ok\"}\n{\"id\":\"b\",\"amount\":29.990000000000002,\"currency\":\"USD\",\"status\":\"ok\"}\n",
+    );
+    let err = read_all(
+        spec(
+            path.clone(),
+            "id",
+            &["amount", "status"],
+            AmountFormat::Major,
+        ),
+        &amount_and("status"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&format!("{} line 2", path.display())), "{err}");
+    assert!(err.contains("column `amount`"), "{err}");
+    assert!(
+        err.contains("`29.990000000000002` has more decimal places than USD allows (2)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn jsonl_numeric_ids_keep_their_text() {
+    let dir = test_dir("numeric_ids");
+    let ids = [
+        "18446744073709551617",
+        "18446744073709551618",
+        "3.0",
+        "3",
+        "4e0",
+        "-0",
+    ];
+    let body: String = ids
+        .iter()
+        .map(|id| format!("{{\"id\":{id},\"amount\":1,\"currency\":\"USD\",\"status\":\"ok\"}}\n"))
+        .collect();
+    let path = write(&dir, "ids.jsonl", body.as_bytes());
+    let keys: Vec<String> = read_all(
+        spec(path, "id", &["amount", "status"], AmountFormat::Minor),
+        &amount_and("status"),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|r| r.key)
+    .collect();
+    assert_eq!(keys, ids);
+}
+
+#[test]
+fn jsonl_repeated_field_is_an_error_naming_file_line_and_field() {
+    let dir = test_dir("repeated_field");
+    for (name, line, field) in [
+        (
+            "top.jsonl",
+            "{\"id\":\"b\",\"amount\":1,\"amount\":2,\"currency\":\"USD\",\"status\":\"ok\"}",
+            "amount",
+        ),
+        (
+            "nested.jsonl",
+            "{\"id\":\"b\",\"amount\":1,\"currency\":\"USD\",\"status\":\"ok\",\"meta\":{\"k\":1,\"k\":1}}",
+            "meta.k",
+        ),
+    ] {
+        let body = format!(
+            "{{\"id\":\"a\",\"amount\":1,\"currency\":\"USD\",\"status\":\"ok\"}}\n{line}\n"
+        );
+        let path = write(&dir, name, body.as_bytes());
+        let err = read_all(
+            spec(path.clone(), "id", &["amount", "status"], AmountFormat::Minor),
+            &amount_and("status"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(&format!("{} line 2", path.display())), "{err}");
+        assert!(
+            err.contains(&format!("field `{field}` appears more than once")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn jsonl_invalid_utf8_names_file_and_line() {
+    let dir = test_dir("jsonl_utf8");
+    let path = write(
+        &dir,
+        "latin1.jsonl",
+        b"{\"id\":\"a\",\"amount\":1,\"currency\":\"USD\",\"status\":\"ok\"}\n\n{\"id\":\"b\",\"amount\":1,\"currency\":\"USD\",\"status\":\"caf\xe9\"}\n",
+    );
+    let err = read_all(
+        spec(
+            path.clone(),
+            "id",
+            &["amount", "status"],
+            AmountFormat::Minor,
+        ),
+        &amount_and("status"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&format!("{} line 3", path.display())), "{err}");
+    assert!(err.contains("not valid UTF-8"), "{err}");
+}
+
+#[test]
+fn csv_repeated_column_after_trimming_is_an_error_naming_file_line_and_column() {
+    let dir = test_dir("repeated_column");
+    for (name, header) in [
+        ("plain.csv", "id,amount,amount,currency,status"),
+        ("spaced.csv", "id,amount, amount ,currency,status"),
+        ("key.csv", "id,amount,currency,status,id"),
+    ] {
+        let path = write(
+            &dir,
+            name,
+            format!("{header}\nch_1,1,2,usd,ok\n").as_bytes(),
+        );
+        let err = read_all(
+            spec(
+                path.clone(),
+                "id",
+                &["amount", "status"],
+                AmountFormat::Minor,
+            ),
+            &amount_and("status"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(&format!("{} line 1", path.display())), "{err}");
+        assert!(
+            err.contains("appears more than once in the header"),
+            "{err}"
+        );
+        let col = if name == "key.csv" { "id" } else { "amount" };
+        assert!(err.contains(&format!("column `{col}`")), "{err}");
+    }
+    // A repeated column recon does not read is not ambiguous for it.
+    let path = write(
+        &dir,
+        "unused.csv",
+        b"id,amount,currency,status,note,note\nch_1,1,usd,ok,a,b\n",
+    );
+    let records = read_all(
+        spec(path, "id", &["amount", "status"], AmountFormat::Minor),
+        &amount_and("status"),
+    )
+    .unwrap();
+    assert_eq!(records.len(), 1);
+}
+
+#[test]
+fn sign_only_amounts_are_not_numbers_not_too_large() {
+    let dir = test_dir("sign_only");
+    for (i, amount) in ["-", "--5", "+-1"].iter().enumerate() {
+        let path = write(
+            &dir,
+            &format!("s{i}.csv"),
+            format!("id,amount,currency,status\nch_1,{amount},usd,ok\n").as_bytes(),
+        );
+        let err = read_all(
+            spec(
+                path.clone(),
+                "id",
+                &["amount", "status"],
+                AmountFormat::Minor,
+            ),
+            &amount_and("status"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(&format!("{} line 2", path.display())), "{err}");
+        assert!(
+            err.contains(&format!("`{amount}` is not a number")),
+            "{err}"
+        );
+        assert!(!err.contains("too large"), "{err}");
+    }
+}

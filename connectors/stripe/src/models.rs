@@ -6,8 +6,54 @@
 //! versions) but is strict about the ones it does: a wrong type is an error
 //! naming the object ID and the field, never a silent null.
 
-use recon_core::{ConnectorError, Currency, FieldKind, Location, Money, Record, Schema, Value};
+use recon_core::{
+    ConnectorError, Currency, FieldKind, Location, MinorUnits, Record, Schema, Value,
+};
 use serde::Deserialize;
+
+/// Stripe's minor units in API amounts, where they differ from ISO 4217
+/// (or where Stripe's docs single a currency out), per
+/// <https://docs.stripe.com/currencies#zero-decimal> and
+/// <https://docs.stripe.com/currencies#special-cases>:
+///
+/// - Zero-decimal currencies (the amount is whole units): BIF, CLP, DJF,
+///   GNF, JPY, KMF, KRW, MGA, PYG, RWF, UGX, VND, VUV, XAF, XOF, XPF. All
+///   but MGA agree with ISO 4217; ISO gives MGA two decimals, so Stripe MGA
+///   `500` is 500.00 MGA.
+/// - ISK is two-decimal in the API although ISO 4217 gives it none: "ISK
+///   will remain a two-decimal currency in the Stripe API, and an ISK
+///   amount of `100` will continue to represent 1 króna"
+///   (<https://support.stripe.com/questions/deprecation-of-fractional-isk-charges-and-refunds>).
+///   Stripe ISK `10000` is 100 ISK; `10050` cannot be an ISK amount and is
+///   refused, never rounded.
+/// - HUF and TWD are charged with two decimals in API amounts (Stripe pays
+///   them out in whole units only); two is also their ISO 4217 exponent.
+/// - Three-decimal currencies (BHD, JOD, KWD, OMR, TND) are in thousandths,
+///   as ISO 4217 says, so they need no entry.
+pub const STRIPE_MINOR_UNITS: MinorUnits = MinorUnits {
+    provider: "Stripe",
+    exponents: &[
+        ("BIF", 0),
+        ("CLP", 0),
+        ("DJF", 0),
+        ("GNF", 0),
+        ("JPY", 0),
+        ("KMF", 0),
+        ("KRW", 0),
+        ("MGA", 0),
+        ("PYG", 0),
+        ("RWF", 0),
+        ("UGX", 0),
+        ("VND", 0),
+        ("VUV", 0),
+        ("XAF", 0),
+        ("XOF", 0),
+        ("XPF", 0),
+        ("ISK", 2),
+        ("HUF", 2),
+        ("TWD", 2),
+    ],
+};
 
 /// The Stripe object types recon can read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
@@ -131,32 +177,45 @@ pub fn to_record(
         let value = match (f.kind, raw) {
             (_, None) | (_, Some(serde_json::Value::Null)) => Value::Null,
             (FieldKind::Money, Some(a)) => {
-                let minor = a
-                    .as_i64()
-                    .ok_or_else(|| bad(p, "is not an integer amount in minor units"))?;
+                // The number's own text (serde_json keeps it with
+                // `arbitrary_precision`): `2999.0` or `1e3` is refused,
+                // not read through a float.
+                let amount = a.as_i64().ok_or_else(|| {
+                    bad(
+                        p,
+                        &format!("`{a}` is not an integer amount in Stripe's minor units"),
+                    )
+                })?;
                 let code = path(v, &paths.currency)
                     .and_then(|c| c.as_str())
                     .ok_or_else(|| bad(&paths.currency, "is missing; amounts need a currency"))?;
                 let c = Currency::parse(code).map_err(|e| bad(&paths.currency, &e.to_string()))?;
-                Value::Money(Money::from_minor(minor, c))
+                // Stripe's units, not ISO's: ISK 10000 is 100 ISK.
+                Value::Money(
+                    STRIPE_MINOR_UNITS
+                        .to_money(amount, c)
+                        .map_err(|e| bad(p, &e.to_string()))?,
+                )
             }
             (FieldKind::Currency, Some(c)) => {
                 let code = c.as_str().ok_or_else(|| bad(p, "is not a currency code"))?;
                 Value::Currency(Currency::parse(code).map_err(|e| bad(p, &e.to_string()))?)
             }
-            (FieldKind::Integer, Some(n)) => {
-                Value::Integer(n.as_i64().ok_or_else(|| bad(p, "is not an integer"))?)
-            }
+            (FieldKind::Integer, Some(n)) => Value::Integer(
+                n.as_i64()
+                    .ok_or_else(|| bad(p, &format!("`{n}` is not a 64-bit integer")))?,
+            ),
             (FieldKind::Timestamp, Some(n)) => {
                 let secs = n
                     .as_i64()
-                    .ok_or_else(|| bad(p, "is not a Unix timestamp"))?;
+                    .ok_or_else(|| bad(p, &format!("`{n}` is not a Unix timestamp")))?;
                 Value::Timestamp(
                     jiff::Timestamp::from_second(secs).map_err(|e| bad(p, &e.to_string()))?,
                 )
             }
             (FieldKind::Text, Some(serde_json::Value::String(s))) => Value::Text(s.clone()),
             (FieldKind::Text, Some(serde_json::Value::Bool(b))) => Value::Text(b.to_string()),
+            // The number's text as Stripe sent it (`arbitrary_precision`).
             (FieldKind::Text, Some(serde_json::Value::Number(n))) => Value::Text(n.to_string()),
             // An expanded object (customer: {id: …}) reads as its ID.
             (FieldKind::Text, Some(o @ serde_json::Value::Object(_))) => {
@@ -175,7 +234,7 @@ pub fn to_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use recon_core::Field;
+    use recon_core::{Field, Money};
     use serde_json::json;
 
     fn schema() -> Schema {
@@ -279,5 +338,130 @@ mod tests {
             Value::Money(Money::from_minor(1234, Currency::parse("KWD").unwrap()))
         );
         assert_eq!(r.values[5], Value::Text("b@example.com".into()));
+    }
+
+    fn charge_in(id: &str, amount: serde_json::Value, currency: &str) -> serde_json::Value {
+        json!({"id": id, "object": "charge", "amount": amount, "currency": currency,
+               "status": "succeeded", "created": 1_764_374_399})
+    }
+
+    /// Stripe's API amounts per https://docs.stripe.com/currencies: each
+    /// row is (currency, Stripe amount, canonical ISO 4217 minor units,
+    /// major units as reports print them).
+    #[test]
+    fn stripe_amounts_become_iso_minor_units_exactly() {
+        let cases: &[(&str, i64, i64, &str)] = &[
+            // ISK: two decimals in the API, none in ISO 4217.
+            ("isk", 10000, 100, "100"),
+            ("isk", 123400, 1234, "1234"),
+            // MGA: zero-decimal in the API, two decimals in ISO 4217.
+            ("mga", 500, 50000, "500.00"),
+            // HUF, TWD: two decimals in API amounts, as in ISO 4217.
+            ("huf", 12345, 12345, "123.45"),
+            ("twd", 9900, 9900, "99.00"),
+            // UGX, JPY: zero-decimal in both.
+            ("ugx", 5000, 5000, "5000"),
+            ("jpy", 500, 500, "500"),
+            // KWD: three decimals in both.
+            ("kwd", 1230, 1230, "1.230"),
+            ("usd", 2999, 2999, "29.99"),
+            ("usd", -150, -150, "-1.50"),
+        ];
+        for &(code, amount, minor, major) in cases {
+            let r = to_record(
+                StripeObject::Charges,
+                &schema(),
+                &paths(StripeObject::Charges),
+                &charge_in("ch_t", json!(amount), code),
+            )
+            .unwrap_or_else(|e| panic!("{code} {amount}: {e}"));
+            let c = Currency::parse(code).unwrap();
+            assert_eq!(
+                r.values[0],
+                Value::Money(Money::from_minor(minor, c)),
+                "{code} {amount}"
+            );
+            assert_eq!(r.values[0].to_string(), major, "{code} {amount}");
+        }
+    }
+
+    #[test]
+    fn an_amount_that_would_need_rounding_is_an_error_naming_object_and_field() {
+        for (amount, code) in [(10050, "isk"), (1, "isk"), (-99, "isk")] {
+            let e = to_record(
+                StripeObject::Charges,
+                &schema(),
+                &paths(StripeObject::Charges),
+                &charge_in("ch_isk", json!(amount), code),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("Stripe charge ch_isk")
+                    && e.contains("field `amount`")
+                    && e.contains(&format!("`{amount}`"))
+                    && e.contains("never rounded"),
+                "{e}"
+            );
+        }
+        let e = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &charge_in("ch_isk", json!(10050), "isk"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("is 100.50 ISK"), "{e}");
+        // MGA amounts past i64 once multiplied by 100 overflow, loudly.
+        let e = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &charge_in("ch_big", json!(i64::MAX), "mga"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("ch_big") && e.contains("too large"), "{e}");
+    }
+
+    /// Numbers are read from their text (serde_json `arbitrary_precision`):
+    /// a fractional or exponent amount is refused, never truncated, and a
+    /// numeric text field keeps its digits.
+    #[test]
+    fn json_numbers_are_read_from_their_text() {
+        for text in ["2999.0", "29.99", "18446744073709551616"] {
+            let v: serde_json::Value = serde_json::from_str(&format!(
+                r#"{{"id":"ch_n","created":1,"amount":{text},"currency":"usd"}}"#
+            ))
+            .unwrap();
+            let e = to_record(
+                StripeObject::Charges,
+                &schema(),
+                &paths(StripeObject::Charges),
+                &v,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("ch_n") && e.contains("field `amount`") && e.contains(text),
+                "{e}"
+            );
+        }
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"id":"ch_t","created":1,"amount":1,"currency":"usd","customer":123456789012345678901234.50}"#,
+        )
+        .unwrap();
+        let r = to_record(
+            StripeObject::Charges,
+            &schema(),
+            &paths(StripeObject::Charges),
+            &v,
+        )
+        .unwrap();
+        assert_eq!(
+            r.values[4],
+            Value::Text("123456789012345678901234.50".into())
+        );
     }
 }
