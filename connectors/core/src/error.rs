@@ -62,4 +62,10 @@ pub enum ConnectorError {
     /// The target cannot take idempotent writes.
     #[error("{0}")]
     NotIdempotent(String),
+    /// The connection to the system was lost (refused, reset, timed out,
+    /// database gone, server shut down) while a write was in flight: the
+    /// records of that call may or may not be committed. The run stops;
+    /// the next run settles them by key lookup.
+    #[error("{0}")]
+    ConnectionLost(String),
 }

@@ -19,6 +19,7 @@
 
 mod dialect;
 pub mod testing;
+mod write;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -27,12 +28,13 @@ use futures_core::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use recon_core::{
     redact_url, AmountFormat, ConnectorError, Currency, FieldKind, Money, Page, Record, Schema,
-    Secret, Source, Target, Value, Window, WriteMode, WriteOutcome,
+    Secret, Source, Target, Unplaced, Value, Window, WriteMode, WriteOutcome,
 };
 use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::{AnyPool, Arguments, Row};
 
 pub use dialect::{validate_identifier, Dialect, Storage};
+pub use write::{CurrencyCase, TimestampText, WRITE_TIMEOUT};
 
 /// Records per page handed to the pipeline.
 const PAGE: usize = 1000;
@@ -61,6 +63,11 @@ pub struct SqlTableConfig {
     pub max_connections: u32,
     /// Rows per multi-row INSERT.
     pub write_batch: usize,
+    /// Spelling of currency codes written; `None` follows the table's rows.
+    pub currency_case: Option<CurrencyCase>,
+    /// Text form of timestamps written into text columns; `None` follows
+    /// the table's rows.
+    pub timestamp_format: Option<TimestampText>,
 }
 
 impl SqlTableConfig {
@@ -76,6 +83,8 @@ impl SqlTableConfig {
             time_field: None,
             max_connections: 4,
             write_batch: 1000,
+            currency_case: None,
+            timestamp_format: None,
         }
     }
 }
@@ -94,6 +103,8 @@ pub struct SqlTable {
     /// The windowed (or whole-table) read, built once so streams can borrow it.
     read_sql: String,
     display: String,
+    /// How written values are spelled, detected on the first write.
+    style: tokio::sync::OnceCell<write::WriteStyle>,
 }
 
 impl std::fmt::Debug for SqlTable {
@@ -222,8 +233,11 @@ impl SqlTable {
         let mut select = vec![dialect.as_text(&dialect.quote(&cfg.key_column))];
         for (i, field) in schema.fields.iter().enumerate() {
             let col = dialect.quote(&cfg.columns[i]);
-            select.push(match (field.kind, storage[i]) {
-                (FieldKind::Timestamp, Storage::Timestamp) => dialect.epoch_text(&col),
+            select.push(match (field.kind, storage[i], dialect) {
+                // SQLite may store a time in any column type: read it as
+                // the window compares it.
+                (FieldKind::Timestamp, _, Dialect::Sqlite) => dialect.epoch_text(&col),
+                (FieldKind::Timestamp, Storage::Timestamp, _) => dialect.epoch_text(&col),
                 _ => dialect.as_text(&col),
             });
         }
@@ -234,24 +248,24 @@ impl SqlTable {
         let table_sql = dialect.quote_table(&cfg.table);
         let read_sql = match cfg.time_field {
             Some(i) => {
-                let col = dialect.quote(&cfg.columns[i]);
-                let (lo, hi) = (dialect.placeholder(1), dialect.placeholder(2));
-                // Compare the column itself against converted bounds, so an
-                // index on it serves the range (SQLite stores text: convert it).
-                let (lo, hi, e) = match (storage[i], dialect) {
-                    (Storage::Timestamp, Dialect::Postgres) => (
-                        format!("to_timestamp({lo})"),
-                        format!("to_timestamp({hi})"),
-                        col,
-                    ),
-                    (Storage::Timestamp, Dialect::MySql) => (
-                        format!("FROM_UNIXTIME({lo})"),
-                        format!("FROM_UNIXTIME({hi})"),
-                        col,
-                    ),
-                    (Storage::Timestamp, Dialect::Sqlite) => (lo, hi, dialect.epoch_expr(&col)),
-                    _ => (lo, hi, col),
+                let column = &cfg.columns[i];
+                let col = dialect.quote(column);
+                let (e, lo, hi) = match dialect.window_compare(&col, storage[i], "") {
+                    Ok(parts) => parts,
+                    Err(_) => {
+                        let declared = declared_type(&pool, dialect, &cfg.table, column).await?;
+                        let why = dialect
+                            .window_compare(&col, storage[i], &declared)
+                            .err()
+                            .unwrap_or_default();
+                        return Err(ConnectorError::Config(format!(
+                            "{display}: the time column `{column}` {why}"
+                        )));
+                    }
                 };
+                if dialect == Dialect::Sqlite {
+                    check_sqlite_times(&pool, &table_sql, &col, column, &display).await?;
+                }
                 format!("SELECT {select_list} FROM {table_sql} WHERE {e} >= {lo} AND {e} < {hi}")
             }
             None => format!("SELECT {select_list} FROM {table_sql}"),
@@ -268,6 +282,7 @@ impl SqlTable {
             currency_storage,
             amount_format,
             display,
+            style: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -360,156 +375,11 @@ impl SqlTable {
             .map_err(|e| db_error(&self.display, e))
     }
 
-    fn bind_value(
-        &self,
-        args: &mut AnyArguments<'_>,
-        n: &mut usize,
-        value: &Value,
-        storage: Storage,
-    ) -> String {
-        *n += 1;
-        let p = self.dialect.placeholder(*n);
-        match (value, storage) {
-            (Value::Null, Storage::Integer) => {
-                let _ = args.add(None::<i64>);
-                self.dialect.integer_param(&p)
-            }
-            (Value::Null, Storage::Timestamp) => {
-                let _ = args.add(None::<String>);
-                self.dialect.timestamp_param(&p)
-            }
-            (Value::Null, Storage::Decimal) => {
-                let _ = args.add(None::<String>);
-                self.dialect.decimal_param(&p)
-            }
-            (Value::Null, Storage::Text) => {
-                let _ = args.add(None::<String>);
-                self.dialect.text_param(&p)
-            }
-            (Value::Money(m), Storage::Integer) if self.amount_format == AmountFormat::Minor => {
-                let _ = args.add(m.minor);
-                self.dialect.integer_param(&p)
-            }
-            (Value::Money(m), Storage::Decimal) => {
-                let _ = args.add(m.to_major_string());
-                self.dialect.decimal_param(&p)
-            }
-            (Value::Money(m), _) => {
-                let _ = args.add(match self.amount_format {
-                    AmountFormat::Minor => m.minor.to_string(),
-                    AmountFormat::Major => m.to_major_string(),
-                });
-                self.dialect.text_param(&p)
-            }
-            (Value::Integer(i), Storage::Integer) => {
-                let _ = args.add(*i);
-                self.dialect.integer_param(&p)
-            }
-            (Value::Timestamp(t), Storage::Integer) => {
-                let _ = args.add(t.as_second());
-                self.dialect.integer_param(&p)
-            }
-            (Value::Timestamp(t), Storage::Timestamp) => {
-                let _ = args.add(t.strftime("%Y-%m-%d %H:%M:%S").to_string());
-                self.dialect.timestamp_param(&p)
-            }
-            (Value::Timestamp(t), _) => {
-                let _ = args.add(recon_core::format_timestamp(*t));
-                self.dialect.text_param(&p)
-            }
-            (Value::Currency(c), _) => {
-                let _ = args.add(c.code().to_string());
-                self.dialect.text_param(&p)
-            }
-            (Value::Text(s), Storage::Integer) => {
-                let _ = args.add(s.clone());
-                match self.dialect {
-                    Dialect::Postgres => format!("CAST({p} AS BIGINT)"),
-                    _ => p,
-                }
-            }
-            (other, _) => {
-                let _ = args.add(other.to_string());
-                self.dialect.text_param(&p)
-            }
-        }
-    }
-
-    fn insert_sql(&self, records: &[Record], mode: WriteMode) -> (String, AnyArguments<'_>) {
-        let d = self.dialect;
-        let money = self.schema.money_field();
-        let mut cols = vec![d.quote(&self.cfg.key_column)];
-        cols.extend(self.cfg.columns.iter().map(|c| d.quote(c)));
-        let currency_col = money.and(self.cfg.currency_column.as_ref());
-        // A currency column that is also a mapped field is written once.
-        let write_currency = currency_col.filter(|c| !self.cfg.columns.contains(c));
-        if let Some(c) = write_currency {
-            cols.push(d.quote(c));
-        }
-        let mut args = AnyArguments::default();
-        let mut n = 0;
-        let mut rows = Vec::with_capacity(records.len());
-        for r in records {
-            let mut row = Vec::with_capacity(cols.len());
-            row.push(self.bind_value(
-                &mut args,
-                &mut n,
-                &Value::Text(r.key.clone()),
-                self.key_storage,
-            ));
-            for (i, v) in r.values.iter().enumerate() {
-                row.push(self.bind_value(&mut args, &mut n, v, self.storage[i]));
-            }
-            if write_currency.is_some() {
-                let cur = money
-                    .and_then(|i| r.values[i].currency())
-                    .map(|c| Value::Text(c.code().to_string()))
-                    .unwrap_or(Value::Null);
-                row.push(self.bind_value(
-                    &mut args,
-                    &mut n,
-                    &cur,
-                    self.currency_storage.unwrap_or(Storage::Text),
-                ));
-            }
-            rows.push(format!("({})", row.join(", ")));
-        }
-        let key = d.quote(&self.cfg.key_column);
-        let updates: Vec<String> = cols[1..]
-            .iter()
-            .map(|c| match d {
-                Dialect::MySql => format!("{c} = VALUES({c})"),
-                _ => format!("{c} = excluded.{c}"),
-            })
-            .collect();
-        let conflict = match (d, mode) {
-            (Dialect::MySql, WriteMode::Insert) => {
-                format!(" ON DUPLICATE KEY UPDATE {key} = {key}")
-            }
-            (Dialect::MySql, WriteMode::Upsert) => {
-                format!(" ON DUPLICATE KEY UPDATE {}", updates.join(", "))
-            }
-            (_, WriteMode::Insert) => format!(
-                " ON CONFLICT ({key}) DO NOTHING RETURNING {}",
-                d.as_text(&key)
-            ),
-            (_, WriteMode::Upsert) => format!(
-                " ON CONFLICT ({key}) DO UPDATE SET {} RETURNING {}",
-                updates.join(", "),
-                d.as_text(&key)
-            ),
-        };
-        let sql = format!(
-            "INSERT INTO {} ({}) VALUES {}{conflict}",
-            self.table(),
-            cols.join(", "),
-            rows.join(", ")
-        );
-        (sql, args)
-    }
-
     /// Keys among `keys` that exist in the table.
-    async fn existing(&self, keys: &[String]) -> Result<HashSet<String>, ConnectorError> {
+    pub(crate) async fn existing(
+        &self,
+        keys: &[String],
+    ) -> Result<HashSet<String>, ConnectorError> {
         let select = self
             .dialect
             .as_text(&self.dialect.quote(&self.cfg.key_column));
@@ -562,54 +432,6 @@ impl SqlTable {
             _ => key.to_string(),
         }
     }
-
-    async fn write_batch(
-        &self,
-        records: &[Record],
-        mode: WriteMode,
-    ) -> Result<Vec<WriteOutcome>, sqlx::Error> {
-        let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
-        // Which keys exist decides created vs updated; the write itself is
-        // idempotent whatever happens between the two statements. An insert
-        // with RETURNING names the rows it created, so it needs no look-up.
-        let before = if mode == WriteMode::Insert && self.dialect != Dialect::MySql {
-            HashSet::new()
-        } else {
-            self.existing(&keys)
-                .await
-                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?
-        };
-        let (sql, args) = self.insert_sql(records, mode);
-        let returned: Option<HashSet<String>> = match self.dialect {
-            Dialect::MySql => {
-                sqlx::query_with(&sql, args).execute(&self.pool).await?;
-                None
-            }
-            _ => {
-                let rows = sqlx::query_with(&sql, args).fetch_all(&self.pool).await?;
-                Some(
-                    rows.iter()
-                        .filter_map(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
-                        .collect(),
-                )
-            }
-        };
-        Ok(records
-            .iter()
-            .map(|r| {
-                let existed = before.contains(&r.key);
-                match (mode, existed) {
-                    (WriteMode::Insert, true) => WriteOutcome::Unchanged,
-                    (WriteMode::Insert, false) => match &returned {
-                        Some(set) if !set.contains(&r.key) => WriteOutcome::Unchanged,
-                        _ => WriteOutcome::Created,
-                    },
-                    (WriteMode::Upsert, true) => WriteOutcome::Updated,
-                    (WriteMode::Upsert, false) => WriteOutcome::Created,
-                }
-            })
-            .collect())
-    }
 }
 
 /// Unix seconds or RFC 3339 / `YYYY-MM-DD HH:MM:SS` (UTC).
@@ -632,6 +454,22 @@ async fn introspect(
     dialect: Dialect,
     table: &str,
 ) -> Result<HashMap<String, Storage>, ConnectorError> {
+    Ok(introspect_types(pool, dialect, table)
+        .await?
+        .into_iter()
+        .map(|(name, ty)| {
+            let storage = dialect.storage_of(&ty);
+            (name, storage)
+        })
+        .collect())
+}
+
+/// Column name → declared type (as the catalog spells it), for the table.
+async fn introspect_types(
+    pool: &AnyPool,
+    dialect: Dialect,
+    table: &str,
+) -> Result<HashMap<String, String>, ConnectorError> {
     let (schema, bare) = match table.split_once('.') {
         Some((s, t)) => (Some(s.to_string()), t.to_string()),
         None => (None, table.to_string()),
@@ -668,9 +506,57 @@ async fn introspect(
     for row in rows {
         let name: String = row.try_get(0).map_err(|e| db_error(table, e))?;
         let ty: Option<String> = row.try_get(1).map_err(|e| db_error(table, e))?;
-        out.insert(name, dialect.storage_of(ty.as_deref().unwrap_or("")));
+        out.insert(name, ty.unwrap_or_default());
     }
     Ok(out)
+}
+
+/// The declared type of one column, for messages.
+async fn declared_type(
+    pool: &AnyPool,
+    dialect: Dialect,
+    table: &str,
+    column: &str,
+) -> Result<String, ConnectorError> {
+    Ok(introspect_types(pool, dialect, table)
+        .await?
+        .remove(column)
+        .unwrap_or_default())
+}
+
+/// Refuses a SQLite time column none of whose values is a timestamp,
+/// naming one of them: every window would be empty. A column with some
+/// good values reads them; its other rows are listed as unplaced.
+async fn check_sqlite_times(
+    pool: &AnyPool,
+    table_sql: &str,
+    col: &str,
+    column: &str,
+    display: &str,
+) -> Result<(), ConnectorError> {
+    let epoch = Dialect::Sqlite.epoch_expr(col);
+    let good = format!("SELECT 1 FROM {table_sql} WHERE {epoch} IS NOT NULL LIMIT 1");
+    let found = sqlx::query(&good)
+        .fetch_optional(pool)
+        .await
+        .map_err(|e| db_error(display, e))?;
+    if found.is_some() {
+        return Ok(());
+    }
+    let sample = format!(
+        "SELECT CAST({col} AS TEXT) FROM {table_sql} WHERE {col} IS NOT NULL AND {col} <> '' LIMIT 1"
+    );
+    let row = sqlx::query(&sample)
+        .fetch_optional(pool)
+        .await
+        .map_err(|e| db_error(display, e))?;
+    match row.map(|r| r.try_get::<Option<String>, _>(0)) {
+        Some(Ok(Some(value))) => Err(ConnectorError::Config(format!(
+            "{display}: the time column `{column}` holds `{value}`, which is not a timestamp, and no row holds one; \
+             store RFC 3339 text such as 2026-01-02T01:01:01Z (or with an offset), `YYYY-MM-DD HH:MM:SS` in UTC, or INTEGER Unix seconds"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 #[async_trait::async_trait]
@@ -703,6 +589,50 @@ impl Source for SqlTable {
             .map(|row| self.parse_row(row))
             .collect()
     }
+
+    /// Rows whose time column is NULL (or, on SQLite, holds no timestamp):
+    /// the windowed read can never return them.
+    async fn unplaced(&self, _schema: &Schema) -> Result<Vec<Unplaced>, ConnectorError> {
+        let Some(i) = self.cfg.time_field else {
+            return Ok(Vec::new());
+        };
+        let d = self.dialect;
+        let column = &self.cfg.columns[i];
+        let col = d.quote(column);
+        let sql = format!(
+            "SELECT {}, {} FROM {} WHERE {}",
+            d.as_text(&d.quote(&self.cfg.key_column)),
+            d.as_text(&col),
+            self.table(),
+            d.unplaceable(&col)
+        );
+        let rows = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(&self.display, e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let text = |i: usize| {
+                row.try_get::<Option<String>, _>(i)
+                    .map_err(|e| db_error(&self.display, e))
+            };
+            let key = text(0)?.map(|k| k.trim().to_string()).unwrap_or_default();
+            let value = text(1)?;
+            let reason = match value.as_deref() {
+                None => "null",
+                Some(v) if v.trim().is_empty() => "empty",
+                Some(_) => "not a timestamp",
+            };
+            out.push(Unplaced {
+                key,
+                field: column.clone(),
+                value: value.unwrap_or_default(),
+                reason: reason.to_string(),
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
 }
 
 /// Streams the rows of `sql` as pages of parsed records.
@@ -726,89 +656,7 @@ fn stream_pages<'a>(
 #[async_trait::async_trait]
 impl Target for SqlTable {
     async fn check_unique_key(&self) -> Result<(), ConnectorError> {
-        let key = &self.cfg.key_column;
-        let table = &self.cfg.table;
-        let (schema, bare) = match table.split_once('.') {
-            Some((s, t)) => (Some(s.to_string()), t.to_string()),
-            None => (None, table.clone()),
-        };
-        let unique = match self.dialect {
-            Dialect::Postgres => {
-                let sql = "SELECT COUNT(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
-                     JOIN pg_namespace n ON n.oid = c.relnamespace \
-                     JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] \
-                     WHERE i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL AND c.relname = $1 \
-                     AND n.nspname = COALESCE($2, current_schema()) AND a.attname = $3";
-                let row = sqlx::query(sql)
-                    .bind(bare)
-                    .bind(schema)
-                    .bind(key.clone())
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| db_error(&self.display, e))?;
-                row.try_get::<i64, _>(0)
-                    .map_err(|e| db_error(&self.display, e))?
-                    > 0
-            }
-            Dialect::MySql => {
-                let sql = "SELECT COUNT(*) FROM (SELECT index_name FROM information_schema.statistics \
-                     WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND non_unique = 0 \
-                     GROUP BY index_name HAVING COUNT(*) = 1 AND MAX(column_name) = ?) u";
-                let row = sqlx::query(sql)
-                    .bind(schema)
-                    .bind(bare)
-                    .bind(key.clone())
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| db_error(&self.display, e))?;
-                row.try_get::<i64, _>(0)
-                    .map_err(|e| db_error(&self.display, e))?
-                    > 0
-            }
-            Dialect::Sqlite => {
-                let sql = "SELECT COUNT(*) FROM pragma_index_list(?1) l \
-                     WHERE l.\"unique\" = 1 AND l.partial = 0 \
-                     AND (SELECT COUNT(*) FROM pragma_index_info(l.name)) = 1 \
-                     AND (SELECT name FROM pragma_index_info(l.name)) = ?2";
-                let row = sqlx::query(sql)
-                    .bind(bare.clone())
-                    .bind(key.clone())
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| db_error(&self.display, e))?;
-                let by_index = row
-                    .try_get::<i64, _>(0)
-                    .map_err(|e| db_error(&self.display, e))?
-                    > 0;
-                // An INTEGER PRIMARY KEY is the rowid itself and has no index.
-                let pk_sql = "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE pk > 0";
-                let pk_is_key_sql =
-                    "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE pk = 1 AND name = ?2";
-                let pks: i64 = sqlx::query(pk_sql)
-                    .bind(bare.clone())
-                    .fetch_one(&self.pool)
-                    .await
-                    .and_then(|r| r.try_get(0))
-                    .map_err(|e| db_error(&self.display, e))?;
-                let pk_is_key: i64 = sqlx::query(pk_is_key_sql)
-                    .bind(bare)
-                    .bind(key.clone())
-                    .fetch_one(&self.pool)
-                    .await
-                    .and_then(|r| r.try_get(0))
-                    .map_err(|e| db_error(&self.display, e))?;
-                by_index || (pks == 1 && pk_is_key == 1)
-            }
-        };
-        if unique {
-            Ok(())
-        } else {
-            Err(ConnectorError::NotIdempotent(format!(
-                "target {} has no unique constraint on `{key}`; backfill would not be idempotent. Add one with:\n  {}",
-                self.display,
-                self.dialect.unique_ddl(table, key)
-            )))
-        }
+        self.check_writable().await
     }
 
     async fn write(
@@ -817,41 +665,6 @@ impl Target for SqlTable {
         records: &[Record],
         mode: WriteMode,
     ) -> Result<Vec<WriteOutcome>, ConnectorError> {
-        let per_row = self.cfg.columns.len() + 2;
-        let batch = self
-            .cfg
-            .write_batch
-            .clamp(1, self.dialect.max_params() / per_row);
-        let mut out = Vec::with_capacity(records.len());
-        for chunk in records.chunks(batch) {
-            match self.write_batch(chunk, mode).await {
-                Ok(outcomes) => out.extend(outcomes),
-                Err(e) if chunk.len() > 1 => {
-                    // Find out which rows the server refuses: one at a time.
-                    tracing::warn!(message = "Batch write refused; retrying row by row.", error = %e, rows = chunk.len());
-                    for r in chunk {
-                        match self.write_batch(std::slice::from_ref(r), mode).await {
-                            Ok(o) => out.extend(o),
-                            Err(e) => out.push(WriteOutcome::Failed(e.to_string())),
-                        }
-                    }
-                }
-                Err(e) if is_connection_error(&e) => {
-                    return Err(db_error(&self.display, e));
-                }
-                Err(e) => out.push(WriteOutcome::Failed(e.to_string())),
-            }
-        }
-        Ok(out)
+        self.write_records(records, mode).await
     }
-}
-
-fn is_connection_error(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_)
-    )
 }
