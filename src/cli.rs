@@ -45,9 +45,20 @@ pub struct ApplyArgs {
     /// The job config (TOML).
     #[arg(long, env = "RECON_CONFIG")]
     pub config: PathBuf,
-    /// Write the reports directly into this folder.
+    /// The job the plan must belong to (default: the job the plan names).
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Write the reports directly into this folder (a new or empty folder,
+    /// or an earlier report folder, which is replaced whole). It may not be
+    /// the folder holding the plan: apply never deletes the plan it applies.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Override backfill.max_records for this apply (a whole number, 0 or more).
+    #[arg(long, allow_negative_numbers = true, value_parser = max_records_arg)]
+    pub max_records: Option<u64>,
+    /// Override backfill.max_ratio for this apply (0 to 1; 0.05 = 5%).
+    #[arg(long, allow_negative_numbers = true, value_parser = max_ratio_arg)]
+    pub max_ratio: Option<f64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,11 +79,11 @@ pub struct RunArgs {
     /// Write the reports directly into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Override backfill.max_records for this run.
-    #[arg(long)]
+    /// Override backfill.max_records for this run (a whole number, 0 or more).
+    #[arg(long, allow_negative_numbers = true, value_parser = max_records_arg)]
     pub max_records: Option<u64>,
-    /// Override backfill.max_ratio for this run.
-    #[arg(long)]
+    /// Override backfill.max_ratio for this run (0 to 1; 0.05 = 5%).
+    #[arg(long, allow_negative_numbers = true, value_parser = max_ratio_arg)]
     pub max_ratio: Option<f64>,
 }
 
@@ -148,4 +159,54 @@ pub struct DemoArgs {
     /// Folder for the three runs' reports (default reports/demo).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// `--max-ratio`: a finite number from 0 to 1 (NaN, infinities and
+/// negative numbers are refused, as in the config).
+fn max_ratio_arg(text: &str) -> Result<f64, String> {
+    let value: f64 = text.trim().parse().map_err(|_| {
+        format!(
+            "`{text}` is not a number; --max-ratio must be {}",
+            crate::config::MAX_RATIO_RANGE
+        )
+    })?;
+    crate::config::check_max_ratio(value).map_err(|e| format!("--{}", e.replace('_', "-")))
+}
+
+/// `--max-records`: a whole number of records, 0 or more.
+fn max_records_arg(text: &str) -> Result<u64, String> {
+    text.trim().parse().map_err(|_| {
+        format!(
+            "--max-records must be a whole number from 0 to {} (records written in one run), not `{text}`",
+            u64::MAX
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_flags_refuse_what_would_disable_the_limit() {
+        for bad in [
+            "nan", "NaN", "inf", "-inf", "infinity", "-0.5", "1.01", "x", "",
+        ] {
+            let e = max_ratio_arg(bad).unwrap_err();
+            assert!(
+                e.contains("--max-ratio must be a number from 0 to 1"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(max_ratio_arg("0.052"), Ok(0.052));
+        assert!(max_ratio_arg("-0").unwrap().is_sign_positive());
+        for bad in ["-5", "--5", "1.5", "nan", "18446744073709551616"] {
+            let e = max_records_arg(bad).unwrap_err();
+            assert!(
+                e.contains("--max-records must be a whole number from 0"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(max_records_arg("103"), Ok(103));
+    }
 }

@@ -5,6 +5,14 @@
 //! passes through the TOML parser or its error messages), and a missing
 //! variable is named together with the setting that uses it. Every field
 //! is documented here and in `examples/recon.toml`.
+//!
+//! A TOML error is reported as `line L, column C, in [table], key `k`:
+//! message`, never with the offending source line: that line may hold a
+//! literal password or token, and no test on the key's name can tell (an
+//! inline table `target = { url = "…" }`, a misspelt `pasword = "…"`, a
+//! multi-line string). When the key at the error is secret-bearing, its
+//! value is also masked in the parser's message (`url = 5` would otherwise
+//! be echoed as "invalid type: integer `5`").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +77,11 @@ pub struct JobConfig {
     pub lookback: Option<String>,
     /// Source records younger than this are pending, not gaps: `15m`.
     pub grace: Option<String>,
+    /// Records whose time field is empty, NULL or not a timestamp belong
+    /// to no window: `report` them in unplaced.csv (default; the run exits
+    /// 1) or `fail` the run (exit 2) before anything is written.
+    #[serde(default)]
+    pub unplaced: UnplacedPolicy,
     /// What to write into the target.
     #[serde(default)]
     pub backfill: BackfillConfig,
@@ -80,6 +93,17 @@ pub struct JobConfig {
 
 fn default_window() -> String {
     "yesterday".into()
+}
+
+/// What a run does with records no window can hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnplacedPolicy {
+    /// List them in unplaced.csv and count them; the run exits 1.
+    #[default]
+    Report,
+    /// Stop the run with exit 2 before anything is written.
+    Fail,
 }
 
 /// A tolerance as written: a number (minor units) or a duration (`"5s"`).
@@ -102,8 +126,10 @@ pub struct BackfillConfig {
     /// Refuse to write more records than this in one run.
     #[serde(default = "default_max_records")]
     pub max_records: u64,
-    /// Refuse to write more than this share of the window's source records.
-    #[serde(default = "default_max_ratio")]
+    /// Refuse to write more than this share of the window's source records:
+    /// a number from 0 to 1 (1 = no ratio limit); NaN, infinities and
+    /// negative numbers are refused.
+    #[serde(default = "default_max_ratio", deserialize_with = "de_max_ratio")]
     pub max_ratio: f64,
 }
 
@@ -125,6 +151,25 @@ fn default_max_records() -> u64 {
 }
 fn default_max_ratio() -> f64 {
     0.10
+}
+
+/// What `max_ratio` may be, for messages.
+pub const MAX_RATIO_RANGE: &str =
+    "a number from 0 to 1 (the share of the window's source records, 0.05 = 5%; 1 = no ratio limit)";
+
+/// Checks a `max_ratio` value (config or `--max-ratio`): finite, 0 to 1.
+pub fn check_max_ratio(value: f64) -> Result<f64, String> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        // -0.0 is 0.
+        Ok(value + 0.0)
+    } else {
+        Err(format!("max_ratio must be {MAX_RATIO_RANGE}, not {value}"))
+    }
+}
+
+fn de_max_ratio<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    check_max_ratio(value).map_err(|e| serde::de::Error::custom(format!("backfill.{e}")))
 }
 
 /// What a backfill writes.
@@ -237,6 +282,14 @@ pub enum EndpointConfig {
         max_connections: Option<u32>,
         /// Rows per multi-row INSERT (default 1000).
         write_batch: Option<usize>,
+        /// Spelling of backfilled currency codes: `upper` or `lower`
+        /// (default: as the table's existing rows spell them, else upper).
+        currency_case: Option<String>,
+        /// Text form of backfilled timestamps in text columns: `rfc3339`
+        /// (`2025-11-29T19:44:01Z`), `rfc3339_offset` (`…+00:00`), `sql`
+        /// (`2025-11-29 19:44:01`) or `unix` (default: as the table's
+        /// existing rows hold them).
+        timestamp_format: Option<String>,
     },
 }
 
@@ -249,7 +302,107 @@ pub fn load(path: &Path) -> Result<ConfigFile> {
 
 /// Parses config text (no environment expansion yet).
 pub fn parse(text: &str) -> Result<ConfigFile> {
-    toml::from_str::<ConfigFile>(text).map_err(|e| anyhow!("{}", with_suggestion(&e.to_string())))
+    toml::from_str::<ConfigFile>(text).map_err(|e| anyhow!("{}", describe_toml_error(text, &e)))
+}
+
+/// Keys whose values are secrets (or URLs that may hold one); a name
+/// containing one of these counts (`sslpassword`, `access_token`).
+const SECRET_KEYS: [&str; 7] = [
+    "password", "token", "api_key", "url", "state", "secret", "key",
+];
+
+/// Whether a TOML key (last dotted part, quotes removed) names a secret.
+/// `key` alone is the key *column* of a file or table, not a secret.
+fn is_secret_key(key: &str) -> bool {
+    let last = key
+        .rsplit('.')
+        .next()
+        .unwrap_or(key)
+        .trim()
+        .trim_matches(['"', '\''])
+        .to_ascii_lowercase();
+    last != "key" && SECRET_KEYS.iter().any(|k| last.contains(k))
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"' | '\'' | ' ')
+}
+
+/// The values (quotes removed, at least 1 character) of every
+/// secret-bearing `key = value` in a TOML text, inline tables included.
+fn secret_values(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        for (eq, _) in line.match_indices('=') {
+            let before = line[..eq].trim_end();
+            let key_start = before
+                .rfind(|c: char| !is_key_char(c) || c == ' ')
+                .map_or(0, |i| i + 1);
+            if !is_secret_key(&before[key_start..]) {
+                continue;
+            }
+            let after = line[eq + 1..].trim_start();
+            let value = match after.chars().next() {
+                Some(q @ ('"' | '\'')) => {
+                    let body = &after[1..];
+                    body.find(q).map_or(body, |end| &body[..end])
+                }
+                _ => after
+                    .split([',', '}', ']', '#'])
+                    .next()
+                    .unwrap_or("")
+                    .trim(),
+            };
+            if !value.is_empty() {
+                out.push(value.to_string());
+            }
+        }
+    }
+    // Longest first, so that a value containing another is masked whole.
+    out.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    out
+}
+
+/// A TOML error as `line L, column C, in [table], key `k`: message`,
+/// without the source line (see the module docs).
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let mut message = e.message().trim_end().to_string();
+    let Some(span) = e.span() else {
+        return with_suggestion(&message);
+    };
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_no = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    // The table the line belongs to (or the header the error points at).
+    let table = text[..line_start + line.len()]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .and_then(|l| l.split(']').next())
+        .map(|l| l.trim_start_matches('['));
+    // The key of a `key = value` line, when the text before `=` is a key.
+    let key = line.split_once('=').and_then(|(k, _)| {
+        let k = k.trim();
+        let is_key = !k.is_empty() && k.chars().all(is_key_char);
+        is_key.then_some(k)
+    });
+    // The parser's message may quote a value (`url = 5` gives "invalid
+    // type: integer `5`"), and its span may cover a whole table: mask the
+    // value of every secret-bearing key of the document.
+    for value in secret_values(text) {
+        message = message.replace(&value, "***");
+    }
+    let mut place = format!("line {line_no}, column {column}");
+    if let Some(t) = table {
+        place.push_str(&format!(", in [{t}]"));
+    }
+    if let Some(k) = key {
+        place.push_str(&format!(", key `{k}`"));
+    }
+    with_suggestion(&format!("{place}: {message}"))
 }
 
 /// Adds "did you mean" to serde's unknown-field and unknown-variant messages.
@@ -284,8 +437,16 @@ fn with_suggestion(message: &str) -> String {
 }
 
 /// Expands `${VAR}` from the environment; `what` names the setting for errors.
+/// A URL's password and secret query values that came from the environment
+/// are registered with [`recon_core::scrub`], whatever setting holds them.
 pub fn expand_env(value: &str, what: &str) -> Result<String> {
-    expand_with(value, what, |k| std::env::var(k).ok())
+    let out = expand_with(value, what, |k| std::env::var(k).ok())?;
+    if value.contains("${") {
+        for s in recon_core::url_secrets(&out) {
+            recon_core::register_secret(&s);
+        }
+    }
+    Ok(out)
 }
 
 fn expand_with(value: &str, what: &str, get: impl Fn(&str) -> Option<String>) -> Result<String> {
@@ -533,5 +694,68 @@ max_records = 500
             .unwrap_err()
             .to_string();
         assert!(e.contains("did you mean `charges`?"), "{e}");
+    }
+
+    #[test]
+    fn toml_errors_never_echo_secret_values() {
+        // A syntax error on the line of a literal password.
+        let bad = GOOD.replace(
+            "url = \"postgres://recon:${PGPASSWORD}@127.0.0.1/finance\"",
+            "url = \"postgres://recon:Li7/te#ral?pw@127.0.0.1/finance",
+        );
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(!e.contains("Li7/te#ral?pw"), "{e}");
+        assert!(e.contains("line 20"), "{e}");
+        assert!(e.contains("key `url`"), "{e}");
+        assert!(e.contains("[jobs.charges.target]"), "{e}");
+        // A wrong type on a secret-bearing key: the value is masked.
+        let bad = GOOD.replace(
+            "url = \"postgres://recon:${PGPASSWORD}@127.0.0.1/finance\"",
+            "url = 987654321",
+        );
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(!e.contains("987654321"), "{e}");
+        assert!(e.contains("[jobs.charges.target]"), "{e}");
+        // A secret in an inline table on a line whose own key is not
+        // secret-bearing: the line is never echoed.
+        let bad = GOOD.replace(
+            "[jobs.charges.backfill]",
+            "[jobs.charges.extra]\nconn = { url = \"postgres://u:Inl1ne/pw@h/db\", tabel = 1 }\n[jobs.charges.backfill]",
+        );
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(!e.contains("Inl1ne"), "{e}");
+        assert!(e.contains("line "), "{e}");
+    }
+
+    #[test]
+    fn ratios_outside_zero_to_one_are_refused() {
+        for bad in ["nan", "inf", "-inf", "-0.5", "1.5", "+nan"] {
+            let text = GOOD.replace(
+                "max_records = 500",
+                &format!("max_records = 500\nmax_ratio = {bad}"),
+            );
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("backfill.max_ratio must be a number from 0 to 1"),
+                "{bad}: {e}"
+            );
+            assert!(e.contains("key `max_ratio`"), "{bad}: {e}");
+        }
+        for ok in ["0", "0.0", "-0.0", "1", "0.051"] {
+            let text = GOOD.replace(
+                "max_records = 500",
+                &format!("max_records = 500\nmax_ratio = {ok}"),
+            );
+            let cfg = parse(&text).unwrap();
+            let r = cfg.jobs["charges"].backfill.max_ratio;
+            assert!(
+                (0.0..=1.0).contains(&r) && r.is_sign_positive(),
+                "{ok}: {r}"
+            );
+        }
+        assert_eq!(
+            check_max_ratio(f64::NAN).unwrap_err(),
+            format!("max_ratio must be {MAX_RATIO_RANGE}, not NaN")
+        );
     }
 }

@@ -16,7 +16,8 @@ fn main() -> ExitCode {
     match result {
         Ok(status) => status.into(),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Scrubbed: a driver's error may echo a secret in its own words.
+            eprintln!("error: {}", recon_core::scrub(&format!("{e:#}")));
             recon::Status::Trouble.into()
         }
     }

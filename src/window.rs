@@ -351,9 +351,15 @@ fn day_bounds(day: Date, tz: &TimeZone) -> Result<(Timestamp, Timestamp), String
     Ok((start_of_day(day, tz)?, start_of_day(next, tz)?))
 }
 
+/// The longest duration [`parse_duration`] accepts, in days: 100 years
+/// (36500d). Longer ones are refused rather than overflowing later, when
+/// the duration is subtracted from an instant.
+pub const MAX_DURATION_DAYS: i64 = 36_500;
+
 /// Parses a duration such as `24h`, `90m`, `2d` (24 hours), `30s` or
 /// `1h30m`: numbers each followed by a unit, largest unit first, each unit at
-/// most once. Zero is allowed; negative and fractional values are not.
+/// most once. Zero is allowed; negative and fractional values are not, nor
+/// anything longer than [`MAX_DURATION_DAYS`].
 pub fn parse_duration(s: &str) -> Result<SignedDuration, WindowError> {
     let text = s.trim();
     let err = |reason: String| WindowError::BadDuration {
@@ -396,12 +402,18 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, WindowError> {
             ));
         }
         prev_rank = Some(rank);
+        let too_large = || {
+            err(format!(
+                "it is too large; the maximum is {MAX_DURATION_DAYS}d (100 years)"
+            ))
+        };
         total = num
             .parse::<i64>()
             .ok()
             .and_then(|n| n.checked_mul(unit_secs))
             .and_then(|v| total.checked_add(v))
-            .ok_or_else(|| err("it is too large".to_string()))?;
+            .filter(|&t| t <= MAX_DURATION_DAYS * 86_400)
+            .ok_or_else(too_large)?;
         rest = &after[unit.len_utf8()..];
     }
     Ok(SignedDuration::from_secs(total))
@@ -789,9 +801,9 @@ mod tests {
     #[test]
     fn last_out_of_range_or_not_positive_is_an_error_not_a_panic() {
         let tz = zone("UTC");
-        let e = "last:999999999d"
-            .parse::<WindowSpec>()
-            .unwrap()
+        let e = "last:999999999d".parse::<WindowSpec>().unwrap_err();
+        assert!(e.to_string().contains("the maximum is 36500d"), "{e}");
+        let e = WindowSpec::Last(SignedDuration::from_secs(999_999_999 * 86_400))
             .resolve(ts(NOW), &tz, None)
             .unwrap_err();
         assert!(matches!(e, WindowError::Unresolvable { .. }), "{e:?}");
@@ -816,6 +828,8 @@ mod tests {
             ("0s", s(0)),
             (" 15M ", m(15)),
             ("36H", h(36)),
+            ("36500d", h(36_500 * 24)),
+            ("876000h", h(876_000)),
         ] {
             assert_eq!(parse_duration(text).unwrap(), want, "{text:?}");
         }
@@ -837,6 +851,10 @@ mod tests {
             ("1h 30m", "expected a number before ` 30m`"),
             ("99999999999999999999h", "too large"),
             ("9999999999999999d", "too large"),
+            ("36501d", "the maximum is 36500d (100 years)"),
+            ("36500d1s", "the maximum is 36500d"),
+            ("876001h", "the maximum is 36500d"),
+            ("99999999999999999999h", "the maximum is 36500d"),
         ] {
             let e = parse_duration(text).unwrap_err();
             assert!(matches!(e, WindowError::BadDuration { .. }), "{e:?}");

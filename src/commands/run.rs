@@ -617,10 +617,13 @@ async fn run_locked(
     let job = &plan.job.name;
     let schema = &plan.spec.schema;
     let window = Window {
-        start: asked
-            .start
-            .checked_sub(plan.lookback)
-            .unwrap_or(asked.start),
+        start: asked.start.checked_sub(plan.lookback).map_err(|_| {
+            anyhow!(
+                "job `{job}`: lookback reaches before the earliest supported instant \
+                 from the window's start {}; shorten lookback",
+                asked.start
+            )
+        })?,
         end: asked.end,
     };
     let source = connect(&plan.job.job.source, schema, plan.time_field)
@@ -650,7 +653,11 @@ async fn run_locked(
     // Young source records are in flight, not missing.
     let mut pending = Vec::new();
     if let (Some(t), false) = (plan.time_field, plan.grace.is_zero()) {
-        let cutoff = now.checked_sub(plan.grace).unwrap_or(now);
+        let cutoff = now.checked_sub(plan.grace).map_err(|_| {
+            anyhow!(
+                "job `{job}`: grace reaches before the earliest supported instant; shorten grace"
+            )
+        })?;
         let (young, old): (Vec<Record>, Vec<Record>) = std::mem::take(&mut outcome.gaps)
             .into_iter()
             .partition(|r| matches!(r.values[t], Value::Timestamp(ts) if ts >= cutoff));
@@ -766,10 +773,21 @@ async fn run_locked(
                 plan.max_ratio * 100.0
             )
         };
+        // The suggested ratio is rounded UP to 3 decimals (exact integer
+        // arithmetic), so that the suggested rerun passes: 103 of 2000 is
+        // 0.0515 and suggests 0.052, never 0.051. A configured ratio that
+        // already allows the plan is kept as written (`{}` round-trips).
+        let source = (outcome.source_records as u128).max(1);
+        let milli = ((items.len() as u128 * 1000).div_ceil(source)).min(1000);
+        let needed = format!("{}.{:03}", milli / 1000, milli % 1000);
+        let suggested_ratio = if plan.max_ratio >= needed.parse::<f64>().unwrap_or(1.0) {
+            plan.max_ratio.to_string()
+        } else {
+            needed
+        };
         let msg = format!(
-            "job `{job}`: safety limit: the backfill was stopped before writing anything: {why}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {:.3} (or raise the limits in the config)",
-            items.len(),
-            ratio.max(plan.max_ratio)
+            "job `{job}`: safety limit: the backfill was stopped before writing anything: {why}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {suggested_ratio} (or raise the limits in the config)",
+            items.len().max(plan.max_records as usize),
         );
         extras.notes.push(msg.clone());
         extras.plan = Some(plan_json);

@@ -652,7 +652,8 @@ impl StateStore {
         .bind(status.to_string())
         .bind(counts)
         .bind(report_dir.map(str::to_string))
-        .bind(error.map(str::to_string))
+        // Scrubbed: a connector's error may echo a secret in its own words.
+        .bind(error.map(|e| recon_core::scrub(e).into_owned()))
         .bind(run_id.to_string())
         .execute(&self.pool)
         .await
@@ -776,7 +777,11 @@ impl StateStore {
                 rows.push(format!("({}, {}, {})", p[0], p[1], p[2]));
                 add(&mut args, external_id.clone());
                 add(&mut args, status.as_str().to_string());
-                add(&mut args, error.clone());
+                // Scrubbed: a target's write error may echo a secret.
+                add(
+                    &mut args,
+                    error.as_deref().map(|e| recon_core::scrub(e).into_owned()),
+                );
             }
             let sql = format!(
                 "WITH v (external_id, status, last_error) AS (VALUES {}) \
