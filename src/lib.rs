@@ -11,6 +11,7 @@ pub mod config;
 pub mod diff;
 pub mod logging;
 pub mod memory;
+pub mod plan;
 pub mod report;
 pub mod state;
 pub mod window;

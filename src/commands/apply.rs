@@ -1,231 +1,303 @@
 //! `recon apply --plan FILE`: apply exactly a reviewed dry-run plan.
 //!
-//! Each item is checked again before writing (an `insert` whose key now
-//! exists in the target is skipped), written through the same idempotent
-//! upsert and ledger as `recon run`, and reported in `backfill.csv`.
+//! The plan is trusted only as far as it can be proven. Before anything is
+//! written (exit 2, nothing changed, when one fails):
+//!
+//! - the file must be, byte for byte, a plan that `recon run --dry-run`
+//!   recorded in this job's state store (same SHA-256), so any edit made
+//!   after the review is refused;
+//! - it must belong to the job (`--job`, when given) and every action must
+//!   be one the job's `backfill.mode` allows;
+//! - keys must be non-empty, unpadded and unique, and every line must carry
+//!   every field of the job with values that agree with themselves;
+//! - it must be within the safety limits (`--max-records`/`--max-ratio`
+//!   override them, as for `recon run`);
+//! - its window must have begun when the dry run read it;
+//! - the report folder must be writable and must not hold the plan: apply
+//!   replaces its report folder whole, so `--out` naming the plan's folder is
+//!   refused rather than deleting the reviewed plan and dry-run reports.
+//!
+//! Then each item is checked again against the target (an `insert` whose key
+//! now exists is skipped), written through the same idempotent upsert and
+//! ledger as `recon run`, and reported in `backfill.csv`. The apply's run is
+//! recorded with its window ending no later than when the dry run read the
+//! data, so `since-last-success` never starts after what was reconciled.
 
-use std::collections::HashSet;
-use std::io::BufRead;
-use std::path::PathBuf;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
-use recon_core::{
-    format_timestamp, Currency, FieldKind, Money, Record, Schema, Value, Window, WriteMode,
-    WriteOutcome,
-};
+use recon_core::{format_timestamp, Record, Window, WriteMode, WriteOutcome};
 use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::commands::run::{apply, backfill_row, connect, lock, write_batch, RunPlan};
+use crate::config::BackfillMode;
+use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillRow, ReportDir};
-use crate::state::StateStore;
+use crate::state::{PlanRecord, StateStore};
 use crate::Status;
 
-/// One line of plan.jsonl.
+/// A plan file as read: its lines and the digest of its bytes.
+struct PlanFile {
+    path: PathBuf,
+    sha256: String,
+    /// Each line with where it is, for messages (`plan.jsonl line 3`).
+    lines: Vec<(PlanLine, String)>,
+}
+
+/// One checked item, ready to write.
 #[derive(Debug)]
-struct PlanItem {
-    job: String,
-    window: Option<Window>,
-    mode: WriteMode,
-    /// Key, and values once typed by the job's schema ([`PlanItem::type_values`]).
+struct Item {
+    action: Action,
     record: Record,
-    /// The line's `values`, as written.
-    raw: serde_json::Value,
-    /// `plan.jsonl line N`, for errors.
-    at: String,
 }
 
-impl PlanItem {
-    /// Types the line's values by the job's schema.
-    fn type_values(&mut self, schema: &Schema) -> Result<()> {
-        self.record.values = schema
-            .fields
-            .iter()
-            .map(|f| {
-                value_from_json(f.kind, &self.raw[&f.name])
-                    .map_err(|e| anyhow!("{}: field `{}`: {e}", self.at, f.name))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(())
-    }
+/// What a plan says about itself once every line agrees.
+struct Header {
+    plan_id: String,
+    job: String,
+    window: Window,
 }
 
-fn value_from_json(kind: FieldKind, v: &serde_json::Value) -> Result<Value> {
-    if v.is_null() {
-        return Ok(Value::Null);
-    }
-    let text = || {
-        v.as_str()
-            .map(str::to_string)
-            .ok_or_else(|| anyhow!("expected text, found {v}"))
-    };
-    Ok(match kind {
-        FieldKind::Text => Value::Text(text()?),
-        FieldKind::Integer => Value::Integer(text()?.parse().context("expected a whole number")?),
-        FieldKind::Currency => Value::Currency(Currency::parse(&text()?)?),
-        FieldKind::Timestamp => Value::Timestamp(
-            text()?
-                .parse::<Timestamp>()
-                .context("expected an RFC 3339 timestamp")?,
-        ),
-        FieldKind::Money => {
-            let minor = v["minor"]
-                .as_i64()
-                .ok_or_else(|| anyhow!("money needs an integer `minor`"))?;
-            let cur = v["currency"]
-                .as_str()
-                .ok_or_else(|| anyhow!("money needs a `currency`"))?;
-            Value::Money(Money::from_minor(minor, Currency::parse(cur)?))
-        }
-    })
-}
-
-/// Reads every line of a plan; values stay untyped until the job is known.
-fn read_plan(path: &PathBuf) -> Result<Vec<PlanItem>> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read plan {}", path.display()))?;
-    let mut items = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
+/// Reads a plan once: the digest and the lines come from the same bytes.
+fn read_plan(path: &Path) -> Result<PlanFile> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read plan {}", path.display()))?;
+    let text = std::str::from_utf8(&bytes)
+        .with_context(|| format!("plan {} is not UTF-8 text", path.display()))?;
+    let mut lines = Vec::new();
+    for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let at = || format!("{} line {}", path.display(), i + 1);
-        let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("{}: not JSON", at()))?;
-        let job = v["job"]
-            .as_str()
-            .ok_or_else(|| anyhow!("{}: no `job`", at()))?
-            .to_string();
-        let key = v["external_id"]
-            .as_str()
-            .ok_or_else(|| anyhow!("{}: no `external_id`", at()))?
-            .to_string();
-        let mode = match v["action"].as_str() {
-            Some("insert") => WriteMode::Insert,
-            Some("update") => WriteMode::Upsert,
-            other => bail!("{}: action {other:?}; expected insert or update", at()),
-        };
-        let window = match (v["window"]["start"].as_str(), v["window"]["end"].as_str()) {
-            (Some(s), Some(e)) => Some(Window {
-                start: s.parse()?,
-                end: e.parse()?,
-            }),
-            _ => None,
-        };
-        items.push(PlanItem {
-            job,
-            window,
-            mode,
-            record: Record {
-                key,
-                values: Vec::new(),
-            },
-            raw: v["values"].clone(),
-            at: at(),
+        let at = format!("{} line {}", path.display(), i + 1);
+        lines.push((PlanLine::parse(line, &at)?, at));
+    }
+    Ok(PlanFile {
+        path: path.to_path_buf(),
+        sha256: file_sha256_bytes(&bytes),
+        lines,
+    })
+}
+
+/// The plan id, job and window every line shares.
+fn header(plan: &PlanFile) -> Result<Header> {
+    let Some((first, at)) = plan.lines.first() else {
+        bail!("plan {} is empty: nothing to apply", plan.path.display());
+    };
+    let window = first.window().with_context(|| at.clone())?;
+    for (line, at) in &plan.lines[1..] {
+        if line.plan_id != first.plan_id || line.job != first.job || line.window != first.window {
+            bail!(
+                "{at}: plan `{}` of job `{}` over {}..{}, unlike line 1 (plan `{}` of job `{}` over {}..{}); \
+                 a plan file holds one dry run's plan: apply the plan.jsonl that dry run wrote, unedited",
+                line.plan_id, line.job, line.window.start, line.window.end,
+                first.plan_id, first.job, first.window.start, first.window.end
+            );
+        }
+    }
+    Ok(Header {
+        plan_id: first.plan_id.clone(),
+        job: first.job.clone(),
+        window,
+    })
+}
+
+/// Every line checked against the job: actions the mode allows, keys that
+/// are usable and unique, values complete and consistent.
+fn check_items(plan: &PlanFile, run: &RunPlan) -> Result<Vec<Item>> {
+    let job = &run.job.name;
+    let mode = run.job.job.backfill.mode;
+    let schema = &run.spec.schema;
+    let mut seen: HashMap<&str, &str> = HashMap::with_capacity(plan.lines.len());
+    let mut items = Vec::with_capacity(plan.lines.len());
+    for (line, at) in &plan.lines {
+        match (mode, line.action) {
+            (BackfillMode::Off, a) => bail!(
+                "{at}: `{a}` but job `{job}` has backfill.mode = \"off\", which writes nothing; \
+                 set backfill.mode to \"insert\" (gaps) or \"upsert\" (gaps and mismatches) to apply a plan"
+            ),
+            (BackfillMode::Insert, Action::Update) => bail!(
+                "{at}: `update` of `{}` but job `{job}` has backfill.mode = \"insert\", which never changes \
+                 an existing record; set backfill.mode = \"upsert\" if updates are meant, then make the plan again",
+                line.external_id
+            ),
+            _ => {}
+        }
+        let key = line.external_id.as_str();
+        if key.is_empty() {
+            bail!("{at}: the external_id is empty; a record without a key cannot be written or found again");
+        }
+        if key.trim() != key {
+            bail!(
+                "{at}: the external_id {key:?} has leading or trailing spaces; it would never match the source's key"
+            );
+        }
+        if let Some(first) = seen.insert(key, at) {
+            bail!("{at}: `{key}` is planned a second time (first at {first}); a plan writes each record once");
+        }
+        let record = line.record(schema).with_context(|| at.clone())?;
+        items.push(Item {
+            action: line.action,
+            record,
         });
     }
     Ok(items)
 }
 
+/// Refuses a report folder that holds the plan: replacing it whole would
+/// delete the reviewed plan and the dry-run reports beside it.
+fn check_out(out: Option<&Path>, plan: &Path) -> Result<()> {
+    let Some(out) = out else {
+        return Ok(());
+    };
+    let (Ok(out_abs), Ok(plan_abs)) = (out.canonicalize(), plan.canonicalize()) else {
+        // A folder that does not exist yet cannot hold the plan.
+        return Ok(());
+    };
+    if plan_abs.starts_with(&out_abs) {
+        bail!(
+            "--out {} holds the plan {} being applied; apply replaces its report folder whole and would delete \
+             the reviewed plan and the dry-run reports; give another folder, e.g. --out {}-applied",
+            out.display(),
+            plan.display(),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// The plan must be one the store recorded, unedited, within the limits,
+/// over a window that had begun.
+fn check_against_store(
+    file: &PlanFile,
+    head: &Header,
+    saved: Option<PlanRecord>,
+    run: &RunPlan,
+    state: &StateStore,
+) -> Result<PlanRecord> {
+    let path = file.path.display();
+    let Some(saved) = saved else {
+        bail!(
+            "plan {path} (plan `{}`) is not known to the state store {}; recon applies only a plan that \
+             `recon run --dry-run` recorded there; run the dry run with this config and apply its plan.jsonl",
+            head.plan_id,
+            state.describe()
+        );
+    };
+    if saved.sha256 != file.sha256 {
+        bail!(
+            "plan {path} is not the plan dry run `{}` wrote: its SHA-256 is {}, the recorded plan's is {}; \
+             it was changed after the dry run; recon applies only a reviewed plan, unedited: run \
+             `recon run --dry-run` again and apply the plan.jsonl it writes",
+            saved.id,
+            file.sha256,
+            saved.sha256
+        );
+    }
+    if saved.job != head.job || saved.window != head.window {
+        bail!(
+            "plan {path} does not match its record in the state store (job `{}`, window {}..{}); make the plan again with `recon run --dry-run`",
+            saved.job,
+            format_timestamp(saved.window.start),
+            format_timestamp(saved.window.end)
+        );
+    }
+    let now = Timestamp::now();
+    if saved.window.start >= saved.read_at || saved.window.start > now {
+        bail!(
+            "plan {path} is over the window {}..{}, which had not begun when the dry run read the data ({}); \
+             nothing in it can be settled yet, and applying it would move `since-last-success` into the future; \
+             make a plan over a window that has begun",
+            format_timestamp(saved.window.start),
+            format_timestamp(saved.window.end),
+            format_timestamp(saved.read_at)
+        );
+    }
+    let n = file.lines.len() as u64;
+    let ratio = n as f64 / saved.source_records.max(1) as f64;
+    let why = if n > run.max_records {
+        Some(format!(
+            "{n} records exceed backfill.max_records = {} by {}",
+            run.max_records,
+            n - run.max_records
+        ))
+    } else if saved.source_records > 0 && ratio > run.max_ratio {
+        Some(format!(
+            "{n} records are {:.1}% of the window's {} source records, above backfill.max_ratio = {:.1}%",
+            ratio * 100.0,
+            saved.source_records,
+            run.max_ratio * 100.0
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        bail!(
+            "job `{}`: safety limit: plan {path} was not applied, nothing was written: {why}. \
+             Review the plan, then apply it with --max-records {n} --max-ratio {:.3} (or raise the limits in the config)",
+            head.job,
+            ratio.max(run.max_ratio)
+        );
+    }
+    Ok(saved)
+}
+
 /// The `recon apply` command.
 pub fn run(args: ApplyArgs) -> Result<Status> {
-    let mut items = read_plan(&args.plan)?;
-    let Some(first) = items.first() else {
-        bail!("plan {} is empty: nothing to apply", args.plan.display());
-    };
-    let job = first.job.clone();
-    if let Some(other) = items.iter().find(|i| i.job != job) {
+    let file = read_plan(&args.plan)?;
+    let head = header(&file)?;
+    if let Some(job) = args.job.as_deref().filter(|j| *j != head.job) {
         bail!(
-            "plan {} mixes jobs `{job}` and `{}`; apply one job's plan at a time",
+            "plan {} belongs to job `{}`, not `{job}`; apply it with --job {} or give the plan of job `{job}`",
             args.plan.display(),
-            other.job
+            head.job,
+            head.job
         );
     }
     let plan = RunPlan::from_args(&RunArgs {
         config: args.config.clone(),
-        job: Some(job.clone()),
+        job: Some(head.job.clone()),
         window: None,
         dry_run: false,
         out: args.out.clone(),
-        max_records: None,
-        max_ratio: None,
+        max_records: args.max_records,
+        max_ratio: args.max_ratio,
     })?;
-    for item in &mut items {
-        item.type_values(&plan.spec.schema)?;
-    }
+    check_out(args.out.as_deref(), &args.plan)?;
+    let items = check_items(&file, &plan)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(execute(plan, items, args.plan.clone()))
+    runtime.block_on(execute(plan, file, head, items))
 }
 
-async fn execute(plan: RunPlan, items: Vec<PlanItem>, plan_path: PathBuf) -> Result<Status> {
+async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) -> Result<Status> {
     let job = plan.job.name.clone();
-    let schema = plan.spec.schema.clone();
-    let now = Timestamp::now();
-    let window = items[0].window.unwrap_or(Window {
-        start: now,
-        end: now,
-    });
     let state = StateStore::open(plan.job.state.expose()).await?;
+    let saved = state.saved_plan(&head.plan_id).await?;
+    let saved = check_against_store(&file, &head, saved, &plan, &state)?;
     let lock = lock(&state, &job).await?;
-    let run_id = state.start_run(&job, window, false).await?;
-    let result = async {
-        let target = connect(&plan.job.job.target, &schema, plan.time_field).await.with_context(|| format!("job `{job}`: target"))?;
-        target.check_unique_key().await?;
-        // Re-check: an insert whose key has appeared since the dry run is skipped.
-        let insert_keys: Vec<String> = items.iter().filter(|i| i.mode == WriteMode::Insert).map(|i| i.record.key.clone()).collect();
-        let present: HashSet<String> = target.lookup(&schema, &insert_keys).await?.into_iter().map(|r| r.key).collect();
-        let (skipped, todo): (Vec<&PlanItem>, Vec<&PlanItem>) =
-            items.iter().partition(|i| i.mode == WriteMode::Insert && present.contains(&i.record.key));
-        let work: Vec<(Record, WriteMode)> = todo.iter().map(|i| (i.record.clone(), i.mode)).collect();
-        let batch = write_batch(&plan.job.job.target);
-        let outcomes = if work.is_empty() { Vec::new() } else { apply(&state, target.as_ref(), &schema, &run_id, &job, &work, batch).await? };
-        let dir_path = plan.out.clone().unwrap_or_else(|| plan.job.reports.join(&job).join(&run_id));
-        let mut dir = ReportDir::create(&dir_path)?;
-        let (mut done, mut failed) = (0u64, 0u64);
-        let mut rows: Vec<BackfillRow> = skipped
-            .iter()
-            .map(|i| BackfillRow {
-                key: i.record.key.clone(),
-                action: "insert".into(),
-                outcome: "skipped".into(),
-                error: "already present in the target".into(),
-            })
-            .collect();
-        for ((r, m), o) in work.iter().zip(&outcomes) {
-            match o {
-                WriteOutcome::Failed(_) => failed += 1,
-                WriteOutcome::Created | WriteOutcome::Updated => done += 1,
-                WriteOutcome::Unchanged => {}
-            }
-            rows.push(backfill_row(r, *m, o));
+    // The apply settles the window only as of the dry run's reading: a
+    // window end after that (or after now) is never recorded.
+    let recorded = Window {
+        start: saved.window.start,
+        end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
+    };
+    let run_id = match state
+        .start_run_as(&job, recorded, false, Some(lock.owner()))
+        .await
+    {
+        Ok(id) => id,
+        Err(e) => {
+            lock.release().await?;
+            bail!("{e}");
         }
-        write_backfill_csv(&mut dir, &rows)?;
-        let status = if failed > 0 { Status::Discrepancies } else { Status::Clean };
-        let summary = json!({
-            "job": job,
-            "run_id": run_id,
-            "plan": plan_path.display().to_string(),
-            "window": { "start": format_timestamp(window.start), "end": format_timestamp(window.end) },
-            "planned": items.len(),
-            "skipped": skipped.len(),
-            "backfilled": done,
-            "backfill_failed": failed,
-            "exit_status": status.code(),
-        });
-        let mut text = serde_json::to_vec_pretty(&summary)?;
-        text.push(b'\n');
-        dir.write_all("summary.json", &text)?;
-        let path = dir.commit()?;
-        println!("plan {}: {} items, {} skipped (already present), {} written, {} failed", plan_path.display(), items.len(), skipped.len(), done, failed);
-        println!("reports: {}", path.display());
-        Ok::<_, anyhow::Error>((status, summary, path))
-    }
-    .await;
+    };
+    let result = write_and_report(&plan, &state, &run_id, &file, &head, &items).await;
     let (status_text, counts, dir, error) = match &result {
         Ok((s, summary, p)) => (
             if *s == Status::Clean {
@@ -250,4 +322,103 @@ async fn execute(plan: RunPlan, items: Vec<PlanItem>, plan_path: PathBuf) -> Res
         .await?;
     lock.release().await?;
     result.map(|(s, _, _)| s)
+}
+
+async fn write_and_report(
+    plan: &RunPlan,
+    state: &StateStore,
+    run_id: &str,
+    file: &PlanFile,
+    head: &Header,
+    items: &[Item],
+) -> Result<(Status, serde_json::Value, PathBuf)> {
+    let job = &plan.job.name;
+    let schema = &plan.spec.schema;
+    // Checked before the target is touched: a destination that cannot take
+    // the reports fails here, with nothing written.
+    let dir_path = plan
+        .out
+        .clone()
+        .unwrap_or_else(|| plan.job.reports.join(job).join(run_id));
+    let mut dir = ReportDir::prepare(&dir_path)?;
+    let target = connect(&plan.job.job.target, schema, plan.time_field)
+        .await
+        .with_context(|| format!("job `{job}`: target"))?;
+    target.check_unique_key().await?;
+    // Re-check: an insert whose key has appeared since the dry run is skipped.
+    let insert_keys: Vec<String> = items
+        .iter()
+        .filter(|i| i.action == Action::Insert)
+        .map(|i| i.record.key.clone())
+        .collect();
+    let present: HashSet<String> = target
+        .lookup(schema, &insert_keys)
+        .await?
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let (skipped, todo): (Vec<&Item>, Vec<&Item>) = items
+        .iter()
+        .partition(|i| i.action == Action::Insert && present.contains(&i.record.key));
+    let work: Vec<(Record, WriteMode)> = todo
+        .iter()
+        .map(|i| (i.record.clone(), i.action.mode()))
+        .collect();
+    let batch = write_batch(&plan.job.job.target);
+    let outcomes = if work.is_empty() {
+        Vec::new()
+    } else {
+        apply(state, target.as_ref(), schema, run_id, job, &work, batch).await?
+    };
+    let (mut done, mut failed) = (0u64, 0u64);
+    let mut rows: Vec<BackfillRow> = skipped
+        .iter()
+        .map(|i| BackfillRow {
+            key: i.record.key.clone(),
+            action: Action::Insert.as_str().into(),
+            outcome: "skipped".into(),
+            error: "already present in the target".into(),
+        })
+        .collect();
+    for ((r, m), o) in work.iter().zip(&outcomes) {
+        match o {
+            WriteOutcome::Failed(_) => failed += 1,
+            WriteOutcome::Created | WriteOutcome::Updated => done += 1,
+            WriteOutcome::Unchanged => {}
+        }
+        rows.push(backfill_row(r, *m, o));
+    }
+    write_backfill_csv(&mut dir, &rows)?;
+    let status = if failed > 0 {
+        Status::Discrepancies
+    } else {
+        Status::Clean
+    };
+    let summary = json!({
+        "job": job,
+        "run_id": run_id,
+        "plan": file.path.display().to_string(),
+        "plan_id": head.plan_id,
+        "plan_sha256": file.sha256,
+        "window": { "start": format_timestamp(head.window.start), "end": format_timestamp(head.window.end) },
+        "planned": items.len(),
+        "skipped": skipped.len(),
+        "backfilled": done,
+        "backfill_failed": failed,
+        "exit_status": status.code(),
+    });
+    let mut text = serde_json::to_vec_pretty(&summary)?;
+    text.push(b'\n');
+    dir.write_all("summary.json", &text)?;
+    let path = dir.commit()?;
+    println!(
+        "plan {}: {} items, {} skipped (already present), {} written, {} failed",
+        file.path.display(),
+        items.len(),
+        skipped.len(),
+        done,
+        failed
+    );
+    println!("reports: {}", path.display());
+    Ok((status, summary, path))
 }

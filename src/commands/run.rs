@@ -21,7 +21,8 @@ use crate::diff::{
     equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Tolerance,
 };
 use crate::report::{write_diff_reports, BackfillRow, ReportDir, ResolvedRow, RunExtras, RunMeta};
-use crate::state::{Class, ItemStatus, StateError, StateStore};
+use crate::plan::{Action, PlanLine, PLAN_FILE};
+use crate::state::{Class, ItemStatus, PlanRecord, StateError, StateStore};
 use crate::window::{parse_duration, WindowSpec};
 use crate::Status;
 
@@ -544,21 +545,6 @@ async fn confirm_edges(
     Ok(dismissed)
 }
 
-fn record_json(schema: &Schema, r: &Record) -> serde_json::Value {
-    let mut values = serde_json::Map::new();
-    for (f, v) in schema.fields.iter().zip(&r.values) {
-        values.insert(
-            f.name.clone(),
-            match v {
-                Value::Null => serde_json::Value::Null,
-                Value::Money(m) => json!({ "minor": m.minor, "currency": m.currency.code(), "amount": m.to_major_string() }),
-                other => json!(other.to_string()),
-            },
-        );
-    }
-    serde_json::Value::Object(values)
-}
-
 /// The `recon run` command.
 pub fn run(args: RunArgs) -> Result<Status> {
     let plan = RunPlan::from_args(&args)?;
@@ -616,6 +602,13 @@ async fn run_locked(
 ) -> Result<(Status, serde_json::Value, PathBuf)> {
     let job = &plan.job.name;
     let schema = &plan.spec.schema;
+    // The report destination is checked (and its staging folder made)
+    // before anything is read or written.
+    let dir_path = match &plan.out {
+        Some(p) => p.clone(),
+        None => plan.job.reports.join(job).join(run_id),
+    };
+    let mut dir = ReportDir::prepare(&dir_path)?;
     let window = Window {
         start: asked.start.checked_sub(plan.lookback).map_err(|_| {
             anyhow!(
@@ -720,25 +713,9 @@ async fn run_locked(
             items.push((r, WriteMode::Upsert));
         }
     }
-    let action = |m: WriteMode| {
-        if m == WriteMode::Insert {
-            "insert"
-        } else {
-            "update"
-        }
-    };
     let plan_json: Vec<serde_json::Value> = items
         .iter()
-        .map(|(r, m)| {
-            json!({
-                "plan_id": run_id,
-                "job": job,
-                "window": { "start": format_timestamp(asked.start), "end": format_timestamp(asked.end) },
-                "action": action(*m),
-                "external_id": r.key,
-                "values": record_json(schema, r),
-            })
-        })
+        .map(|(r, m)| PlanLine::new(run_id, job, asked, Action::from(*m), schema, r).to_json())
         .collect();
 
     let mut extras = RunExtras {
@@ -834,11 +811,6 @@ async fn run_locked(
     } else {
         Status::Discrepancies
     };
-    let dir_path = match &plan.out {
-        Some(p) => p.clone(),
-        None => plan.job.reports.join(job).join(run_id),
-    };
-    let mut dir = ReportDir::create(&dir_path)?;
     let meta = RunMeta {
         job: job.clone(),
         source: source.describe(),
@@ -850,6 +822,21 @@ async fn run_locked(
         total_ms: started.elapsed().as_millis(),
     };
     write_diff_reports(&mut dir, schema, &outcome, &meta, &extras, status.code())?;
+    if let Some(lines) = extras.plan.as_ref().filter(|p| !p.is_empty()) {
+        // What `recon apply --plan` will accept: this file, unedited.
+        state
+            .save_plan(&PlanRecord {
+                id: run_id.to_string(),
+                job: job.clone(),
+                window: asked,
+                sha256: crate::plan::file_sha256(&dir.staged(PLAN_FILE))?,
+                items: lines.len() as u64,
+                source_records: outcome.source_records,
+                read_at: now,
+                created_at: Timestamp::now(),
+            })
+            .await?;
+    }
     let path = dir.commit()?;
     let mut counts = crate::report::counts(&outcome);
     counts.insert("pending".into(), json!(extras.pending.len()));

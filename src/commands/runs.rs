@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use crate::cli::RunsArgs;
 use crate::config;
-use crate::state::StateStore;
+use crate::state::{RunRow, StateStore};
 use crate::Status;
 
 /// The `recon runs` command.
@@ -33,7 +33,9 @@ pub fn run(args: RunsArgs) -> Result<Status> {
         .build()?;
     let rows = runtime.block_on(async {
         let state = StateStore::open(&state_url).await?;
-        state.recent_runs(only.as_deref(), args.limit).await
+        let mut rows = state.recent_runs(only.as_deref(), args.limit).await?;
+        settle_dead_runs(&state, &mut rows).await?;
+        Ok::<_, anyhow::Error>(rows)
     })?;
     println!(
         "{:<40} {:<16} {:<13} {:<7} {:<41} {:>6} {:>8} {:>10}",
@@ -61,4 +63,36 @@ pub fn run(args: RunsArgs) -> Result<Status> {
         );
     }
     Ok(Status::Clean)
+}
+
+/// Shows as `crashed` each `running` run whose lock holder is provably gone
+/// (killed with `kill -9`, say), instead of `running` until the next run of
+/// its job starts and records it so. The store is not changed: the next
+/// run still records the crash and supersedes the run's unwritten items.
+///
+/// A run still `running` after its holder was seen gone cannot be in
+/// progress: a live run holds the lock from before it is recorded until
+/// after it finishes. The status is read again after the lock check, so a
+/// run that finished in between is shown as it finished.
+async fn settle_dead_runs(state: &StateStore, rows: &mut [RunRow]) -> Result<()> {
+    let mut gone: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    for r in rows.iter_mut().filter(|r| r.status == "running") {
+        let holder_gone = match gone.get(&r.job) {
+            Some(g) => *g,
+            None => {
+                let g = state.lock_holder_gone(&r.job).await?;
+                gone.insert(r.job.clone(), g);
+                g
+            }
+        };
+        if !holder_gone {
+            continue;
+        }
+        match state.run_status(&r.id).await?.as_deref() {
+            Some("running") => r.status = "crashed".into(),
+            Some(now) => r.status = now.to_string(),
+            None => {}
+        }
+    }
+    Ok(())
 }

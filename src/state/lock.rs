@@ -78,7 +78,7 @@ fn new_owner() -> String {
 
 /// Whether `owner` (`host:pid:random`) names a process on this machine
 /// that no longer exists. Only decidable where `/proc` exists.
-fn holder_is_dead(owner: &str) -> bool {
+pub(super) fn holder_is_dead(owner: &str) -> bool {
     let mine = new_owner();
     let host = |o: &str| o.split(':').next().unwrap_or_default().to_string();
     let pid = owner.split(':').nth(1).and_then(|p| p.parse::<u32>().ok());

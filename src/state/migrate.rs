@@ -121,6 +121,35 @@ pub(crate) const STEPS: &[Step] = &[Step {
             heartbeat_at TEXT NOT NULL
         )",
     ],
+}, Step {
+    version: 2,
+    name: "reviewed backfill plans (recon run --dry-run) with their digests",
+    sqlite: &[
+        "CREATE TABLE recon_plans (
+            id TEXT NOT NULL PRIMARY KEY,
+            job TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            window_end TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            items INTEGER NOT NULL,
+            source_records INTEGER NOT NULL,
+            read_at TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )",
+    ],
+    postgres: &[
+        "CREATE TABLE recon_plans (
+            id TEXT NOT NULL PRIMARY KEY,
+            job TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            window_end TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            items BIGINT NOT NULL,
+            source_records BIGINT NOT NULL,
+            read_at TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )",
+    ],
 }];
 
 /// The schema version this build writes.

@@ -19,6 +19,11 @@
 //!   reports can say "new", "open since …" and "resolved".
 //! - **Run lock** (`recon_locks`, plus a PostgreSQL advisory lock): at most
 //!   one live run per job, whatever the scheduler does. See [`RunLock`].
+//!   [`StateStore::lock_holder_gone`] tells `recon runs` that a run still
+//!   `running` was killed.
+//! - **Reviewed plans** (`recon_plans`): each plan.jsonl a dry run wrote,
+//!   with its SHA-256, window and size, so that `recon apply --plan`
+//!   applies only a plan recon made, unedited ([`PlanRecord`]).
 //!
 //! Every instant is stored as fixed-width RFC 3339 UTC text with nanoseconds
 //! (`2026-11-28T00:00:00.000000000Z`): exact, readable in any SQL client, and
@@ -27,6 +32,8 @@
 
 mod lock;
 mod migrate;
+#[cfg(test)]
+mod plans_tests;
 #[cfg(test)]
 mod tests;
 
@@ -1026,4 +1033,147 @@ where
     T: 'q + sqlx::Encode<'q, Any> + sqlx::Type<Any>,
 {
     let _ = args.add(value);
+}
+
+/// A reviewed backfill plan as the store knows it: what `recon run
+/// --dry-run` wrote, so that `recon apply --plan` can prove the file it is
+/// given is that plan, unedited (table `recon_plans`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanRecord {
+    /// The plan id: the id of the run that made it.
+    pub id: String,
+    /// The job.
+    pub job: String,
+    /// The window the plan was made over.
+    pub window: Window,
+    /// SHA-256 of the plan.jsonl file, lower-case hex.
+    pub sha256: String,
+    /// Lines in the plan.
+    pub items: u64,
+    /// Source records in the window when the plan was made (for `max_ratio`).
+    pub source_records: u64,
+    /// When the run that made the plan started reading.
+    pub read_at: Timestamp,
+    /// When the plan was recorded.
+    pub created_at: Timestamp,
+}
+
+impl StateStore {
+    /// Records a plan written to a plan.jsonl file. Recording the same plan
+    /// id twice is refused: a plan is made once, by one run.
+    pub async fn save_plan(&self, plan: &PlanRecord) -> Result<(), StateError> {
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        sqlx::query(
+            "INSERT INTO recon_plans (id, job, window_start, window_end, sha256, items, \
+             source_records, read_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(plan.id.clone())
+        .bind(plan.job.clone())
+        .bind(ts_text(plan.window.start))
+        .bind(ts_text(plan.window.end))
+        .bind(plan.sha256.clone())
+        .bind(count(plan.items))
+        .bind(count(plan.source_records))
+        .bind(ts_text(plan.read_at))
+        .bind(ts_text(plan.created_at))
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("recording a reviewed backfill plan"))?;
+        Ok(())
+    }
+
+    /// The plan recorded under `id`, if any.
+    pub async fn saved_plan(&self, id: &str) -> Result<Option<PlanRecord>, StateError> {
+        let context = "reading a reviewed backfill plan";
+        let row = sqlx::query(
+            "SELECT id, job, window_start, window_end, sha256, items, source_records, read_at, \
+             created_at FROM recon_plans WHERE id = $1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let text =
+            |i: usize| -> Result<String, StateError> { r.try_get(i).map_err(self.db(context)) };
+        let count = |i: usize| -> Result<u64, StateError> {
+            let n: i64 = r.try_get(i).map_err(self.db(context))?;
+            u64::try_from(n).map_err(|_| self.corrupt(context, format!("negative count {n}")))
+        };
+        Ok(Some(PlanRecord {
+            id: text(0)?,
+            job: text(1)?,
+            window: Window {
+                start: self.parse_ts(context, &text(2)?)?,
+                end: self.parse_ts(context, &text(3)?)?,
+            },
+            sha256: text(4)?,
+            items: count(5)?,
+            source_records: count(6)?,
+            read_at: self.parse_ts(context, &text(7)?)?,
+            created_at: self.parse_ts(context, &text(8)?)?,
+        }))
+    }
+
+    /// Whether the holder of `job`'s run lock is provably gone, so that a
+    /// run of the job still `running` died (killed, machine lost) rather
+    /// than being in progress. On SQLite: the lock row names a process on
+    /// this machine that no longer exists. On PostgreSQL: nobody holds the
+    /// job's advisory lock (it dies with its session). Anything else, such
+    /// as a holder on another machine, is not proof: `false`.
+    pub async fn lock_holder_gone(&self, job: &str) -> Result<bool, StateError> {
+        let context = "checking the run lock's holder";
+        match self.backend {
+            Backend::Sqlite => {
+                let row = sqlx::query("SELECT owner FROM recon_locks WHERE job = $1")
+                    .bind(job.to_string())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(self.db(context))?;
+                match row {
+                    Some(r) => {
+                        let owner: String = r.try_get(0).map_err(self.db(context))?;
+                        Ok(lock::holder_is_dead(&owner))
+                    }
+                    // No row: released between the listing and now, or
+                    // never taken; not proof either way.
+                    None => Ok(false),
+                }
+            }
+            Backend::Postgres => {
+                // A bigint advisory key shows in pg_locks as its high half
+                // (classid) and low half (objid), objsubid 1:
+                // https://www.postgresql.org/docs/current/view-pg-locks.html
+                let key = stable_hash(&format!("recon:run-lock:{job}")) as u64;
+                let held: i64 = sqlx::query(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                     AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1",
+                )
+                .bind((key >> 32) as i64)
+                .bind((key & 0xffff_ffff) as i64)
+                .fetch_one(&self.pool)
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(self.db(context))?;
+                Ok(held == 0)
+            }
+        }
+    }
+
+    /// The stored status of one run, if the run exists.
+    pub async fn run_status(&self, run_id: &str) -> Result<Option<String>, StateError> {
+        let context = "reading a run's status";
+        let row = sqlx::query("SELECT status FROM recon_runs WHERE id = $1")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.db(context))?;
+        match row {
+            None => Ok(None),
+            Some(r) => Ok(Some(r.try_get(0).map_err(self.db(context))?)),
+        }
+    }
 }
