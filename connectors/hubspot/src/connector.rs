@@ -196,6 +196,9 @@ impl HubSpotObjects {
         let text = |p: &str| -> Option<String> {
             match props.get(p) {
                 Some(Json::String(s)) if !s.is_empty() => Some(s.clone()),
+                // HubSpot sends property values as strings; a number is
+                // taken by its text as received (serde_json's
+                // `arbitrary_precision`), never through a float.
                 Some(Json::Number(n)) => Some(n.to_string()),
                 Some(Json::Bool(b)) => Some(b.to_string()),
                 _ => None,
@@ -232,6 +235,9 @@ impl HubSpotObjects {
                         let code = text(&cp)
                             .ok_or_else(|| bad(&cp, "is empty; amounts need a currency".into()))?;
                         let c = Currency::parse(&code).map_err(|e| bad(&cp, e.to_string()))?;
+                        // HubSpot's `amount` is a decimal string in major
+                        // units, so ISO 4217's exponent applies (no provider
+                        // table of minor units, unlike Stripe's integers).
                         Value::Money(
                             match self.cfg.amount_format {
                                 AmountFormat::Major => Money::parse_major(&t, c),

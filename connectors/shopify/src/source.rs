@@ -381,6 +381,10 @@ impl ShopifySource {
         let mut values = Vec::with_capacity(self.fields.len());
         for (&i, f) in self.fields.iter().zip(&self.schema.fields) {
             let v = match (FIELDS[i], f.kind) {
+                // A `Decimal` string in major units ("29.99"), so ISO 4217's
+                // exponent applies: unlike Stripe's integer amounts there is
+                // no provider table of minor units (no MinorUnits) to apply,
+                // and a digit finer than the currency allows is an error.
                 ("amount", FieldKind::Money) => match (money["amount"].as_str(), currency) {
                     (Some(a), Some(c)) => Value::Money(
                         Money::parse_major(a, c)
