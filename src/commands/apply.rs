@@ -32,7 +32,7 @@ use recon_core::{format_timestamp, Record, Window, WriteMode, WriteOutcome};
 use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
-use crate::commands::run::{apply, backfill_row, connect, lock, write_batch, RunPlan};
+use crate::commands::run::{apply, backfill_row, connect, lock, write_batch, Ledger, RunPlan};
 use crate::config::BackfillMode;
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillRow, ReportDir};
@@ -235,11 +235,22 @@ fn check_against_store(
         None
     };
     if let Some(why) = why {
+        // Rounded up to 3 decimals, as `recon run` suggests, so that the
+        // suggested apply passes.
+        let source = u128::from(saved.source_records).max(1);
+        let milli = (u128::from(n) * 1000).div_ceil(source).min(1000);
+        let needed = format!("{}.{:03}", milli / 1000, milli % 1000);
+        let suggested_ratio = if run.max_ratio >= needed.parse::<f64>().unwrap_or(1.0) {
+            run.max_ratio.to_string()
+        } else {
+            needed
+        };
         bail!(
             "job `{}`: safety limit: plan {path} was not applied, nothing was written: {why}. \
-             Review the plan, then apply it with --max-records {n} --max-ratio {:.3} (or raise the limits in the config)",
+             Review the plan, then apply it with --max-records {} --max-ratio {suggested_ratio} \
+             (or raise the limits in the config)",
             head.job,
-            ratio.max(run.max_ratio)
+            n.max(run.max_records)
         );
     }
     Ok(saved)
@@ -297,7 +308,13 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
             bail!("{e}");
         }
     };
-    let result = write_and_report(&plan, &state, &run_id, &file, &head, &items).await;
+    let ledger = Ledger {
+        state: &state,
+        lock: &lock,
+        plan_id: &run_id,
+        job: &job,
+    };
+    let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
     let (status_text, counts, dir, error) = match &result {
         Ok((s, summary, p)) => (
             if *s == Status::Clean {
@@ -326,12 +343,12 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
 
 async fn write_and_report(
     plan: &RunPlan,
-    state: &StateStore,
-    run_id: &str,
+    ledger: &Ledger<'_>,
     file: &PlanFile,
     head: &Header,
     items: &[Item],
 ) -> Result<(Status, serde_json::Value, PathBuf)> {
+    let run_id = ledger.plan_id;
     let job = &plan.job.name;
     let schema = &plan.spec.schema;
     // Checked before the target is touched: a destination that cannot take
@@ -368,7 +385,7 @@ async fn write_and_report(
     let outcomes = if work.is_empty() {
         Vec::new()
     } else {
-        apply(state, target.as_ref(), schema, run_id, job, &work, batch).await?
+        apply(ledger, target.as_ref(), schema, &work, batch).await?
     };
     let (mut done, mut failed) = (0u64, 0u64);
     let mut rows: Vec<BackfillRow> = skipped

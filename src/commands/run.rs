@@ -20,9 +20,9 @@ use crate::config::{self, BackfillMode, EndpointConfig, ResolvedJob, ToleranceSe
 use crate::diff::{
     equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Tolerance,
 };
-use crate::report::{write_diff_reports, BackfillRow, ReportDir, ResolvedRow, RunExtras, RunMeta};
 use crate::plan::{Action, PlanLine, PLAN_FILE};
-use crate::state::{Class, ItemStatus, PlanRecord, StateError, StateStore};
+use crate::report::{write_diff_reports, BackfillRow, ReportDir, ResolvedRow, RunExtras, RunMeta};
+use crate::state::{Class, ItemStatus, PlanRecord, RunLock, StateError, StateStore};
 use crate::window::{parse_duration, WindowSpec};
 use crate::Status;
 
@@ -235,6 +235,8 @@ pub(crate) async fn connect(
             amount_format,
             max_connections,
             write_batch,
+            currency_case,
+            timestamp_format,
         } => {
             let mut cfg = recon_sql::SqlTableConfig::new(
                 url.clone(),
@@ -256,6 +258,20 @@ pub(crate) async fn connect(
             if let Some(n) = write_batch {
                 cfg.write_batch = *n;
             }
+            cfg.currency_case = match currency_case.as_deref() {
+                None => None,
+                Some("upper") => Some(recon_sql::CurrencyCase::Upper),
+                Some("lower") => Some(recon_sql::CurrencyCase::Lower),
+                Some(other) => {
+                    bail!("SQL currency_case = \"{other}\": expected \"upper\" or \"lower\"")
+                }
+            };
+            cfg.timestamp_format = match timestamp_format.as_deref() {
+                None => None,
+                Some(name) => Some(recon_sql::TimestampText::parse_setting(name).ok_or_else(
+                    || anyhow!("SQL timestamp_format = \"{name}\": expected \"rfc3339\", \"rfc3339_offset\", \"sql\" or \"unix\""),
+                )?),
+            };
             Box::new(recon_sql::SqlTable::connect(cfg, schema).await?)
         }
         EndpointConfig::Shopify {
@@ -567,8 +583,23 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
         .window
         .resolve(now, &plan.tz, last)
         .map_err(|e| anyhow!("job `{job}`: {e}"))?;
-    let run_id = state.start_run(&job, asked, plan.dry_run).await?;
-    let result = run_locked(&plan, &state, &run_id, asked, now, started).await;
+    let run_id = match state
+        .start_run_as(&job, asked, plan.dry_run, Some(lock.owner()))
+        .await
+    {
+        Ok(id) => id,
+        Err(e) => {
+            lock.release().await?;
+            bail!("{e}");
+        }
+    };
+    let ledger = Ledger {
+        state: &state,
+        lock: &lock,
+        plan_id: &run_id,
+        job: &job,
+    };
+    let result = run_locked(&plan, &ledger, asked, now, started).await;
     let (status, counts, dir, error) = match &result {
         Ok((status, counts, dir)) => (
             match status {
@@ -594,12 +625,12 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
 
 async fn run_locked(
     plan: &RunPlan,
-    state: &StateStore,
-    run_id: &str,
+    ledger: &Ledger<'_>,
     asked: Window,
     now: Timestamp,
     started: Instant,
 ) -> Result<(Status, serde_json::Value, PathBuf)> {
+    let (state, run_id) = (ledger.state, ledger.plan_id);
     let job = &plan.job.name;
     let schema = &plan.spec.schema;
     // The report destination is checked (and its staging folder made)
@@ -771,7 +802,7 @@ async fn run_locked(
         trouble = Some(msg);
     } else {
         let batch = write_batch(&plan.job.job.target);
-        let outcomes = apply(state, target.as_ref(), schema, run_id, job, &items, batch).await?;
+        let outcomes = apply(ledger, target.as_ref(), schema, &items, batch).await?;
         let mut rows = Vec::with_capacity(items.len());
         for ((r, m), o) in items.iter().zip(&outcomes) {
             match o {
@@ -887,33 +918,87 @@ pub(crate) fn backfill_row(r: &Record, mode: WriteMode, o: &WriteOutcome) -> Bac
     }
 }
 
+/// Where a backfill records what it does: the state store, the plan's id
+/// and job, and the run lock that must still be held before each write.
+pub(crate) struct Ledger<'a> {
+    /// The state store.
+    pub state: &'a StateStore,
+    /// The run lock, verified before every write batch.
+    pub lock: &'a RunLock,
+    /// The plan (run) id the items are recorded under.
+    pub plan_id: &'a str,
+    /// The job.
+    pub job: &'a str,
+}
+
+/// Items whose outcome a lost connection left unknown are settled first:
+/// each is looked up by key in the target; present means applied, absent
+/// means it was never committed.
+async fn settle_unknown(ledger: &Ledger<'_>, target: &dyn Target, schema: &Schema) -> Result<()> {
+    let unknown = ledger.state.unknown_items(ledger.job).await?;
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<String> = unknown.iter().map(|(_, k)| k.clone()).collect();
+    let present: HashSet<String> = target
+        .lookup(schema, &keys)
+        .await
+        .with_context(|| {
+            format!(
+                "job `{}`: settling {} backfill items of unknown outcome by key lookup in the target",
+                ledger.job,
+                keys.len()
+            )
+        })?
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let mut by_plan: HashMap<&str, Vec<(String, ItemStatus, Option<String>)>> = HashMap::new();
+    for (plan, key) in &unknown {
+        let mark = if present.contains(key) {
+            (key.clone(), ItemStatus::Applied, None)
+        } else {
+            (
+                key.clone(),
+                ItemStatus::Failed,
+                Some("not committed: the connection was lost while it was in flight".to_string()),
+            )
+        };
+        by_plan.entry(plan.as_str()).or_default().push(mark);
+    }
+    for (plan, marks) in &by_plan {
+        ledger.state.mark_items(plan, marks).await?;
+    }
+    tracing::info!(
+        message = "Settled backfill items of unknown outcome by key lookup.",
+        job = ledger.job,
+        items = unknown.len(),
+        present = present.len(),
+    );
+    Ok(())
+}
+
 /// Writes the plan's items in batches, recording each in the ledger first
 /// (planned) and after (applied or failed). A crash between the write and
 /// the record is harmless: the write is an upsert by key, so the next run
-/// finds the record present and plans nothing for it.
+/// finds the record present and plans nothing for it. Before each batch
+/// the run lock is verified: a lost lock stops the writes at once. A lost
+/// connection records the batch in flight as `unknown` and ends the run;
+/// the next run settles those items by key lookup.
 pub(crate) async fn apply(
-    state: &StateStore,
+    ledger: &Ledger<'_>,
     target: &dyn Target,
     schema: &Schema,
-    plan_id: &str,
-    job: &str,
     items: &[(Record, WriteMode)],
     batch: usize,
 ) -> Result<Vec<WriteOutcome>> {
-    let ledger: Vec<(String, &str)> = items
+    let (state, plan_id, job) = (ledger.state, ledger.plan_id, ledger.job);
+    settle_unknown(ledger, target, schema).await?;
+    let planned: Vec<(String, &str)> = items
         .iter()
-        .map(|(r, m)| {
-            (
-                r.key.clone(),
-                if *m == WriteMode::Insert {
-                    "insert"
-                } else {
-                    "update"
-                },
-            )
-        })
+        .map(|(r, m)| (r.key.clone(), Action::from(*m).as_str()))
         .collect();
-    state.record_plan(plan_id, job, &ledger).await?;
+    state.record_plan(plan_id, job, &planned).await?;
     let abort_after: Option<usize> = std::env::var(FAULT_ABORT_AFTER)
         .ok()
         .and_then(|v| v.parse().ok());
@@ -930,7 +1015,27 @@ pub(crate) async fn apply(
             if records.is_empty() {
                 continue;
             }
-            let result = target.write(schema, &records, mode).await?;
+            if !ledger.lock.verify().await? {
+                bail!(
+                    "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
+                    items.len()
+                );
+            }
+            let result = match target.write(schema, &records, mode).await {
+                Ok(r) => r,
+                Err(recon_core::ConnectorError::ConnectionLost(m)) => {
+                    let marks: Vec<(String, ItemStatus, Option<String>)> = records
+                        .iter()
+                        .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(m.clone())))
+                        .collect();
+                    state.mark_items(plan_id, &marks).await?;
+                    bail!(
+                        "job `{job}`: {m}. {written} items were written before; the {} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again",
+                        records.len()
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            };
             written += records.len();
             if abort_after.is_some_and(|n| written >= n) {
                 // Test-only fault hook: die like a SIGKILL, mid-backfill.

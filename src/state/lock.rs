@@ -39,6 +39,8 @@ pub struct RunLock {
     display: String,
     /// PostgreSQL: the advisory lock key.
     advisory_key: Option<i64>,
+    /// PostgreSQL: the backend PID of the session holding the lock.
+    backend_pid: Option<i32>,
     stop: Option<oneshot::Sender<()>>,
     /// The heartbeat; it hands back the PostgreSQL lock connection.
     task: Option<JoinHandle<Option<AnyConnection>>>,
@@ -85,6 +87,20 @@ pub(super) fn holder_is_dead(owner: &str) -> bool {
     match pid {
         Some(pid) if host(owner) == host(&mine) && std::path::Path::new("/proc/self").exists() => {
             !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        }
+        _ => false,
+    }
+}
+
+/// Whether `owner` (`host:pid:random`) names a process on this machine
+/// that still exists (and is not this process's own previous lock).
+pub(super) fn holder_is_alive_here(owner: &str) -> bool {
+    let mine = new_owner();
+    let host = |o: &str| o.split(':').next().unwrap_or_default().to_string();
+    let pid = owner.split(':').nth(1).and_then(|p| p.parse::<u32>().ok());
+    match pid {
+        Some(pid) if host(owner) == host(&mine) && std::path::Path::new("/proc/self").exists() => {
+            pid != std::process::id() && std::path::Path::new(&format!("/proc/{pid}")).exists()
         }
         _ => false,
     }
@@ -269,6 +285,11 @@ async fn acquire_postgres(
                 .into(),
         });
     }
+    let backend_pid: i32 = sqlx::query("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(store.db(context))?;
     let now = Timestamp::now();
     let previous = lock_row(store, job).await?;
     sqlx::query(
@@ -291,15 +312,9 @@ async fn acquire_postgres(
             last_heartbeat = %heartbeat,
         );
     }
-    Ok(RunLock::start(
-        store,
-        job,
-        owner,
-        now,
-        Some(key),
-        Some(conn),
-        every,
-    ))
+    let mut lock = RunLock::start(store, job, owner, now, Some(key), Some(conn), every);
+    lock.backend_pid = Some(backend_pid);
+    Ok(lock)
 }
 
 /// Refreshes `heartbeat_at` every `every` until told to stop; returns the
@@ -386,6 +401,7 @@ impl RunLock {
             pool: store.pool.clone(),
             display: store.display.clone(),
             advisory_key,
+            backend_pid: None,
             stop: Some(stop_tx),
             task: Some(task),
         }
@@ -413,6 +429,54 @@ impl RunLock {
         self.held.load(Ordering::SeqCst)
     }
 
+    /// Asks the database, now, whether this run still holds its lock
+    /// (PostgreSQL: the lock session still holds the advisory lock; SQLite:
+    /// the lock row still names this owner). A lost lock is remembered:
+    /// [`RunLock::is_held`] turns false. Called before every write batch.
+    pub async fn verify(&self) -> Result<bool, StateError> {
+        if !self.is_held() {
+            return Ok(false);
+        }
+        let context = "checking the run lock";
+        let db = |source| StateError::Database {
+            url: self.display.clone(),
+            context: context.to_string(),
+            source,
+        };
+        let held = match (self.advisory_key, self.backend_pid) {
+            (Some(key), Some(pid)) => {
+                let n: i64 = sqlx::query(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                     AND pid = $1 AND objid = CAST(($2 & 4294967295) AS oid) \
+                     AND classid = CAST((($2 >> 32) & 4294967295) AS oid)",
+                )
+                .bind(pid)
+                .bind(key)
+                .fetch_one(&self.pool)
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(db)?;
+                n > 0
+            }
+            _ => {
+                let owner: Option<String> =
+                    sqlx::query("SELECT owner FROM recon_locks WHERE job = $1")
+                        .bind(self.job.clone())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(db)?
+                        .map(|r| r.try_get(0))
+                        .transpose()
+                        .map_err(db)?;
+                owner.as_deref() == Some(self.owner.as_str())
+            }
+        };
+        if !held {
+            self.held.store(false, Ordering::SeqCst);
+        }
+        Ok(held)
+    }
+
     /// Stops the heartbeat and releases the lock (deleting the row only if
     /// it is still ours).
     pub async fn release(mut self) -> Result<(), StateError> {
@@ -424,6 +488,19 @@ impl RunLock {
         };
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if !self.is_held() {
+            // Lost already (session ended, or taken over): there is nothing
+            // of ours to unlock; remove the row only if it still names us.
+            if let Some(task) = self.task.take() {
+                task.abort();
+            }
+            let _ = sqlx::query("DELETE FROM recon_locks WHERE job = $1 AND owner = $2")
+                .bind(self.job.clone())
+                .bind(self.owner.clone())
+                .execute(&self.pool)
+                .await;
+            return Ok(());
         }
         let conn = match self.task.take() {
             Some(task) => task.await.ok().flatten(),

@@ -150,6 +150,34 @@ pub(crate) const STEPS: &[Step] = &[Step {
             created_at TEXT NOT NULL
         )",
     ],
+}, Step {
+    version: 3,
+    name: "unknown backfill outcomes (connection lost mid-write); run owners",
+    sqlite: &[
+        "CREATE TABLE recon_backfill_items_v3 (
+            plan_id TEXT NOT NULL,
+            job TEXT NOT NULL,
+            external_id TEXT NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
+            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded', 'unknown')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (plan_id, external_id)
+        )",
+        "INSERT INTO recon_backfill_items_v3 (plan_id, job, external_id, action, status, attempts, last_error, updated_at) \
+         SELECT plan_id, job, external_id, action, status, attempts, last_error, updated_at FROM recon_backfill_items",
+        "DROP TABLE recon_backfill_items",
+        "ALTER TABLE recon_backfill_items_v3 RENAME TO recon_backfill_items",
+        "CREATE INDEX recon_backfill_items_job_status ON recon_backfill_items (job, status)",
+        "ALTER TABLE recon_runs ADD COLUMN owner TEXT",
+    ],
+    postgres: &[
+        "ALTER TABLE recon_backfill_items DROP CONSTRAINT recon_backfill_items_status_check",
+        "ALTER TABLE recon_backfill_items ADD CONSTRAINT recon_backfill_items_status_check \
+         CHECK (status IN ('planned', 'applied', 'failed', 'superseded', 'unknown'))",
+        "ALTER TABLE recon_runs ADD COLUMN owner TEXT",
+    ],
 }];
 
 /// The schema version this build writes.

@@ -171,6 +171,9 @@ pub enum ItemStatus {
     Failed,
     /// Its plan belonged to a run that crashed; a later run plans afresh.
     Superseded,
+    /// The connection was lost while it was in flight: it may or may not
+    /// be in the target. The next run settles it by key lookup.
+    Unknown,
 }
 
 impl ItemStatus {
@@ -181,6 +184,7 @@ impl ItemStatus {
             ItemStatus::Applied => "applied",
             ItemStatus::Failed => "failed",
             ItemStatus::Superseded => "superseded",
+            ItemStatus::Unknown => "unknown",
         }
     }
 }
@@ -200,8 +204,9 @@ impl FromStr for ItemStatus {
             "applied" => Ok(ItemStatus::Applied),
             "failed" => Ok(ItemStatus::Failed),
             "superseded" => Ok(ItemStatus::Superseded),
+            "unknown" => Ok(ItemStatus::Unknown),
             _ => Err(StateError::Invalid(format!(
-                "unknown backfill item status `{s}`; expected planned, applied, failed or superseded"
+                "unknown backfill item status `{s}`; expected planned, applied, failed, superseded or unknown"
             ))),
         }
     }
@@ -562,8 +567,48 @@ impl StateStore {
         window: Window,
         dry_run: bool,
     ) -> Result<String, StateError> {
+        self.start_run_as(job, window, dry_run, None).await
+    }
+
+    /// [`StateStore::start_run`] for the holder of the run lock `owner`
+    /// (`host:pid:random`), recorded with the run. An earlier `running` run
+    /// is marked `crashed` only when its holder is provably gone: its
+    /// process no longer exists on this host, or it ran elsewhere (the run
+    /// lock, which the caller now holds, is the proof there). A run whose
+    /// process is still alive on this host (it lost its lock and stops
+    /// before its next write) makes this one refuse to start.
+    pub async fn start_run_as(
+        &self,
+        job: &str,
+        window: Window,
+        dry_run: bool,
+        owner: Option<&str>,
+    ) -> Result<String, StateError> {
         if job.is_empty() {
             return Err(StateError::Invalid("a run needs a job name".into()));
+        }
+        let context = "reading the runs still marked running";
+        let running = sqlx::query(
+            "SELECT id, owner, started_at FROM recon_runs WHERE job = $1 AND status = 'running'",
+        )
+        .bind(job.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        for row in &running {
+            let id: String = row.try_get(0).map_err(self.db(context))?;
+            let holder: Option<String> = row.try_get(1).map_err(self.db(context))?;
+            let since: String = row.try_get(2).map_err(self.db(context))?;
+            if let Some(holder) = holder.filter(|h| lock::holder_is_alive_here(h)) {
+                return Err(StateError::Locked {
+                    job: job.to_string(),
+                    owner: holder,
+                    since,
+                    hint: format!(
+                        "run {id} lost its run lock but its process is still alive; it stops before its next write. Run again once it has ended"
+                    ),
+                });
+            }
         }
         let now = Timestamp::now();
         let id = format!(
@@ -598,8 +643,8 @@ impl StateStore {
         .map_err(self.db(context))?;
         sqlx::query(
             "INSERT INTO recon_runs (id, job, window_start, window_end, started_at, finished_at, \
-             status, dry_run, counts, report_dir, error) \
-             VALUES ($1, $2, $3, $4, $5, NULL, 'running', $6, NULL, NULL, NULL)",
+             status, dry_run, counts, report_dir, error, owner) \
+             VALUES ($1, $2, $3, $4, $5, NULL, 'running', $6, NULL, NULL, NULL, $7)",
         )
         .bind(id.clone())
         .bind(job.to_string())
@@ -607,6 +652,7 @@ impl StateStore {
         .bind(ts_text(window.end))
         .bind(now_s)
         .bind(i64::from(dry_run))
+        .bind(owner.map(str::to_string))
         .execute(&mut *tx)
         .await
         .map_err(self.db(context))?;
@@ -816,6 +862,28 @@ impl StateStore {
             );
         }
         Ok(())
+    }
+
+    /// Items of the job whose write outcome is unknown (the connection was
+    /// lost while they were in flight): `(plan_id, external_id)`.
+    pub async fn unknown_items(&self, job: &str) -> Result<Vec<(String, String)>, StateError> {
+        let context = "reading backfill items of unknown outcome";
+        let rows = sqlx::query(
+            "SELECT plan_id, external_id FROM recon_backfill_items \
+             WHERE job = $1 AND status = 'unknown' ORDER BY plan_id, external_id",
+        )
+        .bind(job.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(self.db(context))?,
+                    r.try_get(1).map_err(self.db(context))?,
+                ))
+            })
+            .collect()
     }
 
     /// Every item of a plan, by external ID.

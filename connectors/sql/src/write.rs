@@ -782,10 +782,12 @@ impl SqlTable {
         let count = |row: sqlx::any::AnyRow| row.try_get::<i64, _>(0).map_err(db);
         let unique = match self.dialect {
             Dialect::Postgres => {
-                let sql = "SELECT COUNT(*) FILTER (WHERE i.indimmediate), COUNT(*) \
+                let sql = "SELECT COUNT(*) FILTER (WHERE i.indimmediate), \
+                     CAST(MIN(con.conname) FILTER (WHERE NOT i.indimmediate) AS TEXT) \
                      FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
                      JOIN pg_namespace n ON n.oid = c.relnamespace \
                      JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] \
+                     LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid \
                      WHERE i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL AND c.relname = $1 \
                      AND n.nspname = COALESCE($2, current_schema()) AND a.attname = $3";
                 let row = sqlx::query(sql)
@@ -796,14 +798,18 @@ impl SqlTable {
                     .await
                     .map_err(db)?;
                 let immediate: i64 = row.try_get(0).map_err(db)?;
-                let any: i64 = row.try_get(1).map_err(db)?;
-                if immediate == 0 && any > 0 {
+                let deferrable: Option<String> = row.try_get(1).map_err(db)?;
+                // ON CONFLICT takes every unique index on the key as an
+                // arbiter and refuses if any is deferrable.
+                if let Some(name) = deferrable {
+                    let q = |s: &str| self.dialect.quote(s);
                     return Err(ConnectorError::NotIdempotent(format!(
-                        "target {}: the unique constraint on `{key}` is DEFERRABLE, and PostgreSQL cannot use a deferrable constraint for ON CONFLICT, so every write would fail. Add a non-deferrable unique index beside it:\n  CREATE UNIQUE INDEX {} ON {} ({});",
+                        "target {}: the unique constraint `{name}` on `{key}` is DEFERRABLE, and PostgreSQL cannot use a deferrable constraint for ON CONFLICT, so every write would fail. Make it immediate:\n  ALTER TABLE {} DROP CONSTRAINT {}, ADD CONSTRAINT {} UNIQUE ({});",
                         self.display,
-                        self.dialect.quote(&format!("{bare}_{key}_uidx")),
                         self.dialect.quote_table(table),
-                        self.dialect.quote(key)
+                        q(&name),
+                        q(&name),
+                        q(key)
                     )));
                 }
                 immediate > 0

@@ -1,0 +1,855 @@
+//! Writes you can trust, end to end through the binary against real
+//! databases: the right row, a truthful outcome, a prompt stop.
+//!
+//! - MariaDB: an upsert never touches a row other than the one with its key,
+//!   even when another unique index collides; a case variant of a key under
+//!   a case-insensitive collation is a failed item, never "created".
+//! - PostgreSQL: a database that goes away mid-apply (a TCP proxy killed
+//!   from the test, or `DROP DATABASE … WITH (FORCE)`) ends the run within
+//!   seconds with exit 2 and status `failed`; the batch in flight is
+//!   recorded `unknown` and the next run settles it by key lookup.
+//! - PostgreSQL state store: a run whose advisory-lock session is
+//!   terminated stops writing at once (exit 2).
+//! - Backfilled values look like the table's own rows (currency case,
+//!   timestamp text).
+//! - A DEFERRABLE unique constraint is refused with a fix that works.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use recon_sql::testing::TestDb;
+use recon_sql::Dialect;
+use sqlx::{Connection, Row};
+
+/// 2026-11-28T00:00:00Z.
+const DAY_START: i64 = 1_795_824_000;
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A job: CSV source `charges.csv` (id, amount, currency, email, created)
+/// against a SQL target table.
+struct Job {
+    dir: tempfile::TempDir,
+}
+
+struct JobSpec<'a> {
+    url: &'a str,
+    table: &'a str,
+    mode: &'a str,
+    write_batch: usize,
+    state: Option<&'a str>,
+    /// Extra target settings.
+    target_extra: &'a str,
+    /// Map `email` to a column, or leave it out of the job.
+    with_email: bool,
+}
+
+impl Job {
+    fn new(rows: &[(&str, i64, &str, &str, i64)]) -> Job {
+        let dir = tempfile::tempdir().unwrap();
+        let mut csv = String::from("id,amount,currency,email,created\n");
+        for (id, amount, cur, email, created) in rows {
+            csv.push_str(&format!("{id},{amount},{cur},{email},{created}\n"));
+        }
+        std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
+        Job { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn configure(&self, spec: &JobSpec) {
+        let state = spec
+            .state
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", self.path("state.db").display()));
+        let (fields, compare, columns) = if spec.with_email {
+            (
+                r#"{ amount = "money", currency = "currency", email = "text", created = "timestamp" }"#,
+                r#"["amount", "currency", "email"]"#,
+                r#"{ amount = "amount_cents", created = "created_at" }"#,
+            )
+        } else {
+            (
+                r#"{ amount = "money", currency = "currency", created = "timestamp" }"#,
+                r#"["amount", "currency"]"#,
+                r#"{ amount = "amount_cents", created = "created_at" }"#,
+            )
+        };
+        let text = format!(
+            r#"
+[defaults]
+timezone = "UTC"
+reports = "{reports}"
+state = "{state}"
+
+[jobs.charges]
+fields = {fields}
+compare = {compare}
+window = "2026-11-28"
+
+[jobs.charges.source]
+type = "file"
+path = "{source}"
+key = "id"
+
+[jobs.charges.target]
+type = "sql"
+url = "{url}"
+table = "{table}"
+key = "stripe_charge_id"
+columns = {columns}
+write_batch = {batch}
+{extra}
+
+[jobs.charges.backfill]
+mode = "{mode}"
+max_records = 100000
+max_ratio = 1.0
+"#,
+            reports = self.path("reports").display(),
+            source = self.path("charges.csv").display(),
+            url = spec.url,
+            table = spec.table,
+            batch = spec.write_batch,
+            extra = spec.target_extra,
+            mode = spec.mode,
+        );
+        std::fs::write(self.path("recon.toml"), text).unwrap();
+    }
+
+    fn command(&self, out: &str) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+        c.arg("run")
+            .arg("--config")
+            .arg(self.path("recon.toml"))
+            .arg("--out")
+            .arg(self.path(out));
+        c
+    }
+
+    fn run(&self, out: &str) -> Output {
+        Command::from_std(self.command(out)).output().unwrap()
+    }
+}
+
+/// `backfill.csv` rows as (external_id, action, outcome, error).
+fn backfill(dir: &Path) -> Vec<(String, String, String, String)> {
+    let mut r = csv::Reader::from_path(dir.join("backfill.csv")).unwrap();
+    let h = r.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|x| x == name).unwrap();
+    let (id, action, outcome, error) = (
+        col("external_id"),
+        col("action"),
+        col("outcome"),
+        col("error"),
+    );
+    let mut rows: Vec<_> = r
+        .records()
+        .map(|x| {
+            let x = x.unwrap();
+            (
+                x[id].to_string(),
+                x[action].to_string(),
+                x[outcome].to_string(),
+                x[error].to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+async fn query_rows(url: &str, sql: &str, n: usize) -> Vec<Vec<String>> {
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    let rows = sqlx::query(sql).fetch_all(&mut conn).await.unwrap();
+    conn.close().await.ok();
+    let mut out: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            (0..n)
+                .map(|i| {
+                    r.try_get::<Option<String>, _>(i)
+                        .unwrap()
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn count(url: &str, sql: &str) -> i64 {
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    let n: i64 = sqlx::query(sql)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    conn.close().await.ok();
+    n
+}
+
+fn state_url(job: &Job) -> String {
+    format!("sqlite://{}", job.path("state.db").display())
+}
+
+#[tokio::test]
+async fn mariadb_upsert_changes_only_the_row_with_its_key() {
+    let db = TestDb::create(Dialect::MySql).await;
+    db.exec(
+        "CREATE TABLE pay (id INT AUTO_INCREMENT PRIMARY KEY, \
+         stripe_charge_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL UNIQUE, \
+         email VARCHAR(64) UNIQUE, amount_cents BIGINT, currency VARCHAR(3), created_at DATETIME)",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO pay (stripe_charge_id, email, amount_cents, currency, created_at) VALUES \
+         ('ch_AAA', 'alice', 1000, 'usd', '2026-11-28 01:00:00'), \
+         ('ch_BBB', 'bob', 2000, 'usd', '2026-11-28 02:00:00')",
+    )
+    .await;
+    let job = Job::new(&[
+        ("ch_AAA", 1000, "usd", "alice", DAY_START + 3600),
+        // A new amount and alice's email: the update collides on `email`.
+        ("ch_BBB", 2500, "usd", "alice", DAY_START + 7200),
+        ("ch_DDD", 700, "usd", "carol", DAY_START + 9000),
+        // A gap whose email belongs to ch_BBB: the insert collides.
+        ("ch_EEE", 800, "usd", "bob", DAY_START + 9500),
+    ]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "pay",
+        mode: "upsert",
+        write_batch: 100,
+        state: None,
+        target_extra: "",
+        with_email: true,
+    });
+    let o = job.run("out");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let rows = backfill(&job.path("out"));
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(
+        (rows[0].0.as_str(), rows[0].1.as_str(), rows[0].2.as_str()),
+        ("ch_BBB", "update", "failed")
+    );
+    assert!(
+        rows[0].3.contains("email"),
+        "the failure names the index: {rows:?}"
+    );
+    assert_eq!(
+        (rows[1].0.as_str(), rows[1].2.as_str()),
+        ("ch_DDD", "created")
+    );
+    assert_eq!(
+        (rows[2].0.as_str(), rows[2].2.as_str()),
+        ("ch_EEE", "failed")
+    );
+    assert!(rows[2].3.contains("email"), "{rows:?}");
+    let table = query_rows(
+        &db.url,
+        "SELECT stripe_charge_id, email, CAST(amount_cents AS CHAR) FROM pay",
+        3,
+    )
+    .await;
+    assert_eq!(
+        table,
+        [
+            ["ch_AAA", "alice", "1000"],
+            ["ch_BBB", "bob", "2000"],
+            ["ch_DDD", "carol", "700"],
+        ],
+        "only ch_DDD was written; ch_AAA and ch_BBB are untouched"
+    );
+    let s = summary(&job.path("out"));
+    assert_eq!(s["backfilled"], 1, "{s}");
+    assert_eq!(s["backfill_failed"], 2, "{s}");
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn mariadb_case_variant_key_is_failed_not_created() {
+    let db = TestDb::create(Dialect::MySql).await;
+    db.exec(
+        "CREATE TABLE pay (stripe_charge_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL UNIQUE, \
+         amount_cents BIGINT, currency VARCHAR(3), created_at DATETIME)",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO pay VALUES ('ch_ccc', 500, 'usd', '2026-11-28 01:00:00'), ('ch_ok', 600, 'usd', '2026-11-28 01:00:00')",
+    )
+    .await;
+    let job = Job::new(&[
+        ("ch_CCC", 500, "usd", "x", DAY_START + 3600),
+        ("ch_ok", 600, "usd", "x", DAY_START + 3600),
+        ("ch_new", 700, "usd", "x", DAY_START + 3600),
+    ]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "pay",
+        mode: "insert",
+        write_batch: 100,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    for out in ["first", "second"] {
+        let o = job.run(out);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let rows = backfill(&job.path(out));
+        let ccc = rows
+            .iter()
+            .find(|r| r.0 == "ch_CCC")
+            .expect("ch_CCC planned");
+        assert_eq!(ccc.2, "failed", "{rows:?}");
+        assert!(
+            ccc.3.contains("ch_ccc") && ccc.3.contains("collation"),
+            "{rows:?}"
+        );
+        let s = summary(&job.path(out));
+        assert_eq!(s["backfill_failed"], 1, "{s}");
+    }
+    // ch_new was created exactly once, on the first run; ch_CCC never was.
+    let first = backfill(&job.path("first"));
+    assert!(
+        first.iter().any(|r| r.0 == "ch_new" && r.2 == "created"),
+        "{first:?}"
+    );
+    let table = query_rows(&db.url, "SELECT stripe_charge_id FROM pay", 1).await;
+    assert_eq!(table, [["ch_ccc"], ["ch_new"], ["ch_ok"]]);
+    db.drop_db().await;
+}
+
+/// A TCP proxy in front of a server that the test can kill: open
+/// connections are shut down and new ones are closed at once.
+struct Proxy {
+    port: u16,
+    killed: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    /// Set when the client first sends `INSERT INTO` (the apply started).
+    saw_insert: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let killed = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let saw_insert = Arc::new(AtomicBool::new(false));
+        let upstream = upstream.to_string();
+        let (k, c, s) = (killed.clone(), conns.clone(), saw_insert.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if k.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                {
+                    let mut list = c.lock().unwrap();
+                    list.push(client.try_clone().unwrap());
+                    list.push(server.try_clone().unwrap());
+                }
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let seen = s.clone();
+                std::thread::spawn(move || pump(client, server, Some(seen)));
+                std::thread::spawn(move || pump(s2, c2, None));
+            }
+        });
+        Proxy {
+            port,
+            killed,
+            conns,
+            saw_insert,
+        }
+    }
+
+    fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, watch: Option<Arc<AtomicBool>>) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(w) = &watch {
+            if buf[..n].windows(11).any(|x| x == b"INSERT INTO") {
+                w.store(true, Ordering::SeqCst);
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+const GAPS: usize = 3000;
+
+fn many_gaps() -> Job {
+    let rows: Vec<(String, i64)> = (0..GAPS)
+        .map(|i| (format!("ch_{i:05}"), DAY_START + 60 + i as i64))
+        .collect();
+    let refs: Vec<(&str, i64, &str, &str, i64)> = rows
+        .iter()
+        .map(|(id, t)| (id.as_str(), 1234, "usd", "x", *t))
+        .collect();
+    Job::new(&refs)
+}
+
+async fn payments_table(db: &TestDb) {
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents BIGINT, currency TEXT, created_at TIMESTAMPTZ)",
+    )
+    .await;
+}
+
+/// Waits for the child, up to `limit`; kills it past that.
+fn wait(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    loop {
+        if let Some(_status) = child.try_wait().unwrap() {
+            return (child.wait_with_output().unwrap(), started.elapsed());
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("recon still running after {limit:?}: {}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the lost-database scenario: `lose` makes the database go away once
+/// the apply started. Returns the job (for the rerun) after checking run 1.
+async fn lost_mid_apply(db: &TestDb, via: &str, lose: impl FnOnce()) -> Job {
+    payments_table(db).await;
+    let job = many_gaps();
+    job.configure(&JobSpec {
+        url: via,
+        table: "payments",
+        mode: "insert",
+        write_batch: 1,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let child = job
+        .command("run1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    lose();
+    let (o, took) = wait(child, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(took < Duration::from_secs(120), "took {took:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown"), "{err}");
+    assert!(!job.path("run1").exists(), "a failed run writes no reports");
+    let state = state_url(&job);
+    let status = query_rows(&state, "SELECT status FROM recon_runs", 1).await;
+    assert_eq!(status, [["failed"]], "took {:?}", started.elapsed());
+    let unknown = count(
+        &state,
+        "SELECT COUNT(*) FROM recon_backfill_items WHERE status = 'unknown'",
+    )
+    .await;
+    assert!(unknown >= 1, "the batch in flight is unknown");
+    let failed = count(
+        &state,
+        "SELECT COUNT(*) FROM recon_backfill_items WHERE status = 'failed'",
+    )
+    .await;
+    assert_eq!(failed, 0, "nothing is called failed that may be committed");
+    job
+}
+
+/// The next run settles the unknown items by key lookup and writes every
+/// gap exactly once.
+async fn rerun_settles(job: &Job, db: &TestDb) {
+    let written_before = count(&db.url, "SELECT COUNT(*) FROM payments").await;
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 500,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let o = job.run("run2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let state = state_url(job);
+    assert_eq!(
+        count(
+            &state,
+            "SELECT COUNT(*) FROM recon_backfill_items WHERE status = 'unknown'"
+        )
+        .await,
+        0
+    );
+    let runs = query_rows(&state, "SELECT id FROM recon_runs ORDER BY started_at", 1).await;
+    let first_run = &runs.iter().min().unwrap()[0];
+    // Run 1's items now say what the table held when run 2 began.
+    let applied_1 = count(
+        &state,
+        &format!("SELECT COUNT(*) FROM recon_backfill_items WHERE plan_id = '{first_run}' AND status = 'applied'"),
+    )
+    .await;
+    assert_eq!(applied_1, written_before, "settled by key lookup");
+    assert_eq!(
+        count(&db.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64
+    );
+    assert_eq!(
+        count(
+            &db.url,
+            "SELECT COUNT(DISTINCT stripe_charge_id) FROM payments"
+        )
+        .await,
+        GAPS as i64
+    );
+    assert_eq!(
+        summary(&job.path("run2"))["backfilled"],
+        GAPS as i64 - written_before
+    );
+}
+
+#[tokio::test]
+async fn postgres_killed_proxy_mid_apply_fails_fast_and_settles_next_run() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    let proxy = Proxy::start("127.0.0.1:5432");
+    let via = db
+        .url
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    assert_ne!(via, db.url);
+    let job = lost_mid_apply(&db, &via, || {
+        let t = Instant::now();
+        while !proxy.saw_insert.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        proxy.kill();
+    })
+    .await;
+    let written = count(&db.url, "SELECT COUNT(*) FROM payments").await;
+    assert!(
+        written > 0 && written < GAPS as i64,
+        "killed mid-apply: {written}"
+    );
+    rerun_settles(&job, &db).await;
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn postgres_database_dropped_mid_apply_fails_fast() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    let url = db.url.clone();
+    let job = lost_mid_apply(&db, &db.url.clone(), || {
+        // Its own thread and runtime: the test's runtime is busy waiting.
+        std::thread::spawn(move || drop_when_writing(&url, &name))
+            .join()
+            .unwrap();
+    })
+    .await;
+    drop(job);
+    db.drop_db().await;
+}
+
+fn drop_when_writing(url: &str, name: &str) {
+    {
+        let t = Instant::now();
+        // The apply has started once the first rows are there.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            while t.elapsed() < Duration::from_secs(60) {
+                if let Ok(mut c) = sqlx::AnyConnection::connect(url).await {
+                    let n: i64 = sqlx::query("SELECT COUNT(*) FROM payments")
+                        .fetch_one(&mut c)
+                        .await
+                        .and_then(|r| r.try_get(0))
+                        .unwrap_or(0);
+                    c.close().await.ok();
+                    if n > 20 {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let admin = url.replace(&format!("/{name}"), "/test");
+            let mut c = sqlx::AnyConnection::connect(&admin).await.unwrap();
+            sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                .execute(&mut c)
+                .await
+                .unwrap();
+        });
+    }
+}
+
+#[tokio::test]
+async fn postgres_lost_run_lock_stops_writing() {
+    let state_db = TestDb::create(Dialect::Postgres).await;
+    let target = TestDb::create(Dialect::Postgres).await;
+    payments_table(&target).await;
+    let job = many_gaps();
+    job.configure(&JobSpec {
+        url: &target.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 1,
+        state: Some(&state_db.url),
+        target_extra: "",
+        with_email: false,
+    });
+    let child = job
+        .command("run1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while count(&target.url, "SELECT COUNT(*) FROM payments").await < 20 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the apply never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let name = state_db.url.rsplit('/').next().unwrap().to_string();
+    let killed = count(
+        &state_db.url,
+        &format!(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(l.pid) FROM pg_locks l \
+             JOIN pg_database d ON d.oid = l.database \
+             WHERE l.locktype = 'advisory' AND d.datname = '{name}') t"
+        ),
+    )
+    .await;
+    assert_eq!(killed, 1, "one advisory-lock session");
+    let (o, _) = wait(child, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("lost the run lock"),
+        "{}",
+        text(&o)
+    );
+    let written = count(&target.url, "SELECT COUNT(*) FROM payments").await;
+    assert!(written < GAPS as i64, "stopped before the end: {written}");
+    // Writing stopped: nothing more arrives.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        count(&target.url, "SELECT COUNT(*) FROM payments").await,
+        written
+    );
+    let status = query_rows(&state_db.url, "SELECT status FROM recon_runs", 1).await;
+    assert_eq!(status, [["failed"]]);
+    // The next run finishes the job, each gap once.
+    job.configure(&JobSpec {
+        url: &target.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 500,
+        state: Some(&state_db.url),
+        target_extra: "",
+        with_email: false,
+    });
+    let o = job.run("run2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        count(
+            &target.url,
+            "SELECT COUNT(DISTINCT stripe_charge_id) FROM payments"
+        )
+        .await,
+        GAPS as i64
+    );
+    assert_eq!(
+        count(&target.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64
+    );
+    target.drop_db().await;
+    state_db.drop_db().await;
+}
+
+#[tokio::test]
+async fn sqlite_backfilled_rows_look_like_the_tables_own() {
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
+    )
+    .await;
+    db.exec("INSERT INTO payments VALUES ('ch_1', 100, 'eur', '2026-11-28T01:00:00Z')")
+        .await;
+    let job = Job::new(&[
+        ("ch_1", 100, "eur", "x", DAY_START + 3600),
+        ("ch_2", 200, "eur", "x", DAY_START + 7261),
+    ]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let o = job.run("out");
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let rows = query_rows(
+        &db.url,
+        "SELECT stripe_charge_id, currency, created_at FROM payments",
+        3,
+    )
+    .await;
+    assert_eq!(
+        rows,
+        [
+            ["ch_1", "eur", "2026-11-28T01:00:00Z"],
+            ["ch_2", "eur", "2026-11-28T02:01:01Z"],
+        ]
+    );
+    db.drop_db().await;
+
+    // An explicit setting wins over the rows.
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
+    )
+    .await;
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "currency_case = \"upper\"\ntimestamp_format = \"sql\"",
+        with_email: false,
+    });
+    let o = job.run("out2");
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let rows = query_rows(
+        &db.url,
+        "SELECT stripe_charge_id, currency, created_at FROM payments",
+        3,
+    )
+    .await;
+    assert_eq!(
+        rows,
+        [
+            ["ch_1", "EUR", "2026-11-28 01:00:00"],
+            ["ch_2", "EUR", "2026-11-28 02:01:01"],
+        ]
+    );
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn postgres_backfilled_currency_follows_the_rows() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    payments_table(&db).await;
+    db.exec("INSERT INTO payments VALUES ('ch_1', 100, 'usd', '2026-11-28T01:00:00Z')")
+        .await;
+    let job = Job::new(&[
+        ("ch_1", 100, "usd", "x", DAY_START + 3600),
+        ("ch_2", 200, "usd", "x", DAY_START + 7200),
+    ]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let o = job.run("out");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = query_rows(
+        &db.url,
+        "SELECT stripe_charge_id, currency, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') FROM payments",
+        3,
+    )
+    .await;
+    assert_eq!(
+        rows,
+        [
+            ["ch_1", "usd", "2026-11-28 01:00:00"],
+            ["ch_2", "usd", "2026-11-28 02:00:00"],
+        ]
+    );
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn postgres_deferrable_unique_key_is_refused_with_a_fix_that_works() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL, amount_cents BIGINT, currency TEXT, created_at TIMESTAMPTZ, \
+         CONSTRAINT payments_key UNIQUE (stripe_charge_id) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .await;
+    let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let o = job.run("out");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("DEFERRABLE"), "{err}");
+    assert_eq!(count(&db.url, "SELECT COUNT(*) FROM payments").await, 0);
+    // The suggested statement is the fix.
+    let ddl = err
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ALTER TABLE"))
+        .unwrap_or_else(|| panic!("no fix in: {err}"));
+    db.exec(ddl).await;
+    let o = job.run("out2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(count(&db.url, "SELECT COUNT(*) FROM payments").await, 1);
+    db.drop_db().await;
+}
