@@ -502,6 +502,76 @@ fn compare_pair(spec: &DiffSpec, source: &Record, target: &Record) -> Vec<FieldD
         .collect()
 }
 
+/// Records of either side that no window can hold (time field empty, NULL
+/// or not a timestamp). With `unplaced = "fail"` any such record stops the
+/// run (exit 2) before anything is written.
+async fn unplaced_records(
+    plan: &RunPlan,
+    source: &dyn Target,
+    target: &dyn Target,
+) -> Result<Vec<crate::report::UnplacedRow>> {
+    let job = &plan.job.name;
+    let schema = &plan.spec.schema;
+    let mut rows = Vec::new();
+    for (side, endpoint) in [("source", source), ("target", target)] {
+        let found = endpoint.unplaced(schema).await.with_context(|| {
+            format!("job `{job}`: listing the {side}'s records that have no time")
+        })?;
+        rows.extend(found.into_iter().map(|record| crate::report::UnplacedRow {
+            side: side.to_string(),
+            record,
+        }));
+    }
+    if let (Some(first), config::UnplacedPolicy::Fail) = (rows.first(), plan.job.job.unplaced) {
+        bail!(
+            "job `{job}`: {} record(s) have no usable time and belong to no window (first: {} `{}`, field `{}` {}); \
+             fix them at their side, or set unplaced = \"report\" to list them in unplaced.csv",
+            rows.len(),
+            first.side,
+            first.record.key,
+            first.record.field,
+            first.record.reason
+        );
+    }
+    Ok(rows)
+}
+
+/// A side whose window read returned nothing although key lookups found
+/// the other side's records in it: its time column is probably compared
+/// wrongly, so the run must not look clean. One note per such side, also
+/// printed as a warning.
+fn empty_read_notes(
+    outcome: &DiffOutcome,
+    gaps_read: usize,
+    orphans_read: usize,
+    source: &dyn Target,
+    target: &dyn Target,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let found_in_target = gaps_read - outcome.gaps.len();
+    let found_in_source = orphans_read - outcome.orphans.len();
+    for (rows, found, side, other) in [
+        (outcome.target_rows, found_in_target, "target", "source"),
+        (outcome.source_rows, found_in_source, "source", "target"),
+    ] {
+        if rows == 0 && found > 0 {
+            let what = if side == "target" {
+                target.describe()
+            } else {
+                source.describe()
+            };
+            notes.push(format!(
+                "warning: the {side}'s window read returned 0 records, yet {found} of the {other}'s records were found in the {side} by key ({what}); \
+                 check that the {side}'s time column holds the records' times and is compared in UTC"
+            ));
+        }
+    }
+    for n in &notes {
+        eprintln!("{n}");
+    }
+    notes
+}
+
 /// Before a gap is reported the target is asked for it by key, and before
 /// an orphan is reported the source is: a record at the window's edge may
 /// sit on the other side of midnight in the other system.
@@ -548,7 +618,7 @@ async fn confirm_edges(
             None => kept.push(g),
         }
     }
-    outcome.gaps = kept;
+    outcome.gaps = kept.into();
     let mut kept = Vec::new();
     for o in std::mem::take(&mut outcome.orphans) {
         match found_in_source.get(&o.key) {
@@ -556,7 +626,7 @@ async fn confirm_edges(
             None => kept.push(o),
         }
     }
-    outcome.orphans = kept;
+    outcome.orphans = kept.into();
     outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(dismissed)
 }
@@ -670,9 +740,18 @@ async fn run_locked(
         .await
         .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
     let target_ms = started.elapsed().as_millis() - source_ms;
+    let unplaced = unplaced_records(plan, source.as_ref(), target.as_ref()).await?;
     let mut outcome = engine.finish();
+    let (gaps_read, orphans_read) = (outcome.gaps.len(), outcome.orphans.len());
     let confirmed =
         confirm_edges(&mut outcome, &plan.spec, source.as_ref(), target.as_ref()).await?;
+    let window_notes = empty_read_notes(
+        &outcome,
+        gaps_read,
+        orphans_read,
+        source.as_ref(),
+        target.as_ref(),
+    );
 
     // Young source records are in flight, not missing.
     let mut pending = Vec::new();
@@ -685,7 +764,7 @@ async fn run_locked(
         let (young, old): (Vec<Record>, Vec<Record>) = std::mem::take(&mut outcome.gaps)
             .into_iter()
             .partition(|r| matches!(r.values[t], Value::Timestamp(ts) if ts >= cutoff));
-        outcome.gaps = old;
+        outcome.gaps = old.into();
         pending = young;
     }
 
@@ -736,7 +815,12 @@ async fn run_locked(
     let mismatch_keys: HashSet<&str> = outcome.mismatches.iter().map(|m| m.key.as_str()).collect();
     let mut items: Vec<(Record, WriteMode)> = Vec::new();
     if mode != BackfillMode::Off {
-        items.extend(outcome.gaps.iter().cloned().map(|r| (r, WriteMode::Insert)));
+        items.extend(
+            outcome
+                .gaps
+                .iter()
+                .map(|r| (r.into_owned(), WriteMode::Insert)),
+        );
     }
     if mode == BackfillMode::Upsert && !mismatch_keys.is_empty() {
         let keys: Vec<String> = mismatch_keys.iter().map(|k| k.to_string()).collect();
@@ -756,6 +840,8 @@ async fn run_locked(
         history: Some(history),
         resolved,
         confirmed_by_lookup: confirmed,
+        unplaced,
+        notes: window_notes,
         ..RunExtras::default()
     };
     let ratio = items.len() as f64 / (outcome.source_records.max(1)) as f64;
@@ -834,7 +920,8 @@ async fn run_locked(
             .iter()
             .filter(|m| !written.contains(m.key.as_str()))
             .count()
-        + outcome.duplicates.len();
+        + outcome.duplicates.len()
+        + extras.unplaced.len();
     let status = if trouble.is_some() {
         Status::Trouble
     } else if open == 0 {
@@ -1067,8 +1154,9 @@ pub(crate) async fn apply(
 
 fn render(o: &DiffOutcome, e: &RunExtras) -> String {
     format!(
-        "{}\n  pending     {}\n  resolved    {}\n  backfilled  {}{}",
+        "{}\n  unplaced    {}\n  pending     {}\n  resolved    {}\n  backfilled  {}{}",
         crate::commands::diff::render_summary(o),
+        e.unplaced.len(),
         e.pending.len(),
         e.resolved.len(),
         e.backfilled,

@@ -25,7 +25,7 @@ pub(crate) const OFFSET_MASK: u64 = (1 << 40) - 1;
 const TAG_SHIFT: u32 = 40;
 const TAG_MASK: u64 = 0xffff << TAG_SHIFT;
 /// An empty slot; occupied slots never have bits 56..60 set.
-const EMPTY: u64 = u64::MAX;
+pub(crate) const EMPTY: u64 = u64::MAX;
 /// Grow past 3/4 full: linear probing wants short runs.
 const MAX_LOAD_NUM: usize = 3;
 const MAX_LOAD_DEN: usize = 4;
@@ -154,9 +154,11 @@ impl KeyIndex {
         }
     }
 
-    /// Frees the hash table; records stay readable by offset, lookups end.
-    pub(crate) fn release_table(&mut self) {
-        self.slots = vec![EMPTY; 1];
+    /// The arena and the table's slots (entries with their flags, and
+    /// [`EMPTY`]), so that a caller can reuse the table's memory for the
+    /// offsets it keeps instead of allocating a second list beside it.
+    pub(crate) fn into_parts(self) -> (Vec<u8>, Vec<u64>) {
+        (self.arena, self.slots)
     }
 
     /// The arena from `offset` to its end; a record's encoded bytes are a prefix.
@@ -223,12 +225,8 @@ impl KeyIndex {
         offset
     }
 
-    /// Every entry with its flags, in insertion order of the arena.
-    pub(crate) fn entries(&self) -> impl Iterator<Item = u64> + '_ {
-        self.slots.iter().copied().filter(|&e| e != EMPTY)
-    }
-
     /// The key and decoded values of the record at `offset`.
+    #[cfg(test)]
     pub(crate) fn record(&self, offset: u64, kinds: &[FieldKind]) -> (&str, Vec<ValueRef<'_>>) {
         let (key, mut pos) = key_and_end(&self.arena, offset);
         let mut values = Vec::with_capacity(kinds.len());
@@ -263,7 +261,8 @@ fn as_str(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).expect("arena holds UTF-8 written from &str")
 }
 
-fn key_at(arena: &[u8], offset: u64) -> &[u8] {
+/// The key of the record at `offset`.
+pub(crate) fn key_at(arena: &[u8], offset: u64) -> &[u8] {
     key_and_end(arena, offset).0
 }
 

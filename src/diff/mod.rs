@@ -2,8 +2,9 @@
 //!
 //! Records of the source side are loaded first into a compact key index;
 //! records of the target side are then streamed past it, one at a time.
-//! Memory grows with the source side's keys (and compared values) plus the
-//! discrepancies found, never with the target side's full rows.
+//! Memory grows with the source side's keys (and compared values), plus
+//! the target-only records (orphans) in the same compact encoding; gaps and
+//! orphans are never materialised as owned rows (see [`Records`]).
 //!
 //! Every distinct external ID lands in exactly one class:
 //! - **duplicate**: it occurs more than once on either side. This wins over
@@ -17,16 +18,19 @@
 //! duplicated payment shows up in the money delta as well as in the count.
 
 mod arena;
+mod records;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-use recon_core::{Currency, FieldKind, Record, Schema, Value, ValueRef};
+use recon_core::{Currency, FieldKind, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_values, encode_record, hash_key, split_record, KeyIndex, DUP_OTHER, DUP_SELF, MISMATCH,
-    OFFSET_MASK, SEEN_OTHER,
+    decode_values, encode_record, hash_key, key_at, split_record, KeyIndex, DUP_OTHER, DUP_SELF,
+    EMPTY, MISMATCH, OFFSET_MASK, SEEN_OTHER,
 };
+pub use records::Records;
 
 /// Records of one side, encoded and hashed ahead of the engine, possibly on
 /// another thread: a reader fills batches while the engine indexes or
@@ -247,9 +251,10 @@ pub struct DiffOutcome {
     /// IDs in both once, equal.
     pub matched: u64,
     /// Source records missing from the target, sorted by key.
-    pub gaps: Vec<Record>,
-    /// Target records missing from the source, sorted by key.
-    pub orphans: Vec<Record>,
+    pub gaps: Records,
+    /// Target records missing from the source, sorted by key; kept encoded
+    /// (see [`Records`]), so that memory follows one side's size.
+    pub orphans: Records,
     /// Records differing in compared fields, sorted by key.
     pub mismatches: Vec<Mismatch>,
     /// IDs occurring more than once on a side, sorted by key.
@@ -455,8 +460,12 @@ impl DiffEngine {
     }
 
     /// Classifies every key and returns the outcome.
+    ///
+    /// Gaps and orphans stay encoded in the arena their side was read into
+    /// (see [`Records`]); the hash table's memory is reused for their
+    /// offsets, so the peak stays at the size of the larger index.
     pub fn finish(self) -> DiffOutcome {
-        let kinds = self.kinds.clone();
+        let kinds: Arc<[FieldKind]> = Arc::from(self.kinds.as_slice());
         let mut out = DiffOutcome {
             source_rows: self.source_rows,
             target_rows: self.target_rows,
@@ -465,75 +474,100 @@ impl DiffEngine {
             target_totals: self.target_totals,
             ..DiffOutcome::default()
         };
-        let to_record = |index: &KeyIndex, offset: u64| {
-            let (key, values) = index.record(offset, &kinds);
-            Record {
-                key: key.to_string(),
-                values: values.iter().map(ValueRef::to_owned_value).collect(),
-            }
-        };
-        // First note what each entry is, then free the table before any
-        // record is materialised: the peak stays at the index's size.
+        let key_string = |arena: &[u8], offset: u64| as_string(key_at(arena, offset));
+
+        // Source side: gaps stay in the table's vector (in place), the other
+        // classes are counted or noted.
+        let (arena, mut slots) = self.source.into_parts();
         let mut seen_in_target = 0u64;
-        let mut gap_offsets = Vec::new();
         let mut dup_entries = Vec::new();
-        for entry in self.source.entries() {
+        let mut matched = 0u64;
+        slots.retain(|&entry| {
+            if entry == EMPTY {
+                return false;
+            }
             if entry & SEEN_OTHER != 0 {
                 seen_in_target += 1;
             }
             if entry & (DUP_SELF | DUP_OTHER) != 0 {
                 dup_entries.push(entry);
+                false
             } else if entry & SEEN_OTHER == 0 {
-                gap_offsets.push(entry & OFFSET_MASK);
-            } else if entry & MISMATCH == 0 {
-                out.matched += 1;
+                true
+            } else {
+                if entry & MISMATCH == 0 {
+                    matched += 1;
+                }
+                false
             }
-        }
-        let mut source = self.source;
-        source.release_table();
+        });
+        out.matched = matched;
         for entry in dup_entries {
             let offset = entry & OFFSET_MASK;
             let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
             let target_count = if entry & SEEN_OTHER != 0 { t.max(1) } else { 0 };
             out.duplicates.push(Duplicate {
-                key: to_record(&source, offset).key,
+                key: key_string(&arena, offset),
                 source_count: s,
                 target_count,
             });
         }
-        out.gaps = gap_offsets
-            .into_iter()
-            .map(|offset| to_record(&source, offset))
-            .collect();
         for pending in self.mismatches {
             // A key that later turned out duplicated is reported as a duplicate only.
-            let entry_is_dup = self.source_dups.contains_key(&pending.offset);
-            if !entry_is_dup {
+            if !self.source_dups.contains_key(&pending.offset) {
                 out.mismatches.push(Mismatch {
-                    key: to_record(&source, pending.offset).key,
+                    key: key_string(&arena, pending.offset),
                     fields: pending.diffs,
                 });
             }
         }
-        for entry in self.orphans.entries() {
-            let offset = entry & OFFSET_MASK;
-            if entry & DUP_SELF != 0 {
-                out.duplicates.push(Duplicate {
-                    key: to_record(&self.orphans, offset).key,
-                    source_count: 0,
-                    target_count: self.orphan_dups.get(&offset).copied().unwrap_or(2),
-                });
-            } else {
-                out.orphans.push(to_record(&self.orphans, offset));
+        out.gaps = sorted_records(arena, slots, &kinds);
+
+        // Target side: every key not in the source, once or more.
+        let orphan_keys = self.orphans.len() as u64;
+        let (arena, mut slots) = self.orphans.into_parts();
+        let mut dup_entries = Vec::new();
+        slots.retain(|&entry| {
+            if entry == EMPTY {
+                return false;
             }
+            if entry & DUP_SELF != 0 {
+                dup_entries.push(entry);
+                return false;
+            }
+            true
+        });
+        for entry in dup_entries {
+            let offset = entry & OFFSET_MASK;
+            out.duplicates.push(Duplicate {
+                key: key_string(&arena, offset),
+                source_count: 0,
+                target_count: self.orphan_dups.get(&offset).copied().unwrap_or(2),
+            });
         }
-        out.target_records = seen_in_target + self.orphans.len() as u64;
-        out.gaps.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        out.orphans.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out.orphans = sorted_records(arena, slots, &kinds);
+        out.target_records = seen_in_target + orphan_keys;
         out.mismatches.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out
     }
+}
+
+/// The records at these entries of `arena`, sorted by key. `entries` (the
+/// table's own vector) becomes the list of offsets.
+fn sorted_records(arena: Vec<u8>, mut entries: Vec<u64>, kinds: &Arc<[FieldKind]>) -> Records {
+    for e in entries.iter_mut() {
+        *e &= OFFSET_MASK;
+    }
+    // Keys are distinct within one index, so an unstable sort is exact.
+    entries.sort_unstable_by(|&a, &b| key_at(&arena, a).cmp(key_at(&arena, b)));
+    entries.shrink_to_fit();
+    Records::encoded(Arc::new(arena), entries, kinds.clone())
+}
+
+fn as_string(key: &[u8]) -> String {
+    // Only `&str`s are ever encoded.
+    String::from_utf8_lossy(key).into_owned()
 }
 
 /// How many rows ahead slots are prefetched.

@@ -74,13 +74,13 @@ fn classifies_each_planted_discrepancy() {
     let out = run(DiffSpec::exact(schema()), &source, &target);
     assert_eq!(out.matched, 1);
     assert_eq!(
-        out.gaps.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        out.gaps.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         ["b"]
     );
     assert_eq!(
         out.orphans
             .iter()
-            .map(|r| r.key.as_str())
+            .map(|r| r.key.clone())
             .collect::<Vec<_>>(),
         ["z"]
     );

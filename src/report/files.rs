@@ -59,6 +59,37 @@ pub struct RunExtras {
     pub notes: Vec<String>,
     /// IDs whose discrepancy was dismissed by a key lookup at the window edge.
     pub confirmed_by_lookup: u64,
+    /// Records of either side that no window can hold (time field empty,
+    /// NULL or not a timestamp): listed in unplaced.csv, never diffed.
+    pub unplaced: Vec<UnplacedRow>,
+}
+
+/// A record that could not be placed in the window, with its side.
+#[derive(Clone, Debug)]
+pub struct UnplacedRow {
+    /// `source` or `target`.
+    pub side: String,
+    /// The record as its side reported it.
+    pub record: recon_core::Unplaced,
+}
+
+/// `unplaced.csv`: records that no window can hold, by side and ID.
+fn write_unplaced_csv(dir: &mut ReportDir, rows: &[UnplacedRow]) -> Result<()> {
+    let mut w = CsvReport::new(
+        dir.file("unplaced.csv")?,
+        &["side", "external_id", "field", "value", "reason"],
+    )?;
+    for r in rows {
+        w.row([
+            &r.side,
+            &r.record.key,
+            &r.record.field,
+            &r.record.value,
+            &r.record.reason,
+        ])?;
+    }
+    w.finish()?.flush()?;
+    Ok(())
 }
 
 /// A discrepancy of an earlier run that no longer exists.
@@ -152,19 +183,20 @@ pub fn write_diff_reports(
         dir,
         "gaps.csv",
         schema,
-        &outcome.gaps,
+        outcome.gaps.iter(),
         h.map(|h| (h, "gap")),
     )?;
     write_records(
         dir,
         "orphans.csv",
         schema,
-        &outcome.orphans,
+        outcome.orphans.iter(),
         h.map(|h| (h, "orphan")),
     )?;
     write_mismatches(dir, schema, outcome, h)?;
     write_duplicates(dir, outcome, h)?;
     write_records(dir, "pending.csv", schema, &extras.pending, None)?;
+    write_unplaced_csv(dir, &extras.unplaced)?;
     if h.is_some() {
         let mut w = CsvReport::new(
             dir.file("resolved.csv")?,
@@ -200,6 +232,7 @@ pub fn write_diff_reports(
     );
     summary.extend(counts(outcome));
     summary.insert("pending".into(), json!(extras.pending.len()));
+    summary.insert("unplaced".into(), json!(extras.unplaced.len()));
     summary.insert("backfilled".into(), json!(extras.backfilled));
     summary.insert("backfill_failed".into(), json!(extras.backfill_failed));
     if extras.history.is_some() {
@@ -310,11 +343,13 @@ fn history_cells(history: Option<History<'_>>, key: &str) -> Option<[String; 2]>
     })
 }
 
-fn write_records(
+/// Writes records one at a time, as the list yields them: a large list of
+/// encoded records is never materialised whole.
+fn write_records<R: std::borrow::Borrow<Record>>(
     dir: &mut ReportDir,
     name: &str,
     schema: &Schema,
-    records: &[Record],
+    records: impl IntoIterator<Item = R>,
     history: Option<History<'_>>,
 ) -> Result<()> {
     let (mut header, add_currency) = record_header(schema);
@@ -326,6 +361,7 @@ fn write_records(
     let money_field = schema.money_field();
     let mut row = Vec::with_capacity(header.len());
     for r in records {
+        let r: &Record = r.borrow();
         row.clear();
         row.push(r.key.clone());
         row.extend(r.values.iter().map(|v| v.to_string()));

@@ -9,6 +9,7 @@ mod staging;
 
 pub use files::{
     counts, write_backfill_csv, write_diff_reports, BackfillRow, ResolvedRow, RunExtras, RunMeta,
+    UnplacedRow,
 };
 pub use staging::ReportDir;
 

@@ -31,6 +31,21 @@ pub struct Page {
     pub records: Vec<Record>,
 }
 
+/// A record that no window can hold, because its time field is empty,
+/// NULL or not a timestamp. Such records are not diffed (they belong to no
+/// window) but are listed in every run's `unplaced.csv`, never dropped silently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unplaced {
+    /// External ID.
+    pub key: String,
+    /// The column (or property) that should hold the record's time.
+    pub field: String,
+    /// Its raw value; empty when NULL or empty.
+    pub value: String,
+    /// Why it cannot be placed: `null`, `empty` or `not a timestamp`.
+    pub reason: String,
+}
+
 /// A system recon reads records from.
 ///
 /// Reads are streams of pages so that memory follows the page size, not the
@@ -48,6 +63,15 @@ pub trait Source: Send + Sync {
     /// discrepancy at the window edge before reporting it.
     async fn lookup(&self, schema: &Schema, keys: &[String])
         -> Result<Vec<Record>, ConnectorError>;
+
+    /// Records that [`Source::read`] leaves out of every window because their
+    /// time field is empty, NULL or not a timestamp, so that a run can count
+    /// and list them. Sources whose every record has a time (the API
+    /// connectors) keep this default, which finds none.
+    async fn unplaced(&self, schema: &Schema) -> Result<Vec<Unplaced>, ConnectorError> {
+        let _ = schema;
+        Ok(Vec::new())
+    }
 }
 
 /// How a backfill writes a record whose key may already exist.

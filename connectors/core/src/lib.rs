@@ -20,7 +20,7 @@ mod money;
 mod record;
 mod redact;
 
-pub use connector::{Page, Source, Target, Window, WriteMode, WriteOutcome};
+pub use connector::{Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome};
 pub use error::{ConnectorError, Location};
 pub use money::{format_minor, Currency, MinorUnits, Money, MoneyError};
 pub use record::{

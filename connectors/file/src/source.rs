@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use futures_core::stream::BoxStream;
-use recon_core::{ConnectorError, Page, Record, Schema, Source, Value, Window};
+use recon_core::{ConnectorError, Page, Record, Schema, Source, Unplaced, Value, ValueRef, Window};
 
 use crate::{FileReader, FileSpec, ReadError};
 
@@ -12,7 +12,10 @@ use crate::{FileReader, FileSpec, ReadError};
 const PAGE: usize = 1000;
 
 /// An export file as a [`Source`]. When `time_field` names a timestamp
-/// field of the schema, only records inside the window are read.
+/// field of the schema, only records inside the window are read; records
+/// whose time cell is empty (or JSON null, or missing) belong to no window
+/// and are listed by [`Source::unplaced`] instead. A time cell that is not a
+/// timestamp stops the read with an error naming its line.
 #[derive(Clone, Debug)]
 pub struct FileSource {
     /// Which columns feed which fields.
@@ -121,6 +124,39 @@ impl Source for FileSource {
                 ReadError::Caller(never) => match never {},
             })?;
         Ok(found)
+    }
+
+    /// Records whose time cell is empty, null or missing: one more pass
+    /// over the file, only for jobs that window a file by time.
+    async fn unplaced(&self, schema: &Schema) -> Result<Vec<Unplaced>, ConnectorError> {
+        let Some(i) = self.time_field else {
+            return Ok(Vec::new());
+        };
+        let field = self
+            .spec
+            .columns
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| schema.fields[i].name.clone());
+        let mut reader = FileReader::open(self.spec.clone(), schema)?;
+        let mut out = Vec::new();
+        reader
+            .for_each(|key, values, _| {
+                if matches!(values.get(i), Some(ValueRef::Null)) {
+                    out.push(Unplaced {
+                        key: key.to_string(),
+                        field: field.clone(),
+                        value: String::new(),
+                        reason: "empty".to_string(),
+                    });
+                }
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .map_err(|e| match e {
+                ReadError::Connector(c) => c,
+                ReadError::Caller(never) => match never {},
+            })?;
+        Ok(out)
     }
 }
 

@@ -95,17 +95,84 @@ impl Dialect {
                 format!("CAST(CAST(FLOOR(EXTRACT(EPOCH FROM {col})) AS BIGINT) AS TEXT)")
             }
             Dialect::MySql => format!("CAST(UNIX_TIMESTAMP({col}) DIV 1 AS CHAR)"),
-            Dialect::Sqlite => format!("strftime('%s', {col})"),
+            Dialect::Sqlite => format!("CAST({} AS TEXT)", self.epoch_expr(col)),
         }
     }
 
-    /// An expression comparing a timestamp column in Unix seconds, for
-    /// window bounds bound as integers.
+    /// An expression giving a timestamp column in whole Unix seconds (NULL
+    /// when the value is NULL or, on SQLite, not a timestamp).
+    ///
+    /// SQLite has no date type: a column of any declared type may hold
+    /// INTEGER or REAL Unix seconds, digits as text, or text such as
+    /// `2026-01-02T01:01:01Z`, `2026-01-02T03:01:01+02:00` or
+    /// `2026-01-02 01:01:01` (UTC). Each row is converted by what it holds:
+    /// numbers as they are, digit-only text as seconds, other text by
+    /// `strftime('%s', …)`, which understands `T` or a space, fractional
+    /// seconds, `Z` and `±HH:MM` (<https://www.sqlite.org/lang_datefunc.html>,
+    /// "Time Values"). Comparing the raw column with integer bounds instead
+    /// compares text with text and finds nothing.
     pub fn epoch_expr(&self, col: &str) -> String {
         match self {
             Dialect::Postgres => format!("EXTRACT(EPOCH FROM {col})"),
             Dialect::MySql => format!("UNIX_TIMESTAMP({col})"),
-            Dialect::Sqlite => format!("CAST(strftime('%s', {col}) AS INTEGER)"),
+            Dialect::Sqlite => format!(
+                "(CASE WHEN typeof({col}) IN ('integer', 'real') THEN CAST({col} AS INTEGER) \
+                 WHEN typeof({col}) = 'text' AND {col} <> '' AND {col} NOT GLOB '*[^0-9]*' THEN CAST({col} AS INTEGER) \
+                 WHEN typeof({col}) = 'text' THEN CAST(strftime('%s', {col}) AS INTEGER) END)"
+            ),
+        }
+    }
+
+    /// How a window `[start, end)` in Unix seconds, bound as two integer
+    /// parameters, is compared with a time column of this storage:
+    /// `(column expression, lower bound, upper bound)`. `Err` names what to
+    /// change when the column's type cannot be compared exactly.
+    ///
+    /// PostgreSQL and MySQL compare the column itself with converted bounds,
+    /// so that an index on it serves the range; their sessions run in UTC
+    /// (set at connect), so `timestamp without time zone` and `DATETIME`
+    /// values are read as UTC and `timestamptz`/`TIMESTAMP` values are exact
+    /// instants. Integer columns hold Unix seconds. Text columns are refused:
+    /// comparing text with a number there is either an error (PostgreSQL) or
+    /// a silent numeric cast of `2026-…` to 2026 (MySQL).
+    pub fn window_compare(
+        &self,
+        col: &str,
+        storage: Storage,
+        declared: &str,
+    ) -> Result<(String, String, String), String> {
+        let (lo, hi) = (self.placeholder(1), self.placeholder(2));
+        match (self, storage) {
+            (Dialect::Sqlite, _) => Ok((self.epoch_expr(col), lo, hi)),
+            (Dialect::Postgres, Storage::Timestamp) => Ok((
+                col.to_string(),
+                format!("to_timestamp({lo})"),
+                format!("to_timestamp({hi})"),
+            )),
+            (Dialect::MySql, Storage::Timestamp) => Ok((
+                col.to_string(),
+                format!("FROM_UNIXTIME({lo})"),
+                format!("FROM_UNIXTIME({hi})"),
+            )),
+            (_, Storage::Integer) => Ok((col.to_string(), lo, hi)),
+            _ => Err(format!(
+                "is declared `{declared}`, which recon cannot compare with a window on {}; \
+                 store it as {} or as an integer of Unix seconds",
+                self.name(),
+                match self {
+                    Dialect::Postgres => "`timestamp with time zone` (or `timestamp` in UTC)",
+                    _ => "`TIMESTAMP` or `DATETIME` (in UTC)",
+                }
+            )),
+        }
+    }
+
+    /// A condition true for rows whose time column no window can hold:
+    /// NULL, or (SQLite) a value that is not a timestamp.
+    pub fn unplaceable(&self, col: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("{} IS NULL", self.epoch_expr(col)),
+            _ => format!("{col} IS NULL"),
         }
     }
 

@@ -248,3 +248,286 @@ async fn identifiers_from_config_are_never_interpolated() {
     assert!(e.contains("not a plain SQL identifier"), "{e}");
     db.drop_db().await;
 }
+
+// ---------------------------------------------------------------------------
+// Window reads for every storage form of a time column (issue 11, item 7).
+// Each case stores four rows: two inside [2026-01-02, 2026-01-03) UTC (one
+// exactly at the start) and two just outside (one second before, and
+// exactly at the end), written in the column's own form.
+
+/// 2026-01-02T00:00:00Z.
+const DAY2: i64 = 1_767_312_000;
+/// 2026-01-02T01:01:01Z.
+const IN1: i64 = DAY2 + 3661;
+
+fn time_schema() -> Schema {
+    Schema {
+        fields: vec![Field {
+            name: "created".into(),
+            kind: FieldKind::Timestamp,
+            compared: true,
+        }],
+    }
+}
+
+fn time_config(db: &TestDb) -> SqlTableConfig {
+    let mut cfg = SqlTableConfig::new(Secret::new(db.url.clone()), "events", "k", vec!["t".into()]);
+    cfg.time_field = Some(0);
+    cfg
+}
+
+fn day2() -> Window {
+    Window {
+        start: jiff::Timestamp::from_second(DAY2).unwrap(),
+        end: jiff::Timestamp::from_second(DAY2 + 86_400).unwrap(),
+    }
+}
+
+/// Creates `events (k, t <column_type>)`, inserts `in1`, `start`, `before`
+/// and `end` with these SQL literals, and checks that the window read
+/// returns exactly `in1` and `start`, with their instants.
+async fn window_case(dialect: Dialect, column_type: &str, literals: [&str; 4]) {
+    let db = TestDb::create(dialect).await;
+    let key = if dialect == Dialect::MySql {
+        "VARCHAR(16)"
+    } else {
+        "TEXT"
+    };
+    db.exec(&format!(
+        "CREATE TABLE events (k {key} NOT NULL, t {column_type})"
+    ))
+    .await;
+    let keys = ["in1", "start", "before", "end"];
+    let rows: Vec<String> = keys
+        .iter()
+        .zip(literals)
+        .map(|(k, v)| format!("('{k}', {v})"))
+        .collect();
+    db.exec(&format!(
+        "INSERT INTO events (k, t) VALUES {}",
+        rows.join(", ")
+    ))
+    .await;
+    let t = SqlTable::connect(time_config(&db), &time_schema())
+        .await
+        .unwrap_or_else(|e| panic!("{dialect:?} {column_type}: {e}"));
+    let pages: Vec<_> = t.read(&time_schema(), day2()).try_collect().await.unwrap();
+    let mut got: Vec<(String, Value)> = pages
+        .into_iter()
+        .flat_map(|p| p.records)
+        .map(|r| (r.key, r.values[0].clone()))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    let at = |s: i64| Value::Timestamp(jiff::Timestamp::from_second(s).unwrap());
+    assert_eq!(
+        got,
+        vec![
+            ("in1".to_string(), at(IN1)),
+            ("start".to_string(), at(DAY2))
+        ],
+        "{dialect:?} {column_type} {literals:?}"
+    );
+    assert!(t.unplaced(&time_schema()).await.unwrap().is_empty());
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn sqlite_window_reads_every_time_form() {
+    let d = Dialect::Sqlite;
+    // TEXT, RFC 3339 with Z.
+    let z = [
+        "'2026-01-02T01:01:01Z'",
+        "'2026-01-02T00:00:00Z'",
+        "'2026-01-01T23:59:59Z'",
+        "'2026-01-03T00:00:00Z'",
+    ];
+    window_case(d, "TEXT", z).await;
+    // TEXT, RFC 3339 with offsets (the same instants).
+    let offsets = [
+        "'2026-01-02T03:01:01+02:00'",
+        "'2026-01-01T19:00:00-05:00'",
+        "'2026-01-02T01:59:59+02:00'",
+        "'2026-01-02T19:00:00-05:00'",
+    ];
+    window_case(d, "TEXT", offsets).await;
+    // TEXT, `YYYY-MM-DD HH:MM:SS` in UTC, with and without fractions.
+    window_case(
+        d,
+        "TEXT",
+        [
+            "'2026-01-02 01:01:01'",
+            "'2026-01-02 00:00:00.000'",
+            "'2026-01-01 23:59:59'",
+            "'2026-01-03 00:00:00'",
+        ],
+    )
+    .await;
+    // INTEGER Unix seconds, and the same digits stored as text.
+    let secs = IN1.to_string();
+    let start = DAY2.to_string();
+    let before = (DAY2 - 1).to_string();
+    let end = (DAY2 + 86_400).to_string();
+    window_case(d, "INTEGER", [&secs, &start, &before, &end]).await;
+    let quoted: Vec<String> = [&secs, &start, &before, &end]
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect();
+    window_case(d, "TEXT", [&quoted[0], &quoted[1], &quoted[2], &quoted[3]]).await;
+    // A declared TIMESTAMP / DATETIME column holding a mix of forms.
+    window_case(
+        d,
+        "DATETIME",
+        [
+            "'2026-01-02T03:01:01+02:00'",
+            &start,
+            "'2026-01-01 23:59:59'",
+            "'2026-01-03T00:00:00Z'",
+        ],
+    )
+    .await;
+    window_case(d, "TIMESTAMP", z).await;
+}
+
+#[tokio::test]
+async fn postgres_window_reads_timestamp_forms() {
+    let d = Dialect::Postgres;
+    let z = [
+        "'2026-01-02T01:01:01Z'",
+        "'2026-01-02T00:00:00Z'",
+        "'2026-01-01T23:59:59Z'",
+        "'2026-01-03T00:00:00Z'",
+    ];
+    window_case(d, "TIMESTAMPTZ", z).await;
+    window_case(
+        d,
+        "TIMESTAMPTZ",
+        [
+            "'2026-01-02T03:01:01+02:00'",
+            "'2026-01-01T19:00:00-05:00'",
+            "'2026-01-02T01:59:59+02:00'",
+            "'2026-01-02T19:00:00-05:00'",
+        ],
+    )
+    .await;
+    // Without time zone: values are UTC.
+    window_case(
+        d,
+        "TIMESTAMP",
+        [
+            "'2026-01-02 01:01:01'",
+            "'2026-01-02 00:00:00'",
+            "'2026-01-01 23:59:59'",
+            "'2026-01-03 00:00:00'",
+        ],
+    )
+    .await;
+    let s = |v: i64| v.to_string();
+    let (a, b, c, e) = (s(IN1), s(DAY2), s(DAY2 - 1), s(DAY2 + 86_400));
+    window_case(d, "BIGINT", [&a, &b, &c, &e]).await;
+}
+
+#[tokio::test]
+async fn mariadb_window_reads_timestamp_forms() {
+    let d = Dialect::MySql;
+    let naive = [
+        "'2026-01-02 01:01:01'",
+        "'2026-01-02 00:00:00'",
+        "'2026-01-01 23:59:59'",
+        "'2026-01-03 00:00:00'",
+    ];
+    // DATETIME has no zone: values are UTC.
+    window_case(d, "DATETIME", naive).await;
+    // TIMESTAMP is an instant; FROM_UNIXTIME writes it in any session zone.
+    let f = |v: i64| format!("FROM_UNIXTIME({v})");
+    let (a, b, c, e) = (f(IN1), f(DAY2), f(DAY2 - 1), f(DAY2 + 86_400));
+    window_case(d, "TIMESTAMP NULL", [&a, &b, &c, &e]).await;
+    let s = |v: i64| v.to_string();
+    let (a, b, c, e) = (s(IN1), s(DAY2), s(DAY2 - 1), s(DAY2 + 86_400));
+    window_case(d, "BIGINT", [&a, &b, &c, &e]).await;
+}
+
+/// A text time column on PostgreSQL or MySQL cannot be compared with a
+/// window exactly: refused at connect, naming the type and what to use.
+#[tokio::test]
+async fn text_time_columns_are_refused_on_servers() {
+    for (dialect, ty, declared, want) in [
+        (
+            Dialect::Postgres,
+            "TEXT",
+            "`text`",
+            "timestamp with time zone",
+        ),
+        (Dialect::MySql, "VARCHAR(40)", "`varchar`", "TIMESTAMP"),
+    ] {
+        let db = TestDb::create(dialect).await;
+        let key = if dialect == Dialect::MySql {
+            "VARCHAR(16)"
+        } else {
+            "TEXT"
+        };
+        db.exec(&format!("CREATE TABLE events (k {key} NOT NULL, t {ty})"))
+            .await;
+        let e = SqlTable::connect(time_config(&db), &time_schema())
+            .await
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, ConnectorError::Config(_)), "{msg}");
+        assert!(
+            msg.contains("time column `t`") && msg.contains(want) && msg.contains(declared),
+            "{msg}"
+        );
+        db.drop_db().await;
+    }
+}
+
+/// Rows no window can hold are listed, with why.
+#[tokio::test]
+async fn unplaced_rows_are_listed_on_every_backend() {
+    for (dialect, ty) in [
+        (Dialect::Sqlite, "TEXT"),
+        (Dialect::Postgres, "TIMESTAMPTZ"),
+        (Dialect::MySql, "DATETIME"),
+    ] {
+        let db = TestDb::create(dialect).await;
+        let key = if dialect == Dialect::MySql {
+            "VARCHAR(16)"
+        } else {
+            "TEXT"
+        };
+        db.exec(&format!("CREATE TABLE events (k {key} NOT NULL, t {ty})"))
+            .await;
+        let mut rows = vec!["('ok', '2026-01-02 01:01:01')", "('nul', NULL)"];
+        if dialect == Dialect::Sqlite {
+            rows.push("('bad', 'soon')");
+            rows.push("('blank', '')");
+        }
+        db.exec(&format!(
+            "INSERT INTO events (k, t) VALUES {}",
+            rows.join(", ")
+        ))
+        .await;
+        let t = SqlTable::connect(time_config(&db), &time_schema())
+            .await
+            .unwrap();
+        let got: Vec<(String, String, String, String)> = t
+            .unplaced(&time_schema())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.key, u.field, u.value, u.reason))
+            .collect();
+        let row = |k: &str, v: &str, r: &str| {
+            (k.to_string(), "t".to_string(), v.to_string(), r.to_string())
+        };
+        let mut want = vec![row("nul", "", "null")];
+        if dialect == Dialect::Sqlite {
+            want = vec![
+                row("bad", "soon", "not a timestamp"),
+                row("blank", "", "empty"),
+                row("nul", "", "null"),
+            ];
+        }
+        assert_eq!(got, want, "{dialect:?}");
+        db.drop_db().await;
+    }
+}

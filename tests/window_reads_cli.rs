@@ -1,0 +1,187 @@
+//! Window reads that cannot miss, through the binary: a SQLite time column
+//! declared TEXT holding RFC 3339 values is read by its window, a column
+//! holding no timestamp at all is refused (exit 2), and a side whose window
+//! read is empty while key lookups find the records is a warning in the
+//! summary, never a silent clean.
+
+use std::path::Path;
+use std::process::Output;
+
+use assert_cmd::Command;
+use recon_sql::testing::TestDb;
+use recon_sql::Dialect;
+
+/// 2026-01-02T01:01:01Z in Unix seconds.
+const T1: i64 = 1_767_315_661;
+
+fn config(dir: &Path, target: &str) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[defaults]
+timezone = "UTC"
+state = "sqlite://{state}?mode=rwc"
+
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+compare = ["amount"]
+window = "2026-01-02"
+
+[jobs.charges.source]
+type = "file"
+path = "{source}"
+key = "id"
+
+{target}
+
+[jobs.charges.backfill]
+mode = "off"
+"#,
+        state = dir.join("state.db").display(),
+        source = dir.join("source.csv").display(),
+    );
+    let path = dir.join("recon.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn sqlite_target(url: &str) -> String {
+    format!(
+        "[jobs.charges.target]\ntype = \"sql\"\nurl = \"{url}\"\ntable = \"payments\"\nkey = \"id\"\ncolumns = {{ amount = \"amount_cents\", created = \"created_at\" }}"
+    )
+}
+
+fn run(config: &Path, out: &Path) -> Output {
+    Command::cargo_bin("recon")
+        .unwrap()
+        .args(["run", "--config"])
+        .arg(config)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+fn ids(dir: &Path, file: &str) -> Vec<String> {
+    let mut r = csv::Reader::from_path(dir.join(file)).unwrap();
+    r.records().map(|x| x.unwrap()[0].to_string()).collect()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test]
+async fn sqlite_text_rfc3339_time_column_is_read_by_its_window() {
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec("CREATE TABLE payments (id TEXT PRIMARY KEY, amount_cents INTEGER, currency TEXT, created_at TEXT)")
+        .await;
+    db.exec(
+        "INSERT INTO payments VALUES \
+         ('ch_1', 1000, 'usd', '2026-01-02T01:01:01Z'), \
+         ('ch_ORPHAN', 500, 'usd', '2026-01-02T07:30:00Z'), \
+         ('ch_DAY_BEFORE', 700, 'usd', '2026-01-01T23:59:59Z')",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("source.csv"),
+        format!("id,amount,currency,created\nch_1,1000,usd,{T1}\n"),
+    )
+    .unwrap();
+    let cfg = config(dir.path(), &sqlite_target(&db.url));
+    let out = dir.path().join("out");
+    let o = run(&cfg, &out);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["target_records"], 2, "{s}");
+    assert_eq!(s["matched"], 1, "{s}");
+    assert_eq!(s["orphans"], 1, "{s}");
+    assert_eq!(ids(&out, "orphans.csv"), ["ch_ORPHAN"]);
+    assert_eq!(s["notes"].as_array().unwrap().len(), 0, "{s}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("source 1 records, target 2 records"),
+        "{}",
+        text(&o)
+    );
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn sqlite_time_column_without_any_timestamp_is_refused() {
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec("CREATE TABLE payments (id TEXT PRIMARY KEY, amount_cents INTEGER, currency TEXT, created_at TEXT)")
+        .await;
+    db.exec("INSERT INTO payments VALUES ('ch_1', 1000, 'usd', 'last tuesday')")
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("source.csv"),
+        format!("id,amount,currency,created\nch_1,1000,usd,{T1}\n"),
+    )
+    .unwrap();
+    let cfg = config(dir.path(), &sqlite_target(&db.url));
+    let o = run(&cfg, &dir.path().join("out"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("created_at") && err.contains("last tuesday") && err.contains("RFC 3339"),
+        "{}",
+        text(&o)
+    );
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn empty_window_read_while_lookups_find_the_records_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("source.csv"),
+        format!("id,amount,currency,created\nch_1,1000,usd,{T1}\nch_2,2000,usd,{T1}\n"),
+    )
+    .unwrap();
+    // The target holds both records, stamped a day earlier: its window
+    // read is empty, and only the key lookups find them.
+    let earlier = T1 - 86_400;
+    std::fs::write(
+        dir.path().join("target.csv"),
+        format!("id,amount,currency,created\nch_1,1000,usd,{earlier}\nch_2,2000,usd,{earlier}\n"),
+    )
+    .unwrap();
+    let target = format!(
+        "[jobs.charges.target]\ntype = \"file\"\npath = \"{}\"\nkey = \"id\"",
+        dir.path().join("target.csv").display()
+    );
+    let cfg = config(dir.path(), &target);
+    let out = dir.path().join("out");
+    let o = run(&cfg, &out);
+    let s = summary(&out);
+    assert_eq!(s["target_rows"], 0, "{s}");
+    assert_eq!(s["confirmed_by_lookup"], 2, "{s}");
+    let notes: Vec<String> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("target's window read returned 0 records")
+                && n.contains("2 of the source's records")),
+        "{notes:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("warning: the target's window read returned 0"),
+        "{}",
+        text(&o)
+    );
+}
