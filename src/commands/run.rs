@@ -994,12 +994,7 @@ pub(crate) fn backfill_row(r: &Record, mode: WriteMode, o: &WriteOutcome) -> Bac
     };
     BackfillRow {
         key: r.key.clone(),
-        action: if mode == WriteMode::Insert {
-            "insert"
-        } else {
-            "update"
-        }
-        .into(),
+        action: Action::from(mode).as_str().into(),
         outcome: outcome.into(),
         error,
     }
