@@ -8,10 +8,13 @@
 //! - **Lookups** use `batch/read` with `idProperty` (100 per call); they see
 //!   writes at once, while search lags behind them (eventual consistency),
 //!   which is why edge confirmation uses them.
-//! - **Writes** use `batch/upsert` with `idProperty` (100 per call): an
-//!   upsert by a property created with `hasUniqueValue: true`, so writing the
-//!   same record twice creates it once. A 207 multi-status answer is split
-//!   into per-item outcomes.
+//! - **Writes** in `upsert` mode use `batch/upsert` with `idProperty` (100
+//!   per call): an upsert by a property created with `hasUniqueValue: true`,
+//!   so writing the same record twice creates it once. A 207 multi-status
+//!   answer is split into per-item outcomes. In `insert` mode existing
+//!   objects are never modified: `batch/read` finds them (unchanged) and only
+//!   the others go to `batch/create`; a unique-value conflict (an object
+//!   created meanwhile) is unchanged, never overwritten.
 //! - **At start** the properties API confirms the ID property exists and is
 //!   unique; otherwise recon refuses and says how to fix it.
 //! - **Rate limits**: the general limit per rolling 10 s (100 by default,
@@ -283,6 +286,109 @@ impl HubSpotObjects {
         props
     }
 
+    /// Properties of a new object: null values are left out (a new object
+    /// has no value to clear).
+    fn create_properties(&self, r: &Record) -> Json {
+        let mut props = self.properties_of(r);
+        props.retain(|_, v| !v.is_null());
+        Json::Object(props)
+    }
+
+    /// Insert mode: creates the objects that do not exist and never touches
+    /// one that does. Existing objects are found with `batch/read` by the ID
+    /// property (unchanged); the others go to `batch/create`, which HubSpot
+    /// refuses whole with 409 CONFLICT when any input's unique value is
+    /// already taken (an object created meanwhile). Then each input is
+    /// created alone (`POST /crm/v3/objects/{type}`): a 409 whose key now
+    /// exists is unchanged, any other refusal fails that item alone.
+    /// https://developers.hubspot.com/docs/api-reference/crm-objects-v3/batch/post-crm-v3-objects-objectType-batch-create
+    async fn create_missing(&self, chunk: &[Record]) -> Result<Vec<WriteOutcome>, ConnectorError> {
+        let keys: Vec<String> = chunk.iter().map(|r| r.key.clone()).collect();
+        let present: std::collections::HashSet<String> = self
+            .lookup(&self.schema, &keys)
+            .await?
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        let fresh: Vec<&Record> = chunk.iter().filter(|r| !present.contains(&r.key)).collect();
+        let mut created: HashMap<&str, WriteOutcome> = HashMap::new();
+        if !fresh.is_empty() {
+            let inputs: Vec<Json> = fresh
+                .iter()
+                .map(|r| json!({ "properties": self.create_properties(r) }))
+                .collect();
+            match self
+                .general
+                .post_json::<Json>(&self.url("batch/create"), &json!({ "inputs": inputs }))
+                .await
+            {
+                Ok((_, meta)) => {
+                    pace(&meta).await;
+                    for r in &fresh {
+                        created.insert(r.key.as_str(), WriteOutcome::Created);
+                    }
+                }
+                Err(HttpError::Status {
+                    status: 409 | 400, ..
+                }) => {
+                    for r in &fresh {
+                        let o = self.create_one(r).await?;
+                        created.insert(r.key.as_str(), o);
+                    }
+                }
+                Err(e) => return Err(http_error(e)),
+            }
+        }
+        Ok(chunk
+            .iter()
+            .map(|r| {
+                created
+                    .remove(r.key.as_str())
+                    .unwrap_or(WriteOutcome::Unchanged)
+            })
+            .collect())
+    }
+
+    async fn create_one(&self, r: &Record) -> Result<WriteOutcome, ConnectorError> {
+        let url = format!(
+            "{}/crm/v3/objects/{}",
+            self.cfg.base_url.trim_end_matches('/'),
+            self.cfg.object_type
+        );
+        match self
+            .general
+            .post_json::<Json>(&url, &json!({ "properties": self.create_properties(r) }))
+            .await
+        {
+            Ok((_, meta)) => {
+                pace(&meta).await;
+                Ok(WriteOutcome::Created)
+            }
+            Err(HttpError::Status {
+                status: 409,
+                message,
+                ..
+            }) => {
+                let now = self
+                    .lookup(&self.schema, std::slice::from_ref(&r.key))
+                    .await?;
+                if now.iter().any(|x| x.key == r.key) {
+                    Ok(WriteOutcome::Unchanged)
+                } else {
+                    Ok(WriteOutcome::Failed(format!(
+                        "HubSpot refused to create it: {message}"
+                    )))
+                }
+            }
+            Err(HttpError::Status {
+                status, message, ..
+            }) if (400..500).contains(&status) => Ok(WriteOutcome::Failed(format!(
+                "HubSpot refused to create it ({status}): {message}"
+            ))),
+            Err(e) => Err(http_error(e)),
+        }
+    }
+
     async fn search_page(
         &self,
         lo_ms: i64,
@@ -501,6 +607,13 @@ impl Target for HubSpotObjects {
         records: &[Record],
         mode: WriteMode,
     ) -> Result<Vec<WriteOutcome>, ConnectorError> {
+        if mode == WriteMode::Insert {
+            let mut out = Vec::with_capacity(records.len());
+            for chunk in records.chunks(BATCH) {
+                out.extend(self.create_missing(chunk).await?);
+            }
+            return Ok(out);
+        }
         let mut out = Vec::with_capacity(records.len());
         for chunk in records.chunks(BATCH) {
             let inputs: Vec<Json> = chunk

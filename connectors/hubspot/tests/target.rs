@@ -181,6 +181,78 @@ async fn upserts_are_idempotent_and_partial_failures_are_per_item() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_mode_never_modifies_an_existing_object() {
+    let e = emulator(EmulatorConfig::default()).await;
+    e.create_property("deals", "invoice_no", true);
+    let t = objects(&e, 100, 5);
+    // ch_000001 exists with other values than the source's.
+    let mut existing = deal_props(1, START_MS);
+    existing.insert("dealstage".into(), json!("appointmentscheduled"));
+    existing.insert("amount".into(), json!("1.00"));
+    e.insert("deals", existing.clone());
+    // Another object holds the unique invoice_no that ch_000003 will carry.
+    let mut other = deal_props(99, START_MS);
+    other.insert("invoice_no".into(), json!("INV-3"));
+    e.insert("deals", other);
+    let records: Vec<Record> = (1..=4).map(record).collect();
+    let out = t
+        .write(&schema(), &records, WriteMode::Insert)
+        .await
+        .unwrap();
+    assert_eq!(out[0], WriteOutcome::Unchanged, "{out:?}");
+    assert_eq!(out[1], WriteOutcome::Created, "{out:?}");
+    assert_eq!(out[2], WriteOutcome::Created, "{out:?}");
+    assert_eq!(out[3], WriteOutcome::Created, "{out:?}");
+    let stored = e.objects("deals");
+    let (_, props) = stored
+        .iter()
+        .find(|(_, p)| p["stripe_charge_id"] == json!("ch_000001"))
+        .unwrap();
+    assert_eq!(
+        props["dealstage"],
+        json!("appointmentscheduled"),
+        "not overwritten"
+    );
+    assert_eq!(props["amount"], json!("1.00"), "not overwritten");
+    assert_eq!(stored.len(), 5);
+
+    // A create that collides on another unique property fails alone; the
+    // rest of its batch is created, and nothing is overwritten.
+    let mut clash = record(5);
+    clash.key = "ch_clash".into();
+    let t2 = {
+        let mut cfg = HubSpotConfig::new(
+            Secret::new(e.token.clone()),
+            "deals",
+            "stripe_charge_id",
+            vec![
+                "amount".into(),
+                "invoice_no".into(),
+                "stripe_created".into(),
+            ],
+        );
+        cfg.currency_property = Some("deal_currency_code".into());
+        cfg.date_property = "stripe_created".into();
+        cfg.base_url = e.base_url.clone();
+        HubSpotObjects::new(cfg, &schema()).unwrap()
+    };
+    let mut fine = record(6);
+    fine.values[1] = Value::Text("INV-6".into());
+    clash.values[1] = Value::Text("INV-3".into());
+    let out = t2
+        .write(&schema(), &[fine, clash], WriteMode::Insert)
+        .await
+        .unwrap();
+    assert_eq!(out[0], WriteOutcome::Created, "{out:?}");
+    assert!(
+        matches!(&out[1], WriteOutcome::Failed(m) if m.contains("invoice_no")),
+        "{out:?}"
+    );
+    assert_eq!(e.objects("deals").len(), 6);
+    e.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_property_that_is_not_unique_is_refused_with_the_fix() {
     let e = Emulator::start(EmulatorConfig::default()).await.unwrap();
     e.create_property("deals", "stripe_charge_id", false);

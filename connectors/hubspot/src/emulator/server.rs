@@ -275,6 +275,8 @@ enum Route {
     Search(String),
     BatchRead(String),
     BatchUpsert(String),
+    BatchCreate(String),
+    Create(String),
     Object(String, String),
     NotAllowed,
     Unknown,
@@ -316,6 +318,8 @@ impl Route {
             ["objects", t, "search"] => (Route::Search(t.to_string()), Method::POST),
             ["objects", t, "batch", "read"] => (Route::BatchRead(t.to_string()), Method::POST),
             ["objects", t, "batch", "upsert"] => (Route::BatchUpsert(t.to_string()), Method::POST),
+            ["objects", t, "batch", "create"] => (Route::BatchCreate(t.to_string()), Method::POST),
+            ["objects", t] if !t.is_empty() => (Route::Create(t.to_string()), Method::POST),
             ["objects", t, id] if !id.is_empty() => {
                 (Route::Object(t.to_string(), id.to_string()), Method::GET)
             }
@@ -466,6 +470,19 @@ fn serve(shared: &Shared, cid: &str, route: Route, uri: &Uri, body: &[u8]) -> Re
         Route::BatchUpsert(t) => {
             parse_body(body, cid).and_then(|b| batch_upsert(shared, cid, &t, &b, uri))
         }
+        Route::BatchCreate(t) => {
+            parse_body(body, cid).and_then(|b| batch_create(shared, cid, &t, &b))
+        }
+        Route::Create(t) => parse_body(body, cid).and_then(|b| {
+            let one = json!({ "inputs": [b] });
+            batch_create(shared, cid, &t, &one).map(|r| match r.status {
+                201 => {
+                    let all: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+                    Reply::json(201, &all["results"][0])
+                }
+                _ => r,
+            })
+        }),
         Route::Object(t, id) => get_object(shared, cid, &t, &id, uri),
         Route::NotAllowed => Err(error(405, "METHOD_NOT_ALLOWED", "Method not allowed", cid)),
         Route::Unknown => Err(error(
@@ -919,6 +936,80 @@ fn batch_upsert(
     out["numErrors"] = json!(errors.len());
     out["errors"] = Value::Array(errors);
     Ok(Reply::json(207, &out))
+}
+
+/// `POST …/batch/create` (and, one input at a time, `POST …/objects/{type}`).
+/// Each input is `{"properties", "objectWriteTraceId"?}`. All inputs are
+/// checked first; a unique value already taken (by a stored object or by
+/// another input) refuses the whole batch with `409` and category
+/// `CONFLICT`, as HubSpot does; nothing is created then. Otherwise `201`
+/// with every created object in `results`.
+/// https://developers.hubspot.com/docs/api-reference/crm-objects-v3/batch/post-crm-v3-objects-objectType-batch-create
+fn batch_create(
+    shared: &Shared,
+    cid: &str,
+    object_type: &str,
+    body: &Value,
+) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let started = store::now_ms();
+    let inputs = batch_inputs(body, cid)?;
+    let empty = Map::new();
+    let mut props = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        props.push(match input.get("properties") {
+            None | Some(Value::Null) => &empty,
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(validation("properties must be an object", cid)),
+        });
+    }
+    {
+        // Injected failures refuse the whole batch, as a validation error would.
+        let f = shared.fail_ids.read().unwrap();
+        if let Some(id) = props
+            .iter()
+            .flat_map(|p| p.values())
+            .filter_map(Value::as_str)
+            .find(|v| f.contains(*v))
+        {
+            return Err(validation(
+                &format!("Create of {object_type} with '{id}' failed (emulator fail_ids)."),
+                cid,
+            ));
+        }
+    }
+    let searchable_at = (!shared.search_lag.is_zero()).then(|| Instant::now() + shared.search_lag);
+    let mut store = shared.store.write().unwrap();
+    let now = store::now_ms();
+    let (ts, next_id) = store
+        .next_id_mut(object_type)
+        .map_err(|m| validation(&m, cid))?;
+    match ts.check_new(&props) {
+        Err((true, msg)) => return Err(error(409, "CONFLICT", &msg, cid)),
+        Err((false, msg)) => return Err(validation(&msg, cid)),
+        Ok(()) => {}
+    }
+    let mut results = Vec::with_capacity(props.len());
+    for (p, input) in props.iter().zip(inputs) {
+        let id = ts
+            .create_new(p, now, searchable_at, next_id)
+            .map_err(|m| validation(&m, cid))?;
+        let rec = &ts.records[&id];
+        let mut o = object_json(rec, p.keys().map(String::as_str));
+        if let Some(t) = input.get("objectWriteTraceId") {
+            o.insert("objectWriteTraceId".into(), t.clone());
+        }
+        results.push(Value::Object(o));
+    }
+    Ok(Reply::json(
+        201,
+        &json!({
+            "status": "COMPLETE",
+            "results": results,
+            "startedAt": iso_ms(started),
+            "completedAt": iso_ms(store::now_ms()),
+        }),
+    ))
 }
 
 /// `GET …/objects/{type}/{id}?idProperty=&properties=a,b`.

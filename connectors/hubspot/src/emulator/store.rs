@@ -394,6 +394,69 @@ impl TypeStore {
         self.version += 1;
     }
 
+    /// Checks new objects' `properties` (each defined and writable; no
+    /// unique value taken by a stored object or by another input) without
+    /// changing anything. `Err((conflict, message))`: `conflict` is true for
+    /// a taken unique value (HubSpot's 409), false for a validation error.
+    pub fn check_new(&self, inputs: &[&Map<String, Value>]) -> Result<(), (bool, String)> {
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
+        for (i, properties) in inputs.iter().enumerate() {
+            let values = self.values_of(properties).map_err(|m| (false, m))?;
+            if let Some(msg) = self.unique_conflict(&values, None) {
+                return Err((true, msg));
+            }
+            for (name, v) in &values {
+                if let (true, Some(v)) = (self.is_unique(name), v) {
+                    if seen.insert((name.clone(), v.text.clone()), i).is_some() {
+                        return Err((
+                            true,
+                            format!(
+                                "Unique property \"{name}\" value '{}' appears in two inputs.",
+                                v.text
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a new object from checked `properties` (see
+    /// [`TypeStore::check_new`]); returns its id.
+    pub fn create_new(
+        &mut self,
+        properties: &Map<String, Value>,
+        now_ms: i64,
+        searchable_at: Option<Instant>,
+        next_id: &mut u64,
+    ) -> Result<u64, String> {
+        let values = self.values_of(properties)?;
+        let id = *next_id;
+        *next_id += 1;
+        self.create(id, values, now_ms, searchable_at);
+        Ok(id)
+    }
+
+    fn values_of(
+        &self,
+        properties: &Map<String, Value>,
+    ) -> Result<Vec<(String, Option<Stored>)>, String> {
+        let mut values = Vec::with_capacity(properties.len());
+        for (name, v) in properties {
+            let Some(def) = self.props.get(name) else {
+                return Err(format!("Property \"{name}\" does not exist"));
+            };
+            if read_only(name) {
+                return Err(format!(
+                    "Property \"{name}\" is a read only property; its value cannot be set."
+                ));
+            }
+            values.push((name.clone(), normalize(name, def.kind, v)?));
+        }
+        Ok(values)
+    }
+
     /// Creates or updates the record whose unique `id_property` is `id_value`,
     /// setting `properties` (each must be defined and writable). The record's
     /// `lastmodifieddate` becomes `now_ms`; it is hidden from search until
