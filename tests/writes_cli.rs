@@ -853,3 +853,68 @@ async fn postgres_deferrable_unique_key_is_refused_with_a_fix_that_works() {
     assert_eq!(count(&db.url, "SELECT COUNT(*) FROM payments").await, 1);
     db.drop_db().await;
 }
+
+/// The host part of a run owner, as recon writes it.
+fn this_host() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[tokio::test]
+async fn a_live_run_that_lost_its_lock_is_never_marked_crashed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("state.db").display()
+    );
+    let store = recon::state::StateStore::open(&url).await.unwrap();
+    let window = recon_core::Window {
+        start: jiff::Timestamp::from_second(DAY_START).unwrap(),
+        end: jiff::Timestamp::from_second(DAY_START + 86_400).unwrap(),
+    };
+    // Run 1 belongs to a live process on this host (it lost its lock).
+    let mut live = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let owner = format!("{}:{}:0badf00d", this_host().trim(), live.id());
+    let first = store
+        .start_run_as("nightly", window, false, Some(&owner))
+        .await
+        .unwrap();
+    let err = store
+        .start_run_as("nightly", window, false, Some("elsewhere:1:1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("still alive") && err.contains(&first), "{err}");
+    let runs = query_rows(&url, "SELECT id, status FROM recon_runs", 2).await;
+    assert_eq!(
+        runs,
+        [[first.clone(), "running".to_string()]],
+        "run 1 untouched"
+    );
+    // Once its process is gone, it is provably crashed.
+    live.kill().unwrap();
+    live.wait().unwrap();
+    let second = store
+        .start_run_as("nightly", window, false, Some("elsewhere:1:1"))
+        .await
+        .unwrap();
+    let mut runs = query_rows(&url, "SELECT id, status FROM recon_runs", 2).await;
+    runs.sort();
+    let mut expected = vec![
+        vec![first, "crashed".to_string()],
+        vec![second, "running".to_string()],
+    ];
+    expected.sort();
+    assert_eq!(runs, expected);
+}
