@@ -196,8 +196,9 @@ pub fn write_diff_reports(
     write_mismatches(dir, schema, outcome, h)?;
     write_duplicates(dir, outcome, h)?;
     write_records(dir, "pending.csv", schema, &extras.pending, None)?;
-    write_unplaced_csv(dir, &extras.unplaced)?;
     if h.is_some() {
+        // Configured runs only: `recon diff` reads whole files, no window.
+        write_unplaced_csv(dir, &extras.unplaced)?;
         let mut w = CsvReport::new(
             dir.file("resolved.csv")?,
             &["class", "external_id", "first_seen", "resolved_at"],
