@@ -522,8 +522,14 @@ async fn rerun_settles(job: &Job, db: &TestDb) {
         .await,
         0
     );
-    let runs = query_rows(&state, "SELECT id FROM recon_runs ORDER BY started_at", 1).await;
-    let first_run = &runs.iter().min().unwrap()[0];
+    let runs = query_rows(
+        &state,
+        "SELECT id FROM recon_runs WHERE status = 'failed'",
+        1,
+    )
+    .await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let first_run = &runs[0][0];
     // Run 1's items now say what the table held when run 2 began.
     let applied_1 = count(
         &state,
@@ -917,4 +923,39 @@ async fn a_live_run_that_lost_its_lock_is_never_marked_crashed() {
     ];
     expected.sort();
     assert_eq!(runs, expected);
+}
+
+#[tokio::test]
+async fn a_window_that_has_not_begun_is_refused_and_never_recorded() {
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
+    )
+    .await;
+    let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let o = Command::from_std(job.command("future"))
+        .args(["--window", "2099-01-01"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("has not begun"),
+        "{}",
+        text(&o)
+    );
+    let runs = count(&state_url(&job), "SELECT COUNT(*) FROM recon_runs").await;
+    assert_eq!(
+        runs, 0,
+        "nothing recorded that since-last-success could start from"
+    );
+    db.drop_db().await;
 }

@@ -653,8 +653,24 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
         .window
         .resolve(now, &plan.tz, last)
         .map_err(|e| anyhow!("job `{job}`: {e}"))?;
+    // A dry run may look at a future window (nothing it records counts for
+    // `since-last-success`); a run that writes may not.
+    if asked.start > now && !plan.dry_run {
+        lock.release().await?;
+        bail!(
+            "job `{job}`: the window {}..{} has not begun yet; nothing can be reconciled before it starts. Check --window",
+            format_timestamp(asked.start),
+            format_timestamp(asked.end)
+        );
+    }
+    // The part of the window after now was not read: a later
+    // `since-last-success` must start where this run's reading ended.
+    let recorded = Window {
+        start: asked.start,
+        end: asked.end.min(now).max(asked.start),
+    };
     let run_id = match state
-        .start_run_as(&job, asked, plan.dry_run, Some(lock.owner()))
+        .start_run_as(&job, recorded, plan.dry_run, Some(lock.owner()))
         .await
     {
         Ok(id) => id,
@@ -1035,7 +1051,8 @@ async fn settle_unknown(ledger: &Ledger<'_>, target: &dyn Target, schema: &Schem
         .into_iter()
         .map(|r| r.key)
         .collect();
-    let mut by_plan: HashMap<&str, Vec<(String, ItemStatus, Option<String>)>> = HashMap::new();
+    type Marks = Vec<(String, ItemStatus, Option<String>)>;
+    let mut by_plan: HashMap<&str, Marks> = HashMap::new();
     for (plan, key) in &unknown {
         let mark = if present.contains(key) {
             (key.clone(), ItemStatus::Applied, None)

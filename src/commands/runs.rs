@@ -85,7 +85,7 @@ async fn settle_dead_runs(state: &StateStore, rows: &mut [RunRow]) -> Result<()>
                 g
             }
         };
-        if !holder_gone {
+        if !holder_gone || state.run_owner_alive_here(&r.id).await? {
             continue;
         }
         match state.run_status(&r.id).await?.as_deref() {

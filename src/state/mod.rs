@@ -1231,6 +1231,23 @@ impl StateStore {
         }
     }
 
+    /// Whether the process that started run `run_id` is still alive on this
+    /// host (its recorded owner's PID exists): such a run is not crashed,
+    /// even if it lost its lock; it stops before its next write.
+    pub async fn run_owner_alive_here(&self, run_id: &str) -> Result<bool, StateError> {
+        let context = "reading a run's owner";
+        let owner: Option<String> = sqlx::query("SELECT owner FROM recon_runs WHERE id = $1")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.db(context))?
+            .map(|r| r.try_get::<Option<String>, _>(0))
+            .transpose()
+            .map_err(self.db(context))?
+            .flatten();
+        Ok(owner.is_some_and(|o| lock::holder_is_alive_here(&o)))
+    }
+
     /// The stored status of one run, if the run exists.
     pub async fn run_status(&self, run_id: &str) -> Result<Option<String>, StateError> {
         let context = "reading a run's status";
