@@ -27,24 +27,35 @@ pub(crate) type FaultPlan = recon_emulator_kit::FaultPlan<FaultKind>;
 /// exactly at the limit (e.g. a GCRA at `limit` per `span`) could be refused
 /// when an earlier request of it happened to be admitted a few milliseconds
 /// late. A client that truly exceeds the limit is still refused.
+///
+/// In strict mode there is no allowance: an admission stays in the window for
+/// the whole `span`, so no `span`-long interval ever holds more than `limit`
+/// admissions, as the server counts them.
 pub(crate) struct Window {
     limit: u32,
     span: Duration,
+    strict: bool,
     log: VecDeque<Instant>,
 }
 
 impl Window {
-    pub fn new(limit: u32, span: Duration) -> Self {
+    pub fn new(limit: u32, span: Duration, strict: bool) -> Self {
         Window {
             limit,
             span,
+            strict,
             log: VecDeque::new(),
         }
     }
 
     fn prune(&mut self, now: Instant) {
+        let allowance = if self.strict {
+            Duration::ZERO
+        } else {
+            self.span / 100
+        };
         while let Some(&t) = self.log.front() {
-            if now.saturating_duration_since(t) + self.span / 100 >= self.span {
+            if now.saturating_duration_since(t) + allowance >= self.span {
                 self.log.pop_front();
             } else {
                 break;
@@ -100,13 +111,28 @@ impl Limits {
         limit_per_10s: Option<u32>,
         search_per_sec: Option<u32>,
         daily: Option<u64>,
+        strict: bool,
     ) -> Self {
         Limits {
-            ten: limit_per_10s.map(|n| Window::new(n, Duration::from_secs(10))),
-            search: search_per_sec.map(|n| Window::new(n, Duration::from_secs(1))),
+            ten: limit_per_10s.map(|n| Window::new(n, Duration::from_secs(10), strict)),
+            search: search_per_sec.map(|n| Window::new(n, Duration::from_secs(1), strict)),
             daily,
             daily_used: 0,
         }
+    }
+
+    /// Admits a request of another app of the same account (see
+    /// `EmulatorConfig::others_share`): it counts toward the 10-second
+    /// window only. `false` when the window is full (the other app retries).
+    pub fn admit_other(&mut self, now: Instant) -> bool {
+        let Some(w) = &mut self.ten else {
+            return true;
+        };
+        let room = w.has_room(now);
+        if room {
+            w.record(now);
+        }
+        room
     }
 
     /// The headers as they stand (after any admission just made).

@@ -112,6 +112,27 @@ pub struct EmulatorConfig {
     /// (batch read sees it at once). Objects from [`Emulator::insert`] are
     /// searchable immediately. Default zero.
     pub search_lag: Duration,
+    /// Strict counting: an admission stays in its rolling window (10 s, and
+    /// the search endpoints' 1 s) for the whole window, with no allowance for
+    /// the emulator's own scheduling delays; and `batch/upsert` and
+    /// `batch/create` refuse property values that are not strings (the CRM
+    /// v3 spec's `properties` is a map of strings). Default `false`.
+    pub strict: bool,
+    /// The share (0.0 ..= 1.0) of `limit_per_10s` that other apps of the same
+    /// account spend: a steady stream of `share × limit` requests per 10 s
+    /// that count toward the rolling window (and its `Remaining` header);
+    /// when the window is full such a request is retried every 5 ms until
+    /// it fits, as a busy integration would. Default 0.
+    pub others_share: f64,
+    /// Batch answers (`batch/upsert`, `batch/create`, `batch/read`) list
+    /// their results in reverse input order, and `batch/upsert` results echo
+    /// only the default properties (`hs_object_id`, `createdate`,
+    /// `lastmodifieddate`), not the id property: HubSpot's spec promises
+    /// neither order nor echo, only `objectWriteTraceId`. Default `false`.
+    pub scramble_batch_results: bool,
+    /// Keep every request to the CRM objects endpoints and its answer, for
+    /// [`Emulator::exchanges`]. Default `false`.
+    pub record_exchanges: bool,
 }
 
 impl Default for EmulatorConfig {
@@ -123,8 +144,26 @@ impl Default for EmulatorConfig {
             daily_limit: None,
             latency: Duration::ZERO,
             search_lag: Duration::ZERO,
+            strict: false,
+            others_share: 0.0,
+            scramble_batch_results: false,
+            record_exchanges: false,
         }
     }
+}
+
+/// One request to a CRM objects endpoint and the emulator's answer (see
+/// [`EmulatorConfig::record_exchanges`]).
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    /// The request path, e.g. `/crm/v3/objects/deals/batch/upsert`.
+    pub path: String,
+    /// The request body as JSON (`Null` when it was not JSON).
+    pub request: Value,
+    /// The response status.
+    pub status: u16,
+    /// The response body as JSON (`Null` when it was not JSON).
+    pub response: Value,
 }
 
 /// A property's data type (HubSpot's `type` field).
@@ -218,6 +257,9 @@ pub struct EmulatorStats {
     pub search_requests: u64,
     /// The most requests ever being handled at once.
     pub max_in_flight: u64,
+    /// Requests of the other apps (see [`EmulatorConfig::others_share`])
+    /// admitted into the 10-second window.
+    pub other_requests: u64,
 }
 
 /// A running emulator. Dropping it stops the server too (without waiting).
@@ -229,6 +271,7 @@ pub struct Emulator {
     shared: Arc<Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    others: Option<JoinHandle<()>>,
 }
 
 impl Emulator {
@@ -237,6 +280,12 @@ impl Emulator {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let token = config.token.clone();
+        let others = (config.others_share > 0.0)
+            .then(|| {
+                let n = (config.others_share.min(1.0) * f64::from(config.limit_per_10s?)).round();
+                (n >= 1.0).then_some(n as u32)
+            })
+            .flatten();
         let shared = Arc::new(Shared::new(config));
         let app = Router::new()
             .fallback(server::handle)
@@ -250,13 +299,21 @@ impl Emulator {
                 })
                 .await;
         });
+        let others = others.map(|n| tokio::spawn(other_apps(shared.clone(), n)));
         Ok(Emulator {
             base_url: format!("http://{addr}"),
             token,
             shared,
             stop: Some(stop),
             task: Some(task),
+            others,
         })
+    }
+
+    /// Every request to a CRM objects endpoint so far and its answer, oldest
+    /// first (empty unless [`EmulatorConfig::record_exchanges`]).
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        self.shared.exchanges.lock().unwrap().clone()
     }
 
     /// Defines a `string` property, e.g. `("deals", "stripe_charge_id", true)`.
@@ -375,6 +432,9 @@ impl Emulator {
     /// Stops accepting connections, lets requests in flight finish (for up to
     /// five seconds), and returns once the server task has ended.
     pub async fn shutdown(mut self) {
+        if let Some(others) = self.others.take() {
+            others.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -390,8 +450,44 @@ impl Emulator {
     }
 }
 
+/// The other apps of the account: `per_10s` requests per 10 s, evenly
+/// spaced; a request refused by a full window waits 5 ms and tries again
+/// (at most one window's worth is kept pending).
+async fn other_apps(shared: Arc<Shared>, per_10s: u32) {
+    let every = Duration::from_secs(10) / per_10s;
+    let mut next = tokio::time::Instant::now();
+    let mut pending = 0u32;
+    loop {
+        let now = tokio::time::Instant::now();
+        while next <= now {
+            pending = (pending + 1).min(per_10s);
+            next += every;
+        }
+        let mut admitted = 0;
+        {
+            let mut limits = shared.limits.lock().unwrap();
+            while pending > 0 && limits.admit_other(now.into_std()) {
+                pending -= 1;
+                admitted += 1;
+            }
+        }
+        if admitted > 0 {
+            shared.stats.lock().unwrap().other_requests += admitted;
+        }
+        let wake = if pending > 0 {
+            now + Duration::from_millis(5)
+        } else {
+            next
+        };
+        tokio::time::sleep_until(wake).await;
+    }
+}
+
 impl Drop for Emulator {
     fn drop(&mut self) {
+        if let Some(others) = self.others.take() {
+            others.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 use super::faults::{FaultPlan, Limits, Policy, RateHeaders};
 use super::search::{self, QueryCache, MAX_RESULTS};
 use super::store::{self, canonical_type, iso_ms, Record, Store, TypeStore, ALWAYS};
-use super::{EmulatorConfig, EmulatorStats, FaultKind};
+use super::{EmulatorConfig, EmulatorStats, Exchange, FaultKind};
 pub(crate) use recon_emulator_kit::{ConnHandle, EmuListener};
 
 /// HubSpot's batch endpoints take at most 100 inputs.
@@ -50,6 +50,13 @@ pub(crate) struct Shared {
     /// For the `RateLimited` fault's `X-HubSpot-RateLimit-Max`.
     limit_per_10s: Option<u32>,
     pub fail_ids: RwLock<HashSet<String>>,
+    /// See `EmulatorConfig::strict`.
+    strict: bool,
+    /// See `EmulatorConfig::scramble_batch_results`.
+    scramble: bool,
+    /// See `EmulatorConfig::record_exchanges`.
+    record: bool,
+    pub exchanges: Mutex<Vec<Exchange>>,
     pub cache: Mutex<QueryCache>,
     pub stats: Mutex<EmulatorStats>,
     in_flight: AtomicU64,
@@ -73,9 +80,14 @@ impl Shared {
                 config.limit_per_10s,
                 config.search_per_sec,
                 config.daily_limit,
+                config.strict,
             )),
             limit_per_10s: config.limit_per_10s,
             fail_ids: RwLock::new(HashSet::new()),
+            strict: config.strict,
+            scramble: config.scramble_batch_results,
+            record: config.record_exchanges,
+            exchanges: Mutex::new(Vec::new()),
             cache: Mutex::new(QueryCache::default()),
             stats: Mutex::new(EmulatorStats::default()),
             in_flight: AtomicU64::new(0),
@@ -426,7 +438,18 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         Plan::Reply(r) => r,
         Plan::Serve(rate) => {
             let mut r = match axum::body::to_bytes(body, MAX_BODY).await {
-                Ok(bytes) => serve(&shared, &cid, route, &parts.uri, &bytes),
+                Ok(bytes) => {
+                    let r = serve(&shared, &cid, route, &parts.uri, &bytes);
+                    if shared.record && parts.uri.path().starts_with("/crm/v3/objects/") {
+                        shared.exchanges.lock().unwrap().push(Exchange {
+                            path: parts.uri.path().to_owned(),
+                            request: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                            status: r.status,
+                            response: serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+                        });
+                    }
+                    r
+                }
                 Err(_) => validation("The request body could not be read.", &cid),
             };
             r.rate = rate;
@@ -773,6 +796,9 @@ fn batch_read(shared: &Shared, cid: &str, object_type: &str, body: &Value) -> Re
             }
         }
     }
+    if shared.scramble {
+        results.reverse();
+    }
     let mut out = json!({
         "status": "COMPLETE",
         "results": results,
@@ -790,6 +816,8 @@ fn batch_read(shared: &Shared, cid: &str, object_type: &str, body: &Value) -> Re
         "category": "OBJECT_NOT_FOUND",
         "message": format!("Could not get some {canonical} objects, they may be deleted or not exist. Check that ids are valid."),
         "context": { "ids": missing },
+        "errors": [],
+        "links": {},
     }]);
     Ok(Reply::json(207, &out))
 }
@@ -822,6 +850,7 @@ fn batch_upsert(
         id_property: String,
         id: String,
         properties: &'a Map<String, Value>,
+        trace: Option<&'a Value>,
     }
     let empty = Map::new();
     let mut parsed = Vec::with_capacity(inputs.len());
@@ -853,6 +882,9 @@ fn batch_upsert(
                 Some(Value::Object(m)) => m,
                 Some(_) => return Err(validation("properties must be an object", cid)),
             };
+            if shared.strict {
+                strings_only(properties, cid)?;
+            }
             if !pairs.insert((id_property.clone(), id.clone())) {
                 duplicates.push(id.clone());
             }
@@ -860,6 +892,7 @@ fn batch_upsert(
                 id_property,
                 id,
                 properties,
+                trace: input.get("objectWriteTraceId"),
             });
         }
     }
@@ -910,9 +943,16 @@ fn batch_upsert(
                         .properties
                         .keys()
                         .map(String::as_str)
-                        .chain([input.id_property.as_str()]);
+                        .chain([input.id_property.as_str()])
+                        .filter(|_| !shared.scramble);
                     let mut o = object_json(rec, names);
                     o.insert("new".into(), Value::Bool(up.new));
+                    // Documented correlation: "objectWriteTraceId" of the
+                    // input comes back on its result.
+                    // https://developers.hubspot.com/docs/api-reference/crm-objects-v3/batch/post-crm-v3-objects-objectType-batch-upsert
+                    if let Some(t) = input.trace {
+                        o.insert("objectWriteTraceId".into(), t.clone());
+                    }
                     results.push(Value::Object(o));
                 }
                 Err(message) => errors.push(json!({
@@ -920,9 +960,14 @@ fn batch_upsert(
                     "category": "VALIDATION_ERROR",
                     "message": message,
                     "context": { "ids": [input.id] },
+                    "errors": [],
+                    "links": {},
                 })),
             }
         }
+    }
+    if shared.scramble {
+        results.reverse();
     }
     let mut out = json!({
         "status": "COMPLETE",
@@ -962,6 +1007,9 @@ fn batch_create(
             Some(Value::Object(m)) => m,
             Some(_) => return Err(validation("properties must be an object", cid)),
         });
+        if shared.strict {
+            strings_only(props.last().unwrap(), cid)?;
+        }
     }
     {
         // Injected failures refuse the whole batch, as a validation error would.
@@ -1001,6 +1049,9 @@ fn batch_create(
         }
         results.push(Value::Object(o));
     }
+    if shared.scramble {
+        results.reverse();
+    }
     Ok(Reply::json(
         201,
         &json!({
@@ -1010,6 +1061,19 @@ fn batch_create(
             "completedAt": iso_ms(store::now_ms()),
         }),
     ))
+}
+
+/// Strict mode: the CRM v3 spec's `properties` is a map of strings
+/// (`SimplePublicObjectBatchInputUpsert`, `SimplePublicObjectBatchInputForCreate`);
+/// `""` clears a value, `null` or a number is refused.
+fn strings_only(properties: &Map<String, Value>, cid: &str) -> Result<(), Reply> {
+    match properties.iter().find(|(_, v)| !v.is_string()) {
+        Some((name, v)) => Err(validation(
+            &format!("Invalid input JSON: property \"{name}\" is {v}, expected a string (use \"\" to clear a value)"),
+            cid,
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `GET …/objects/{type}/{id}?idProperty=&properties=a,b`.
