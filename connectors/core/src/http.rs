@@ -1,73 +1,135 @@
-//! The one HTTP policy every API connector uses (Stripe now; Shopify and
-//! HubSpot later): a shared rate limiter, one retry classifier, exponential
-//! backoff with full jitter that honours `Retry-After`, a per-request timeout,
+//! The one HTTP policy every API connector uses (Stripe, Shopify, HubSpot):
+//! a shared adaptive rate limiter, one retry classifier, exponential backoff
+//! with full jitter that honours `Retry-After`, retry budgets (by time for
+//! "slow down" answers, by count for failures), a per-request timeout,
 //! structured logs, and errors that name the provider, the endpoint and the
 //! request ID but never a secret.
 //!
-//! - **Rate limit.** A `governor` direct limiter (`requests_per_second`,
-//!   `burst`) shared by every clone of an [`HttpClient`]; every attempt,
-//!   retries included, waits for a permit.
+//! - **Rate limit as the provider counts it.** A GCRA limiter shared by every
+//!   clone of an [`HttpClient`]; every attempt, retries included, waits for a
+//!   permit, in arrival order. With a burst of `B` at a steady rate `r` per
+//!   `interval`, any window of one `interval` holds at most `B - 1 + r`
+//!   requests, so the limiter paces at `r = limit × (1 − headroom) − (B − 1)`:
+//!   no window of `interval` (Stripe: any one second; HubSpot: any rolling
+//!   10 s) ever holds more than the configured limit, whatever the burst.
+//!   `headroom_percent` keeps a little of the limit unused where the
+//!   provider's counting is coarser than ours (fixed windows on its clock,
+//!   requests bunched by the network).
+//! - **Adaptive pacing (AIMD).** A 429, a `Retry-After`, a provider hint of
+//!   what remains of its window ([`LimitHeaders`],
+//!   [`HttpClient::report_remaining`]) or a caller's own "slow down" signal
+//!   ([`HttpClient::slow_down`]) cuts the pace multiplicatively — to half, but
+//!   never below 90% of what the provider demonstrably served in the last
+//!   `interval`, and never below 5% of the configured pace — at most once per
+//!   round of requests (429s of requests sent before the cut do not cut
+//!   again). Each success then adds back 2% of the configured pace per
+//!   `interval`'s worth of successes, up to the configured pace. The pace, a
+//!   `Retry-After` pause and a provider cap are shared by every clone, so list
+//!   paging and lookups slow down together.
 //! - **Retries.** 429, 500, 502, 503 and 504 are retried, as are timeouts,
 //!   connection errors, truncated bodies and 2xx bodies that are not valid
 //!   JSON for the expected type. 401 and 403 never are; other 4xx are not.
 //!   A provider's hint header (`Stripe-Should-Retry: true|false`) overrides
 //!   the status-based decision (see [`Provider::should_retry`]).
+//! - **Retry budgets.** A 429 means "slow down", not "broken": it is retried
+//!   until the client has made no progress (no successful response on any
+//!   clone) for `rate_limit_patience` (default 15 minutes), then the call
+//!   fails with [`HttpError::RateLimited`], which names the setting. Other
+//!   failures keep a count cap (`max_attempts`) and a cap on the time spent
+//!   waiting between them (`max_total_wait`).
 //! - **Backoff.** `random(0 ..= min(max_backoff, base_backoff * 2^retry))`,
-//!   at least `Retry-After` when the response carries one. The client gives
-//!   up after `max_attempts` attempts, or when the next wait would take the
-//!   total waited past `max_total_wait`.
+//!   at least `Retry-After` when the response carries one.
 //! - **Secrets.** Secret headers are marked sensitive, never logged, and
 //!   scrubbed from any error message a server echoes back.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
 use reqwest::{Method, RequestBuilder, Url};
 
 use crate::Secret;
 
+/// Response headers in which a provider reports what is left of its
+/// current rate-limit window (HubSpot: `X-HubSpot-RateLimit-Remaining` and
+/// `X-HubSpot-RateLimit-Interval-Milliseconds`). When both parse, the client
+/// calls [`HttpClient::report_remaining`] with them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitHeaders {
+    /// Requests left in the provider's current window.
+    pub remaining: &'static str,
+    /// The provider's window, in milliseconds.
+    pub interval_ms: &'static str,
+}
+
 /// Rate, timeout and retry settings of one client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpPolicy {
-    /// Sustained requests per `interval` (at least 1); per second unless
-    /// `interval` says otherwise.
+    /// The provider's limit: most requests in any one `interval` (at least
+    /// 1); per second unless `interval` says otherwise. The limiter never
+    /// lets a window of `interval` hold more (see `burst` and
+    /// `headroom_percent`).
     pub requests_per_second: u32,
     /// The period `requests_per_second` counts over: 1 s by default; HubSpot
     /// documents its general limit per rolling 10 s.
     pub interval: Duration,
-    /// Requests that may go at once after a quiet spell (at least 1).
+    /// Requests that may go at once after a quiet spell (at least 1; default
+    /// 1). A burst is paid for out of the steady rate: the limiter paces at
+    /// `limit × (1 − headroom) − (burst − 1)` per `interval`.
     pub burst: u32,
+    /// Percent of the limit left unused (0..=50; default 0), for providers
+    /// whose counting is coarser than ours: fixed windows on the provider's
+    /// clock see requests the network bunched together.
+    pub headroom_percent: u32,
     /// Per-request timeout, from sending to the end of the body.
     pub timeout: Duration,
-    /// Most attempts per call, the first included.
+    /// Most attempts per call that fail other than by rate limiting (5xx,
+    /// timeouts, resets, malformed bodies), the first included.
     pub max_attempts: u32,
-    /// Most time spent sleeping between the attempts of one call.
+    /// Most time spent sleeping after such failures within one call.
     pub max_total_wait: Duration,
+    /// How long "slow down" answers (429) are retried while the client
+    /// makes no progress at all (no successful response on any clone)
+    /// before the call fails (default 15 minutes).
+    pub rate_limit_patience: Duration,
     /// Backoff before the first retry (the upper bound of its jitter).
     pub base_backoff: Duration,
     /// Upper bound of any backoff (but `Retry-After` is always honoured).
     pub max_backoff: Duration,
+    /// Headers reporting what is left of the provider's window, if it sends
+    /// them (default none).
+    pub limit_headers: Option<LimitHeaders>,
 }
 
 impl HttpPolicy {
-    /// The defaults at `requests_per_second`: burst = rate, 30 s timeout,
-    /// 6 attempts, 120 s of total wait, backoff from 250 ms up to 20 s.
+    /// The defaults at `requests_per_second`: burst 1, no headroom, 30 s
+    /// timeout, 6 attempts and 120 s of total wait for failures, 15 minutes
+    /// of patience with rate limiting, backoff from 250 ms up to 20 s.
     pub fn new(requests_per_second: u32) -> HttpPolicy {
         HttpPolicy {
             requests_per_second,
             interval: Duration::from_secs(1),
-            burst: requests_per_second,
+            burst: 1,
+            headroom_percent: 0,
             timeout: Duration::from_secs(30),
             max_attempts: 6,
             max_total_wait: Duration::from_secs(120),
+            rate_limit_patience: Duration::from_secs(15 * 60),
             base_backoff: Duration::from_millis(250),
             max_backoff: Duration::from_secs(20),
+            limit_headers: None,
         }
+    }
+
+    /// The steady pace, in requests per `interval`: the limit less the
+    /// headroom less what the burst may add to a window.
+    pub fn pace(&self) -> f64 {
+        let limit = f64::from(self.requests_per_second);
+        let kept = limit * (1.0 - f64::from(self.headroom_percent.min(50)) / 100.0);
+        (kept - f64::from(self.burst.max(1) - 1)).max(limit.min(1.0) * 0.5)
     }
 
     /// The sleep before retry number `retry` (0 for the first retry): full
@@ -81,6 +143,195 @@ impl HttpPolicy {
         let micros = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX);
         let jitter = Duration::from_micros(fastrand::u64(0..=micros));
         retry_after.map_or(jitter, |at_least| jitter.max(at_least))
+    }
+}
+
+/// `15m`, `90s`, `1.5s`, `250ms`: a duration as a config value would spell it.
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(60_000) && ms >= 60_000 {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) && ms > 0 {
+        format!("{}s", ms / 1000)
+    } else if ms >= 1000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Multiplicative decrease on a "slow down" signal.
+const DECREASE: f64 = 0.5;
+/// A cut never goes below this share of what the provider served in the
+/// last interval: that much demonstrably fits.
+const SERVED_SHARE: f64 = 0.9;
+/// The pace never drops below this share of the configured pace.
+const FLOOR_SHARE: f64 = 0.05;
+/// Additive increase: this share of the configured pace per interval's
+/// worth of successes.
+const RECOVER_SHARE: f64 = 0.02;
+
+/// The pacing state shared by every clone of a client (and by clients that
+/// are [`HttpClient::also_limited_by`] it).
+struct Limiter {
+    interval: Duration,
+    burst: u32,
+    /// The configured pace (requests per interval).
+    ceiling: f64,
+    /// FIFO turns: the head of the queue sleeps until its slot, later
+    /// requests wait behind it, so a cut applies to every waiting request.
+    turn: tokio::sync::Mutex<()>,
+    pace: Mutex<Pace>,
+}
+
+struct Pace {
+    /// Current pace, requests per interval, within `[floor, ceiling]`.
+    rate: f64,
+    /// GCRA theoretical arrival time of the next request.
+    tat: Option<Instant>,
+    /// No request leaves before this (`Retry-After`, an empty window).
+    blocked_until: Option<Instant>,
+    /// A provider's report of what remains: at most this pace until then.
+    cap: Option<(f64, Instant)>,
+    /// When the pace was last cut; 429s of requests sent before do not cut.
+    last_cut: Option<Instant>,
+    /// Completion times of successes within the last interval.
+    served: VecDeque<Instant>,
+}
+
+impl Limiter {
+    fn new(policy: &HttpPolicy) -> Limiter {
+        let ceiling = policy.pace();
+        Limiter {
+            interval: policy.interval.max(Duration::from_millis(1)),
+            burst: policy.burst.max(1),
+            ceiling,
+            turn: tokio::sync::Mutex::new(()),
+            pace: Mutex::new(Pace {
+                rate: ceiling,
+                tat: None,
+                blocked_until: None,
+                cap: None,
+                last_cut: None,
+                served: VecDeque::new(),
+            }),
+        }
+    }
+
+    fn floor(&self) -> f64 {
+        (self.ceiling * FLOOR_SHARE).min(self.ceiling)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current pace including a provider's cap, in requests per interval.
+    fn effective_rate(&self, pace: &mut Pace, now: Instant) -> f64 {
+        if pace.cap.is_some_and(|(_, until)| now >= until) {
+            pace.cap = None;
+        }
+        let rate = pace.rate;
+        match pace.cap {
+            // The provider's own count wins over the floor.
+            Some((cap, _)) => rate.min(cap),
+            None => rate,
+        }
+    }
+
+    /// Waits for a permit; returns when the request may be sent.
+    async fn acquire(&self) {
+        let _turn = self.turn.lock().await;
+        loop {
+            let now = Instant::now();
+            let at = {
+                let mut pace = self.lock();
+                let period = self.interval.div_f64(self.effective_rate(&mut pace, now));
+                let tolerance = period * (self.burst - 1);
+                let mut at = now;
+                if let Some(tat) = pace.tat {
+                    at = at.max(tat.checked_sub(tolerance).unwrap_or(tat));
+                }
+                if let Some(blocked) = pace.blocked_until {
+                    at = at.max(blocked);
+                }
+                if at <= now {
+                    let base = pace.tat.map_or(now, |t| t.max(now));
+                    pace.tat = Some(base + period);
+                    return;
+                }
+                at
+            };
+            tokio::time::sleep_until(at.into()).await;
+        }
+    }
+
+    /// A successful response: remember it, and recover a little.
+    fn served(&self) {
+        let now = Instant::now();
+        let mut pace = self.lock();
+        pace.served.push_back(now);
+        while pace
+            .served
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.interval)
+        {
+            pace.served.pop_front();
+        }
+        let step = self.ceiling * RECOVER_SHARE / pace.rate.max(1.0);
+        pace.rate = (pace.rate + step).min(self.ceiling);
+    }
+
+    /// A "slow down" signal about a request sent at `sent` (`None`: not
+    /// tied to a request). Returns the new pace when it was cut.
+    fn throttled(&self, sent: Option<Instant>, wait: Option<Duration>) -> Option<f64> {
+        let now = Instant::now();
+        let mut pace = self.lock();
+        if let Some(wait) = wait {
+            let until = now + wait;
+            pace.blocked_until = Some(pace.blocked_until.map_or(until, |b| b.max(until)));
+        }
+        // One cut per round: a 429 of a request sent before the last cut
+        // reflects the old pace; an untied signal cuts once per interval.
+        let fresh = match (pace.last_cut, sent) {
+            (None, _) => true,
+            (Some(cut), Some(sent)) => sent >= cut,
+            (Some(cut), None) => now.duration_since(cut) >= self.interval,
+        };
+        if !fresh {
+            return None;
+        }
+        while pace
+            .served
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.interval)
+        {
+            pace.served.pop_front();
+        }
+        let served = pace.served.len() as f64;
+        let rate = pace.rate;
+        let cut = (rate * DECREASE)
+            .max(served.min(rate) * SERVED_SHARE)
+            .clamp(self.floor(), self.ceiling);
+        pace.rate = cut.min(rate);
+        pace.last_cut = Some(now);
+        Some(pace.rate)
+    }
+
+    /// The provider reports `remaining` requests left in a window of
+    /// `window`: pace at most that over the window, or pause when none.
+    fn remaining(&self, remaining: u32, window: Duration) {
+        let now = Instant::now();
+        let window = window.max(Duration::from_millis(1));
+        let mut pace = self.lock();
+        let until = now + window;
+        if remaining == 0 {
+            pace.blocked_until = Some(pace.blocked_until.map_or(until, |b| b.max(until)));
+        } else {
+            let per_interval =
+                f64::from(remaining) * self.interval.as_secs_f64() / window.as_secs_f64();
+            pace.cap = Some((per_interval, until));
+        }
     }
 }
 
@@ -100,7 +351,6 @@ pub struct Provider {
     /// the day's quota is spent, and retrying for hours would only hide it.
     pub final_when: &'static [(&'static str, &'static str)],
 }
-
 impl Provider {
     /// Whether the error body carries one of [`Provider::final_when`].
     pub fn is_final_body(&self, body: Option<&[u8]>) -> bool {
@@ -200,6 +450,17 @@ pub enum HttpError {
         last: String,
         request_id: Option<String>,
     },
+    /// The provider kept answering "slow down" (429) and the client made no
+    /// progress at all for `rate_limit_patience`.
+    #[error("{provider} {endpoint} was still rate limited after {} without progress ({attempts} attempt{}, last: {last}; {}): other clients of the account may be using most of its limit; raise the job's rate_limit_patience, lower its requests_per_second, or run when the account is quieter", human_duration(*.patience), if *.attempts == 1 { "" } else { "s" }, RequestId(.request_id))]
+    RateLimited {
+        provider: &'static str,
+        endpoint: String,
+        attempts: u32,
+        last: String,
+        request_id: Option<String>,
+        patience: Duration,
+    },
     /// The client could not be built (bad policy, header or URL).
     #[error("{provider} HTTP client: {message}")]
     Client {
@@ -243,12 +504,16 @@ struct Inner {
     provider: Provider,
     policy: HttpPolicy,
     client: reqwest::Client,
-    limiter: Arc<DefaultDirectRateLimiter>,
+    limiter: Arc<Limiter>,
     /// Limiters of other clients this one also waits for: HubSpot's search
     /// calls obey their own per-second limit and the account's 10-second one.
-    also: Vec<Arc<DefaultDirectRateLimiter>>,
+    also: Vec<Arc<Limiter>>,
     /// Values scrubbed from every message that could echo them.
     secrets: Vec<Secret>,
+    /// When the client was built; `progress` counts from it.
+    born: Instant,
+    /// Milliseconds from `born` to the last successful response.
+    progress: Arc<AtomicU64>,
     requests: AtomicU64,
     retries: AtomicU64,
     throttled: AtomicU64,
@@ -278,6 +543,8 @@ struct Failure {
     status: Option<u16>,
     request_id: Option<String>,
     retry_after: Option<Duration>,
+    /// A "slow down" answer (429): retried under `rate_limit_patience`.
+    throttle: bool,
 }
 
 impl Failure {
@@ -287,6 +554,7 @@ impl Failure {
             status: None,
             request_id: None,
             retry_after: None,
+            throttle: false,
         }
     }
 }
@@ -304,10 +572,18 @@ impl HttpClient {
             provider: provider.name,
             message,
         };
-        let rate = NonZeroU32::new(policy.requests_per_second)
-            .ok_or_else(|| fail("requests_per_second must be at least 1".into()))?;
-        let burst =
-            NonZeroU32::new(policy.burst).ok_or_else(|| fail("burst must be at least 1".into()))?;
+        if policy.requests_per_second == 0 {
+            return Err(fail("requests_per_second must be at least 1".into()));
+        }
+        if policy.burst == 0 {
+            return Err(fail("burst must be at least 1".into()));
+        }
+        if policy.interval.is_zero() {
+            return Err(fail("interval must be longer than zero".into()));
+        }
+        if policy.headroom_percent > 50 {
+            return Err(fail("headroom_percent must be 0..=50".into()));
+        }
         let header_name = |name: &str| {
             HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| fail(format!("invalid header name {name:?}")))
@@ -337,19 +613,17 @@ impl HttpClient {
             .timeout(policy.timeout)
             .build()
             .map_err(|e| fail(root_cause(&e)))?;
-        let period = policy.interval.max(Duration::from_millis(1)) / rate.get();
-        let quota = Quota::with_period(period)
-            .ok_or_else(|| fail("interval must be longer than zero".into()))?
-            .allow_burst(burst);
-        let limiter = RateLimiter::direct(quota);
+        let limiter = Arc::new(Limiter::new(&policy));
         Ok(HttpClient {
             inner: Arc::new(Inner {
                 provider,
                 policy,
                 client,
-                limiter: Arc::new(limiter),
+                limiter,
                 also: Vec::new(),
                 secrets: secret_headers.into_iter().map(|(_, s)| s).collect(),
+                born: Instant::now(),
+                progress: Arc::new(AtomicU64::new(0)),
                 requests: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
@@ -369,6 +643,8 @@ impl HttpClient {
             limiter: shared.limiter.clone(),
             also: shared.also.clone(),
             secrets: shared.secrets.clone(),
+            born: shared.born,
+            progress: shared.progress.clone(),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
@@ -412,6 +688,52 @@ impl HttpClient {
         }
     }
 
+    /// The pace the limiter keeps now, in requests per `interval`: the
+    /// configured pace ([`HttpPolicy::pace`]) until the provider says "slow
+    /// down", less after, recovering with successes.
+    pub fn current_rate(&self) -> f64 {
+        let limiter = &self.inner.limiter;
+        let mut pace = limiter.lock();
+        limiter.effective_rate(&mut pace, Instant::now())
+    }
+
+    /// A "slow down" signal the caller found in an answer the policy cannot
+    /// read (Shopify's `THROTTLED`, a provider hint in a body): cuts the pace
+    /// shared by every clone (at most once per `interval`), and when `wait`
+    /// is given, holds every request of every clone for that long.
+    pub fn slow_down(&self, wait: Option<Duration>) {
+        if let Some(rate) = self.inner.limiter.throttled(None, wait) {
+            tracing::info!(
+                provider = self.inner.provider.name,
+                rate,
+                "Slowing down on the provider's signal."
+            );
+        }
+    }
+
+    /// The provider reports `remaining` requests left in a window of
+    /// `window` (HubSpot's `X-HubSpot-RateLimit-Remaining` and
+    /// `-Interval-Milliseconds`): every clone paces at most `remaining` over
+    /// the next `window`, or waits it out when nothing remains. Done
+    /// automatically for [`HttpPolicy::limit_headers`].
+    pub fn report_remaining(&self, remaining: u32, window: Duration) {
+        self.inner.limiter.remaining(remaining, window);
+    }
+
+    /// When any clone last got a successful response (or the client was
+    /// built): the clock `rate_limit_patience` runs against.
+    pub fn last_progress(&self) -> Instant {
+        let inner = &self.inner;
+        inner.born + Duration::from_millis(inner.progress.load(Ordering::Relaxed))
+    }
+
+    fn note_progress(&self) {
+        let inner = &self.inner;
+        let ms = u64::try_from(inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        inner.progress.fetch_max(ms, Ordering::Relaxed);
+        inner.limiter.served();
+    }
+
     /// The retry loop.
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
@@ -426,15 +748,21 @@ impl HttpClient {
             message: format!("invalid URL for {method}: {e}"),
         })?;
         let endpoint = format!("{method} {}", parsed.path());
-        let max_attempts = inner.policy.max_attempts.max(1);
+        let policy = &inner.policy;
+        let max_attempts = policy.max_attempts.max(1);
+        let started = Instant::now();
+        // Waits and failures other than "slow down", under the count cap.
         let mut waited = Duration::ZERO;
+        let mut failures = 0u32;
+        let mut throttles = 0u32;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            inner.limiter.until_ready().await;
+            inner.limiter.acquire().await;
             for other in &inner.also {
-                other.until_ready().await;
+                other.acquire().await;
             }
+            let sent = Instant::now();
             inner.requests.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 provider,
@@ -444,31 +772,67 @@ impl HttpClient {
             );
             let request = build(inner.client.request(method.clone(), parsed.clone()));
             let failure = match self.attempt::<T>(request, &endpoint).await {
-                Outcome::Done(value, meta) => return Ok((value, meta)),
+                Outcome::Done(value, meta) => {
+                    self.note_progress();
+                    return Ok((value, meta));
+                }
                 Outcome::Fatal(e) => return Err(e),
                 Outcome::Retry(failure) => failure,
             };
-            let exhausted = || HttpError::RetriesExhausted {
-                provider,
-                endpoint: endpoint.clone(),
-                attempts: attempt,
-                last: failure.last.clone(),
-                request_id: failure.request_id.clone(),
-            };
-            if attempt >= max_attempts {
-                return Err(exhausted());
-            }
-            let wait = inner.policy.backoff(attempt - 1, failure.retry_after);
-            if waited.saturating_add(wait) > inner.policy.max_total_wait {
-                tracing::debug!(
+            let wait = if failure.throttle {
+                throttles += 1;
+                if let Some(rate) = inner.limiter.throttled(Some(sent), failure.retry_after) {
+                    tracing::info!(
+                        provider,
+                        endpoint = endpoint.as_str(),
+                        rate,
+                        "Slowing down after a 429."
+                    );
+                }
+                // Patience runs from the last progress of any clone (or the
+                // start of this call, whichever is later).
+                let progress = self.last_progress().max(started);
+                let now = Instant::now();
+                let deadline = progress + policy.rate_limit_patience;
+                if now >= deadline {
+                    return Err(HttpError::RateLimited {
+                        provider,
+                        endpoint: endpoint.clone(),
+                        attempts: attempt,
+                        last: failure.last,
+                        request_id: failure.request_id,
+                        patience: policy.rate_limit_patience,
+                    });
+                }
+                let wait = policy.backoff(throttles - 1, failure.retry_after);
+                // Wake in time to fail at the deadline rather than after it.
+                wait.min(deadline - now + Duration::from_millis(1))
+            } else {
+                failures += 1;
+                let exhausted = || HttpError::RetriesExhausted {
                     provider,
-                    endpoint = endpoint.as_str(),
-                    attempt,
-                    wait_ms = wait.as_millis() as u64,
-                    "Giving up: the next wait would pass max_total_wait."
-                );
-                return Err(exhausted());
-            }
+                    endpoint: endpoint.clone(),
+                    attempts: attempt,
+                    last: failure.last.clone(),
+                    request_id: failure.request_id.clone(),
+                };
+                if failures >= max_attempts {
+                    return Err(exhausted());
+                }
+                let wait = policy.backoff(failures - 1, failure.retry_after);
+                if waited.saturating_add(wait) > policy.max_total_wait {
+                    tracing::debug!(
+                        provider,
+                        endpoint = endpoint.as_str(),
+                        attempt,
+                        wait_ms = wait.as_millis() as u64,
+                        "Giving up: the next wait would pass max_total_wait."
+                    );
+                    return Err(exhausted());
+                }
+                waited += wait;
+                wait
+            };
             tracing::warn!(
                 provider,
                 endpoint = endpoint.as_str(),
@@ -480,7 +844,6 @@ impl HttpClient {
                 "Retrying request."
             );
             tokio::time::sleep(wait).await;
-            waited += wait;
             inner.retries.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -507,6 +870,22 @@ impl HttpClient {
         if status == 429 {
             inner.throttled.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(names) = inner.policy.limit_headers {
+            let number = |name: &str| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            if let (Some(remaining), Some(ms)) =
+                (number(names.remaining), number(names.interval_ms))
+            {
+                self.report_remaining(
+                    u32::try_from(remaining).unwrap_or(u32::MAX),
+                    Duration::from_millis(ms),
+                );
+            }
+        }
         if status >= 500 {
             inner.server_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -529,6 +908,7 @@ impl HttpClient {
                         status: None,
                         request_id,
                         retry_after: None,
+                        throttle: false,
                     })
                 }
             };
@@ -552,6 +932,7 @@ impl HttpClient {
                     status: None,
                     request_id,
                     retry_after: None,
+                    throttle: false,
                 }),
             };
         }
@@ -587,6 +968,7 @@ impl HttpClient {
                 status: Some(status),
                 request_id,
                 retry_after: retry_after(&headers),
+                throttle: status == 429,
             });
         }
         Outcome::Fatal(HttpError::Status {
@@ -813,12 +1195,15 @@ mod tests {
         HttpPolicy {
             requests_per_second: 1000,
             interval: Duration::from_secs(1),
-            burst: 1000,
+            burst: 1,
+            headroom_percent: 0,
             timeout: Duration::from_secs(5),
             max_attempts,
             max_total_wait: Duration::from_secs(10),
+            rate_limit_patience: Duration::from_secs(10),
             base_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(10),
+            limit_headers: None,
         }
     }
 
@@ -1193,13 +1578,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn total_wait_is_capped() {
+    async fn total_wait_for_failures_is_capped() {
         let (base, count) = serve(|_, _| {
-            reply(
-                429,
-                r#"{"error":{"code":"rate_limit","message":"Too many requests"}}"#,
-            )
-            .header("Retry-After", "1")
+            reply(503, r#"{"error":{"type":"api_error","message":"down"}}"#)
+                .header("Retry-After", "1")
         })
         .await;
         let mut policy = fast(10);
@@ -1209,9 +1591,9 @@ mod tests {
             .get_json::<Charge>(&format!("{base}/v1/charges"), &[])
             .await
             .unwrap_err();
-        // Waited 1 s after the first 429; a second wait would make 2 s > 1.5 s.
+        // Waited 1 s after the first 503; a second wait would make 2 s > 1.5 s.
         assert!(
-            matches!(&e, HttpError::RetriesExhausted { attempts: 2, last, .. } if last == "429 rate_limit"),
+            matches!(&e, HttpError::RetriesExhausted { attempts: 2, last, .. } if last == "503 api_error"),
             "{e:?}"
         );
         assert_eq!(count.load(Ordering::SeqCst), 2);
@@ -1245,6 +1627,276 @@ mod tests {
         );
         assert_eq!(count.load(Ordering::SeqCst), 20);
         assert_eq!(c.stats().requests, 20);
+    }
+
+    /// A server that records when each request arrived, answering 200.
+    async fn timed_server() -> (String, Arc<Mutex<Vec<Instant>>>) {
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        let (base, _) = serve(move |_, _| {
+            seen.lock().unwrap().push(Instant::now());
+            reply(200, CHARGE)
+        })
+        .await;
+        (base, arrivals)
+    }
+
+    /// Sends `n` requests at once through clones of `c`.
+    async fn flood(c: &HttpClient, url: &str, n: usize) {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let c = c.clone();
+                let url = url.to_string();
+                tokio::spawn(async move { c.get_json::<Charge>(&url, &[]).await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+
+    /// The shortest time spanned by `limit + 1` consecutive arrivals: a
+    /// window of one second holds more than `limit` only when it is < 1 s.
+    fn tightest(arrivals: &[Instant], limit: usize) -> Duration {
+        arrivals
+            .windows(limit + 1)
+            .map(|w| w[limit] - w[0])
+            .min()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn no_one_second_window_exceeds_the_limit_whatever_the_burst() {
+        // A burst of 5 is paid for out of the steady rate: 4 + 16 per second.
+        let (base, arrivals) = timed_server().await;
+        let mut policy = fast(1);
+        policy.requests_per_second = 20;
+        policy.burst = 5;
+        assert_eq!(policy.pace(), 16.0);
+        let c = client(policy);
+        flood(&c, &format!("{base}/v1/charges/ch_1"), 45).await;
+        let arrivals = arrivals.lock().unwrap().clone();
+        assert_eq!(arrivals.len(), 45);
+        // The first 5 went at once (the burst)...
+        assert!(arrivals[4] - arrivals[0] < Duration::from_millis(40));
+        // ...yet 21 requests always span a full second (the old limiter, a
+        // burst on top of the rate, let 21 through in 0.8 s).
+        let span = tightest(&arrivals, 20);
+        assert!(span >= Duration::from_millis(985), "{span:?}");
+
+        // Headroom: 10% of 20 unused, so 21 requests span 20/18 s.
+        let (base, arrivals) = timed_server().await;
+        let mut policy = fast(1);
+        policy.requests_per_second = 20;
+        policy.burst = 1;
+        policy.headroom_percent = 10;
+        assert_eq!(policy.pace(), 18.0);
+        let c = client(policy);
+        flood(&c, &format!("{base}/v1/charges/ch_1"), 25).await;
+        let span = tightest(&arrivals.lock().unwrap(), 20);
+        assert!(span >= Duration::from_millis(1090), "{span:?}");
+    }
+
+    const RATE_LIMITED: &str = r#"{"error":{"code":"rate_limit","message":"Too many requests","type":"invalid_request_error"}}"#;
+
+    #[tokio::test]
+    async fn a_storm_of_429s_then_success_completes_past_the_attempt_cap() {
+        let (base, count) = serve(|n, _| {
+            if n < 40 {
+                reply(429, RATE_LIMITED)
+            } else {
+                reply(200, CHARGE)
+            }
+        })
+        .await;
+        // 3 attempts for failures; 429s are not failures.
+        let c = client(fast(3));
+        let (charge, _): (Charge, _) = c
+            .get_json(&format!("{base}/v1/charges/ch_1"), &[])
+            .await
+            .unwrap();
+        assert_eq!(charge.id, "ch_1");
+        assert_eq!(count.load(Ordering::SeqCst), 41);
+        let stats = c.stats();
+        assert_eq!((stats.throttled, stats.retries), (40, 40));
+    }
+
+    #[tokio::test]
+    async fn rate_limit_patience_exceeded_fails_naming_the_setting() {
+        let (base, count) =
+            serve(|_, _| reply(429, RATE_LIMITED).header("Request-Id", "req_429")).await;
+        let mut policy = fast(3);
+        policy.rate_limit_patience = Duration::from_millis(400);
+        let started = Instant::now();
+        let e = client(policy)
+            .get_json::<Charge>(&format!("{base}/v1/charges"), &[])
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        let HttpError::RateLimited { attempts, last, .. } = &e else {
+            panic!("expected RateLimited, got {e:?}")
+        };
+        // Far more than the 3 attempts failures get.
+        assert!(*attempts > 3, "{attempts}");
+        assert_eq!(*attempts as usize, count.load(Ordering::SeqCst));
+        assert_eq!(last, "429 rate_limit");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "Stripe GET /v1/charges was still rate limited after 400ms without progress ("
+            ),
+            "{text}"
+        );
+        assert!(text.contains("request req_429"), "{text}");
+        assert!(text.contains("rate_limit_patience"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn retry_after_holds_every_clone() {
+        let (base, arrivals) = {
+            let arrivals = Arc::new(Mutex::new(Vec::new()));
+            let seen = arrivals.clone();
+            let (base, _) = serve(move |n, _| {
+                seen.lock().unwrap().push(Instant::now());
+                if n == 0 {
+                    reply(429, RATE_LIMITED).header("Retry-After", "1")
+                } else {
+                    reply(200, CHARGE)
+                }
+            })
+            .await;
+            (base, arrivals)
+        };
+        let c = client(fast(3));
+        let url = format!("{base}/v1/charges/ch_1");
+        let first = {
+            let c = c.clone();
+            let url = url.clone();
+            tokio::spawn(async move { c.get_json::<Charge>(&url, &[]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A clone that never saw the 429 waits too.
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        first.await.unwrap().unwrap();
+        let arrivals = arrivals.lock().unwrap().clone();
+        assert_eq!(arrivals.len(), 3);
+        for later in &arrivals[1..] {
+            assert!(*later - arrivals[0] >= Duration::from_millis(950));
+        }
+    }
+
+    #[tokio::test]
+    async fn aimd_pace_drops_after_a_429_and_recovers_with_successes() {
+        let (base, _) = serve(|n, _| {
+            if n == 0 {
+                reply(429, RATE_LIMITED)
+            } else {
+                reply(200, CHARGE)
+            }
+        })
+        .await;
+        // 10 requests per 100 ms, so recovery takes a couple of seconds.
+        let mut policy = fast(3);
+        policy.requests_per_second = 10;
+        policy.interval = Duration::from_millis(100);
+        policy.burst = 1;
+        let c = client(policy);
+        assert_eq!(c.current_rate(), 10.0);
+        let url = format!("{base}/v1/charges/ch_1");
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        // Halved (nothing was served before), then one success added back.
+        let after = c.current_rate();
+        assert!((5.0..5.1).contains(&after), "{after}");
+        let mut last = after;
+        for _ in 0..250 {
+            c.get_json::<Charge>(&url, &[]).await.unwrap();
+            let now = c.current_rate();
+            assert!(now >= last && now <= 10.0, "{last} -> {now}");
+            last = now;
+        }
+        assert_eq!(c.current_rate(), 10.0);
+    }
+
+    #[test]
+    fn one_cut_per_round_and_never_below_what_was_served() {
+        let mut policy = HttpPolicy::new(25);
+        policy.headroom_percent = 4;
+        let l = Limiter::new(&policy);
+        assert_eq!(l.ceiling, 24.0);
+        for _ in 0..20 {
+            l.served();
+        }
+        let before = Instant::now();
+        // 20 served in the last second: 90% of that fits, more than half.
+        let cut = l.throttled(Some(before), None).unwrap();
+        assert!((18.0..18.1).contains(&cut), "{cut}");
+        // Another 429 of a request sent before the cut: no second cut.
+        assert_eq!(l.throttled(Some(before), None), None);
+        // A request sent after it: cut again, to 90% of the 18 (the pace
+        // now, below the 20 served).
+        let again = l.throttled(Some(Instant::now()), None).unwrap();
+        assert!((16.2..16.3).contains(&again), "{again}");
+        // Never below 5% of the configured pace.
+        for _ in 0..60 {
+            std::thread::sleep(Duration::from_millis(1));
+            l.throttled(Some(Instant::now()), None);
+        }
+        assert!((l.lock().rate - 1.2).abs() < 1e-9, "{}", l.lock().rate);
+    }
+
+    #[tokio::test]
+    async fn slow_down_and_provider_reports_hold_every_clone() {
+        let (base, arrivals) = timed_server().await;
+        let c = client(fast(3));
+        let url = format!("{base}/v1/charges/ch_1");
+        let started = Instant::now();
+        c.clone().slow_down(Some(Duration::from_millis(400)));
+        assert!(c.current_rate() <= 500.0);
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        assert!(arrivals.lock().unwrap()[0] - started >= Duration::from_millis(390));
+
+        let started = Instant::now();
+        c.report_remaining(0, Duration::from_millis(300));
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        assert!(arrivals.lock().unwrap()[1] - started >= Duration::from_millis(290));
+
+        // 2 left in 1 s: paced at 2 per second until the window ends.
+        c.report_remaining(2, Duration::from_secs(1));
+        assert_eq!(c.current_rate(), 2.0);
+    }
+
+    #[tokio::test]
+    async fn limit_headers_pause_when_the_window_is_spent() {
+        let (base, _) = serve(|n, _| {
+            let r = reply(200, CHARGE).header("X-Interval-Ms", "500");
+            if n == 0 {
+                r.header("X-Remaining", "0")
+            } else {
+                r.header("X-Remaining", "50")
+            }
+        })
+        .await;
+        let mut policy = fast(3);
+        policy.limit_headers = Some(LimitHeaders {
+            remaining: "X-Remaining",
+            interval_ms: "X-Interval-Ms",
+        });
+        let c = client(policy);
+        let url = format!("{base}/v1/charges/ch_1");
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        let started = Instant::now();
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(450),
+            "{:?}",
+            started.elapsed()
+        );
+        // 50 left in 500 ms = 100 per second: the pace is capped there.
+        assert_eq!(c.current_rate(), 100.0);
     }
 
     /// A `MakeWriter` appending to a shared buffer.
@@ -1402,7 +2054,10 @@ mod tests {
     #[test]
     fn policy_defaults_and_bad_settings() {
         let p = HttpPolicy::new(25);
-        assert_eq!(p.burst, 25);
+        assert_eq!(p.burst, 1);
+        assert_eq!(p.headroom_percent, 0);
+        assert_eq!(p.rate_limit_patience, Duration::from_secs(900));
+        assert_eq!(p.pace(), 25.0);
         assert_eq!(p.timeout, Duration::from_secs(30));
         assert_eq!(p.max_attempts, 6);
         assert_eq!(p.max_total_wait, Duration::from_secs(120));
