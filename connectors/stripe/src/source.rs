@@ -6,8 +6,10 @@
 //! newest page first; if more follow, the rest of the window is cut into
 //! slices by `created` and the slices are paged concurrently under the one
 //! rate limiter, then merged and de-duplicated by ID. The number of slices
-//! follows the density seen on the first page, so a quiet night costs one
-//! request and a busy one keeps the limiter saturated.
+//! follows the density seen on the first page (about 20 pages each, so list
+//! calls stay within a few percent of the pages needed, but enough of them
+//! to keep the limiter saturated at the first page's latency), so a quiet
+//! night costs one request and a busy one keeps the limiter busy.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -54,8 +56,12 @@ pub struct StripeConfig {
     pub currency_path: Option<String>,
     /// Per-request timeout in seconds (default 30).
     pub timeout_secs: Option<u64>,
-    /// Most attempts per request (default 6).
+    /// Most attempts per request that fails other than by rate limiting
+    /// (default 6).
     pub max_attempts: Option<u32>,
+    /// How long 429s are retried while no request succeeds (default 15
+    /// minutes); then the run fails naming `rate_limit_patience`.
+    pub rate_limit_patience: Option<std::time::Duration>,
 }
 
 impl StripeConfig {
@@ -72,11 +78,13 @@ impl StripeConfig {
             currency_path: None,
             timeout_secs: None,
             max_attempts: None,
+            rate_limit_patience: None,
         }
     }
 
     /// Stripe's documented rate limit for this key: 100 read requests per
-    /// second in live mode, 25 in test mode.
+    /// second in live mode, 25 in test mode
+    /// (https://docs.stripe.com/rate-limits, "Rate limiter").
     pub fn default_rate(&self) -> u32 {
         if self.api_key.expose().contains("_test_") {
             25
@@ -93,6 +101,44 @@ pub struct StripeSource {
     cfg: StripeConfig,
     schema: Schema,
     paths: FieldPaths,
+    /// The limiter's configured pace, requests per second.
+    pace: f64,
+}
+
+/// Share of Stripe's limit recon leaves unused (see [`StripeSource::new`]).
+const HEADROOM_PERCENT: u32 = 6;
+
+/// Pages a slice is sized to hold on average. Each slice ends with one
+/// partial page (half a call wasted on average), so slices of 20 pages keep
+/// list calls within 2.5% of the pages the window needs.
+const PAGES_PER_SLICE: f64 = 20.0;
+
+/// The slices `[lo, end)` is cut into, from the density the first page
+/// showed: about [`PAGES_PER_SLICE`] pages each, but enough slices to keep
+/// the rate limiter busy while each walk waits for its responses
+/// (`pace × latency` requests in flight, doubled for slack), and never more
+/// slices than pages.
+fn plan_slices(
+    lo: i64,
+    end: i64,
+    pages: f64,
+    pace: f64,
+    latency: f64,
+    cap: usize,
+) -> Vec<(i64, i64)> {
+    let by_size = (pages / PAGES_PER_SLICE).ceil();
+    let in_flight = (pace * latency * 2.0).ceil();
+    let slices = by_size
+        .max(in_flight)
+        .min(pages.ceil())
+        .clamp(1.0, cap.max(1) as f64) as i64;
+    let span = (end - lo).max(1);
+    let slices = slices.min(span);
+    // Even cuts: slice k is [lo + span·k/n, lo + span·(k+1)/n).
+    (0..slices)
+        .map(|k| (lo + span * k / slices, lo + span * (k + 1) / slices))
+        .filter(|(s, e)| s < e)
+        .collect()
 }
 
 /// Which setting holds the key, for 401 messages.
@@ -119,16 +165,25 @@ impl StripeSource {
             .unwrap_or_else(|| cfg.default_rate())
             .max(1);
         let mut policy = HttpPolicy::new(rate);
-        // Stripe limits with a token bucket. Starting with half its capacity
-        // as our burst keeps the other half as slack, so requests bunched by
-        // the network never arrive faster than the bucket refills.
-        policy.burst = (rate / 2).max(1);
+        // Stripe documents its limits as requests per second
+        // (https://docs.stripe.com/rate-limits) and says nothing of bursts,
+        // so recon reads them literally: no burst (any one-second window
+        // holds at most the limit), and 6% of the limit left unused, because
+        // Stripe counts on its own clock what the network delivers bunched
+        // together (at 25/s a request may arrive 20 ms early without a
+        // window ever holding 26).
+        policy.burst = 1;
+        policy.headroom_percent = HEADROOM_PERCENT;
         if let Some(t) = cfg.timeout_secs {
             policy.timeout = std::time::Duration::from_secs(t);
         }
         if let Some(a) = cfg.max_attempts {
             policy.max_attempts = a.max(1);
         }
+        if let Some(p) = cfg.rate_limit_patience {
+            policy.rate_limit_patience = p;
+        }
+        let pace = policy.pace();
         let client = HttpClient::new(
             STRIPE,
             policy,
@@ -168,6 +223,7 @@ impl StripeSource {
             cfg,
             schema: schema.clone(),
             paths,
+            pace,
         })
     }
 
@@ -271,7 +327,9 @@ impl Source for StripeSource {
         let first = {
             let seen = seen.clone();
             async move {
+                let started = std::time::Instant::now();
                 let page = self.list_page(lo, hi, None).await?;
+                let latency = started.elapsed().as_secs_f64();
                 let oldest = page
                     .data
                     .last()
@@ -282,23 +340,21 @@ impl Source for StripeSource {
                     (true, Some(oldest)) if oldest >= lo => {
                         // The first page spans [oldest, hi): estimate how many
                         // pages the rest [lo, oldest] holds, and slice for it.
-                        let span = (hi - oldest).max(1);
-                        let remaining = (oldest - lo + 1).max(1);
-                        let pages = (remaining as f64 / span as f64).ceil() as usize;
-                        let slices = pages.clamp(1, self.cfg.concurrency.max(1) * 8);
-                        let step = (remaining as f64 / slices as f64).ceil().max(1.0) as i64;
                         // Slices cover [lo, oldest + 1): objects created at
                         // `oldest` may be split across the first page and the
                         // last slice; de-duplication by ID merges them.
-                        let end = oldest + 1;
-                        let mut bounds = Vec::new();
-                        let mut s = lo;
-                        while s < end {
-                            let e = (s + step).min(end);
-                            bounds.push((s, e));
-                            s = e;
-                        }
-                        bounds
+                        let span = (hi - oldest).max(1);
+                        let remaining = (oldest - lo + 1).max(1);
+                        let per_page = page.data.len().max(1) as f64 / 100.0;
+                        let pages = remaining as f64 / span as f64 * per_page;
+                        plan_slices(
+                            lo,
+                            oldest + 1,
+                            pages.max(1.0),
+                            self.pace,
+                            latency,
+                            self.cfg.concurrency.max(1) * 8,
+                        )
                     }
                     _ => Vec::new(),
                 };
@@ -349,5 +405,27 @@ impl Source for StripeSource {
             .try_collect()
             .await?;
         Ok(found.into_iter().flatten().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_slices;
+
+    #[test]
+    fn slices_hold_about_twenty_pages_but_keep_the_limiter_busy() {
+        // 500 pages at 25/s and 100 ms: 25 slices of 20 pages, covering
+        // [0, 50_000) without gaps or overlaps.
+        let s = plan_slices(0, 50_000, 500.0, 23.5, 0.1, 256);
+        assert_eq!(s.len(), 25);
+        assert_eq!(s[0].0, 0);
+        assert_eq!(s.last().unwrap().1, 50_000);
+        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+        // At 94/s and 150 ms, 29 requests should be in flight: 29 slices.
+        assert_eq!(plan_slices(0, 50_000, 500.0, 94.0, 0.15, 256).len(), 29);
+        // Never more slices than pages, seconds, or the cap.
+        assert_eq!(plan_slices(0, 50_000, 3.0, 94.0, 0.15, 256).len(), 3);
+        assert_eq!(plan_slices(0, 2, 300.0, 94.0, 0.15, 256).len(), 2);
+        assert_eq!(plan_slices(0, 50_000, 1e6, 94.0, 0.15, 256).len(), 256);
     }
 }

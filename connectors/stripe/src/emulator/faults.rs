@@ -29,6 +29,9 @@ pub(crate) type FaultPlan = recon_emulator_kit::FaultPlan<FaultKind>;
 /// of nanoseconds refills `per_sec * 10^9` units.
 pub(crate) struct RateLimiter {
     per_sec: u128,
+    /// Refill per second, in units of 10^-9 token: `per_sec` less what other
+    /// clients spend.
+    refill: u128,
     /// Current tokens, in units of 10^-9 token.
     units: u128,
     last: Option<Instant>,
@@ -37,11 +40,14 @@ pub(crate) struct RateLimiter {
 const UNIT: u128 = 1_000_000_000;
 
 impl RateLimiter {
-    pub fn new(per_sec: u32) -> Self {
+    /// A bucket of `per_sec`, of which other clients spend `others_percent`.
+    pub fn new(per_sec: u32, others_percent: u32) -> Self {
         let per_sec = per_sec as u128;
+        let ours = 100 - others_percent.min(100) as u128;
         RateLimiter {
             per_sec,
-            units: per_sec * UNIT,
+            refill: per_sec * ours / 100,
+            units: per_sec * UNIT * ours / 100,
             last: None,
         }
     }
@@ -51,7 +57,7 @@ impl RateLimiter {
         let capacity = self.per_sec * UNIT;
         if let Some(last) = self.last {
             let elapsed = now.saturating_duration_since(last).as_nanos();
-            self.units = capacity.min(self.units + elapsed.saturating_mul(self.per_sec));
+            self.units = capacity.min(self.units + elapsed.saturating_mul(self.refill));
         }
         if self.last.is_none_or(|last| now > last) {
             self.last = Some(now);
@@ -62,5 +68,106 @@ impl RateLimiter {
         } else {
             false
         }
+    }
+}
+
+/// The strict count: at most `limit` requests in each one-second window
+/// (fixed windows `[origin + n s, origin + (n + 1) s)`), as a provider that
+/// counts "requests per second" literally would. Other clients of the account
+/// spend `others_percent` of each window before ours arrive (on average
+/// exactly that share: window `n` gets `⌊(n+1)·L·p⌋ − ⌊n·L·p⌋` of theirs).
+/// Rejected requests are not counted.
+pub(crate) struct WindowCounter {
+    limit: u64,
+    others_percent: u64,
+    origin: Instant,
+    window: u64,
+    used: u64,
+}
+
+impl WindowCounter {
+    pub fn new(limit: u32, others_percent: u32, origin: Instant) -> Self {
+        let mut w = WindowCounter {
+            limit: u64::from(limit),
+            others_percent: u64::from(others_percent.min(100)),
+            origin,
+            window: 0,
+            used: 0,
+        };
+        w.used = w.others_in(0);
+        w
+    }
+
+    fn others_in(&self, n: u64) -> u64 {
+        let spent = |k: u64| k * self.limit * self.others_percent / 100;
+        spent(n + 1) - spent(n)
+    }
+
+    /// Returns whether a request arriving now may go through.
+    pub fn admit(&mut self, now: Instant) -> bool {
+        let n = now.saturating_duration_since(self.origin).as_secs();
+        if n != self.window {
+            self.window = n;
+            self.used = self.others_in(n);
+        }
+        if self.used < self.limit {
+            self.used += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Either way of counting, as configured.
+pub(crate) enum Limiter {
+    Bucket(RateLimiter),
+    Window(WindowCounter),
+}
+
+impl Limiter {
+    pub fn admit(&mut self, now: Instant) -> bool {
+        match self {
+            Limiter::Bucket(b) => b.admit(now),
+            Limiter::Window(w) => w.admit(now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_window_admits_the_limit_less_the_others_share() {
+        let t0 = Instant::now();
+        let mut w = WindowCounter::new(25, 50, t0);
+        let admitted = |w: &mut WindowCounter, second: u64| {
+            let at = t0 + Duration::from_secs(second) + Duration::from_millis(10);
+            (0..40).filter(|_| w.admit(at)).count()
+        };
+        // 12.5 on average: 12 and 13 in turn.
+        let got: Vec<usize> = (0..4).map(|s| admitted(&mut w, s)).collect();
+        assert_eq!(got.iter().sum::<usize>(), 50, "{got:?}");
+        assert!(got.iter().all(|&n| n == 12 || n == 13), "{got:?}");
+        let mut alone = WindowCounter::new(25, 0, t0);
+        assert_eq!(admitted(&mut alone, 0), 25);
+        // A new window starts afresh, to the millisecond.
+        let mut w = WindowCounter::new(2, 0, t0);
+        assert!(w.admit(t0 + Duration::from_millis(999)));
+        assert!(w.admit(t0 + Duration::from_millis(999)));
+        assert!(!w.admit(t0 + Duration::from_millis(999)));
+        assert!(w.admit(t0 + Duration::from_millis(1000)));
+    }
+
+    #[test]
+    fn a_bucket_refills_at_what_others_leave() {
+        let t0 = Instant::now();
+        let mut b = RateLimiter::new(10, 50);
+        // Starts with half its capacity, refills at 5 per second.
+        assert_eq!((0..20).filter(|_| b.admit(t0)).count(), 5);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!((0..20).filter(|_| b.admit(t1)).count(), 5);
     }
 }

@@ -19,7 +19,9 @@
 //!   O(log n + limit) at hundreds of thousands of objects.
 //! * **Errors.** Stripe's error body `{"error": {"code", "doc_url", "message",
 //!   "param", "type"}}`, e.g. `404 resource_missing` "No such charge: 'ch_x'".
-//! * **Rate limit, latency, faults** — see [`EmulatorConfig`] and [`FaultKind`].
+//! * **Rate limit, latency, faults** — see [`EmulatorConfig`], [`RateLimitMode`]
+//!   (a token bucket, or strict one-second windows with other clients
+//!   spending a share) and [`FaultKind`].
 //!
 //! Order of decisions for each request: it is counted and matched against the
 //! fault plan on arrival; an injected error fault answers without auth or rate
@@ -65,6 +67,28 @@ pub struct EmulatorConfig {
     /// Added before every response. Requests are served concurrently, so this
     /// models network/server latency without limiting throughput.
     pub latency: Duration,
+    /// How `rate_limit_per_sec` is counted (default a token bucket).
+    pub rate_limit_mode: RateLimitMode,
+    /// Percent of `rate_limit_per_sec` that other clients of the account
+    /// spend (0..=100, default 0): they take their share of each window
+    /// first (strict mode), or of the bucket's refill (token bucket).
+    pub others_percent: u32,
+}
+
+/// How the emulator counts requests against `rate_limit_per_sec`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RateLimitMode {
+    /// A token bucket of capacity `n` refilled at `n` per second (Stripe's
+    /// engineering blog describes its limiter as a token bucket).
+    #[default]
+    TokenBucket,
+    /// Strict counting: at most `n` requests in each one-second window
+    /// (fixed windows from the emulator's start); the rest get Stripe's
+    /// `429 rate_limit` body. Rejected requests are not counted. This is the
+    /// literal reading of "n requests per second"
+    /// (https://docs.stripe.com/rate-limits): a client that keeps every
+    /// one-second window at or under `n` is never throttled.
+    PerSecondWindow,
 }
 
 impl Default for EmulatorConfig {
@@ -73,6 +97,8 @@ impl Default for EmulatorConfig {
             api_key: "sk_test_emulator".to_owned(),
             rate_limit_per_sec: None,
             latency: Duration::ZERO,
+            rate_limit_mode: RateLimitMode::TokenBucket,
+            others_percent: 0,
         }
     }
 }
@@ -180,11 +206,7 @@ impl Emulator {
     pub async fn start(config: EmulatorConfig) -> std::io::Result<Emulator> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::new(
-            config.api_key.clone(),
-            config.rate_limit_per_sec,
-            config.latency,
-        ));
+        let shared = Arc::new(Shared::new(&config));
         let app = Router::new()
             .fallback(server::handle)
             .with_state(shared.clone())

@@ -25,9 +25,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::faults::{FaultPlan, RateLimiter};
+use super::faults::{FaultPlan, Limiter, RateLimiter, WindowCounter};
 use super::store::{Found, ListQuery, MissingCursor, Store};
-use super::{EmulatorStats, FaultKind, ObjectKind};
+use super::{EmulatorConfig, EmulatorStats, FaultKind, ObjectKind, RateLimitMode};
 pub(crate) use recon_emulator_kit::{ConnHandle, EmuListener};
 
 // ---------------------------------------------------------------------------
@@ -38,7 +38,7 @@ pub(crate) struct Shared {
     pub latency: Duration,
     pub store: RwLock<Store>,
     pub faults: Mutex<FaultPlan>,
-    pub limiter: Option<Mutex<RateLimiter>>,
+    pub limiter: Option<Mutex<Limiter>>,
     pub stats: Mutex<EmulatorStats>,
     in_flight: AtomicU64,
     request_seq: AtomicU64,
@@ -46,17 +46,28 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(api_key: String, rate_limit_per_sec: Option<u32>, latency: Duration) -> Self {
+    pub fn new(config: &EmulatorConfig) -> Self {
         let salt = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         Shared {
-            api_key,
-            latency,
+            api_key: config.api_key.clone(),
+            latency: config.latency,
             store: RwLock::new(Store::default()),
             faults: Mutex::new(FaultPlan::default()),
-            limiter: rate_limit_per_sec.map(|n| Mutex::new(RateLimiter::new(n))),
+            limiter: config.rate_limit_per_sec.map(|n| {
+                Mutex::new(match config.rate_limit_mode {
+                    RateLimitMode::TokenBucket => {
+                        Limiter::Bucket(RateLimiter::new(n, config.others_percent))
+                    }
+                    RateLimitMode::PerSecondWindow => Limiter::Window(WindowCounter::new(
+                        n,
+                        config.others_percent,
+                        Instant::now(),
+                    )),
+                })
+            }),
             stats: Mutex::new(EmulatorStats::default()),
             in_flight: AtomicU64::new(0),
             request_seq: AtomicU64::new(0),
