@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use recon_core::{Field, FieldKind, Schema};
+use recon_core::{Field, FieldKind, Schema, ValueRef};
 use recon_file::{AmountFormat, FileReader, FileSpec, ReadError};
 
 use crate::cli::{AmountFormatArg, DiffArgs};
@@ -208,6 +208,9 @@ enum Message {
     Target(RecordBatch),
 }
 
+/// Which rows of a file to keep (e.g. those inside a run's window).
+pub(crate) type RowFilter<'a> = &'a (dyn Fn(&[ValueRef<'_>]) -> bool + Sync);
+
 /// Parses one file into batches on the calling thread, sending each full batch.
 fn read_side(
     reader: &mut FileReader,
@@ -215,6 +218,7 @@ fn read_side(
     source_side: bool,
     tx: &SyncSender<Message>,
     free: &Receiver<RecordBatch>,
+    keep: Option<RowFilter<'_>>,
 ) -> Result<()> {
     let fresh = |free: &Receiver<RecordBatch>| {
         let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
@@ -225,7 +229,9 @@ fn read_side(
     loop {
         let mut batch = fresh(free);
         let done = reader.for_each_while(|key, values, _| -> Result<bool> {
-            batch.push(key, values)?;
+            if keep.is_none_or(|k| k(values)) {
+                batch.push(key, values)?;
+            }
             Ok(batch.len() < BATCH)
         });
         let done = match done {
@@ -255,6 +261,45 @@ fn read_side(
     }
 }
 
+/// Feeds one file to the engine through the same two stages as `recon
+/// diff`: a reader thread parses, filters and encodes batches, the calling
+/// thread indexes (source) or probes (target) them. `recon run` uses it for
+/// file sides, so a job over exports runs at the speed of `recon diff`.
+pub(crate) fn feed_file(
+    engine: &mut DiffEngine,
+    mut reader: FileReader,
+    source_side: bool,
+    keep: Option<RowFilter<'_>>,
+) -> Result<()> {
+    let spec = engine.spec().clone();
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = sync_channel::<Message>(4);
+        let (free_tx, free_rx) = channel::<RecordBatch>();
+        let spec = &spec;
+        let handle = scope.spawn(move || -> Result<()> {
+            read_side(&mut reader, spec, source_side, &tx, &free_rx, keep)
+        });
+        for msg in rx {
+            match msg {
+                Message::Source(batch, estimate) => {
+                    if let Some(n) = estimate {
+                        engine.reserve_source(n);
+                    }
+                    engine.add_source_batch(&batch)?;
+                    let _ = free_tx.send(batch);
+                }
+                Message::Target(batch) => {
+                    engine.add_target_batch(&batch);
+                    let _ = free_tx.send(batch);
+                }
+            }
+        }
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
+    })
+}
+
 /// Runs a plan: reads both files, diffs, writes the reports.
 pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     let started = Instant::now();
@@ -273,8 +318,8 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         let (tx, rx) = sync_channel::<Message>(4);
         let (free_tx, free_rx) = channel::<RecordBatch>();
         let reader = scope.spawn(move || -> Result<()> {
-            read_side(&mut source, spec, true, &tx, &free_rx)?;
-            read_side(&mut target, spec, false, &tx, &free_rx)
+            read_side(&mut source, spec, true, &tx, &free_rx, None)?;
+            read_side(&mut target, spec, false, &tx, &free_rx, None)
         });
         let mut source_done = false;
         for msg in rx {

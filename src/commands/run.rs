@@ -205,25 +205,8 @@ pub(crate) async fn connect(
     };
     let has_money = schema.money_field().is_some();
     Ok(match endpoint {
-        EndpointConfig::File {
-            path,
-            key,
-            columns,
-            currency_column,
-            amount_format,
-        } => Box::new(recon_file::FileSource {
-            spec: recon_file::FileSpec {
-                path: PathBuf::from(path),
-                key_column: key.clone(),
-                columns: schema
-                    .fields
-                    .iter()
-                    .map(|f| column(columns, &f.name))
-                    .collect(),
-                currency_column: has_money
-                    .then(|| currency_column.clone().unwrap_or_else(|| "currency".into())),
-                amount_format: amount_format.unwrap_or_default(),
-            },
+        EndpointConfig::File { .. } => Box::new(recon_file::FileSource {
+            spec: file_spec(endpoint, schema).expect("a file endpoint"),
             time_field,
         }),
         EndpointConfig::Sql {
@@ -342,6 +325,41 @@ pub(crate) async fn connect(
     })
 }
 
+/// The file and columns of a file endpoint; `None` for other endpoints.
+pub(crate) fn file_spec(
+    endpoint: &EndpointConfig,
+    schema: &Schema,
+) -> Option<recon_file::FileSpec> {
+    let EndpointConfig::File {
+        path,
+        key,
+        columns,
+        currency_column,
+        amount_format,
+    } = endpoint
+    else {
+        return None;
+    };
+    let has_money = schema.money_field().is_some();
+    Some(recon_file::FileSpec {
+        path: PathBuf::from(path),
+        key_column: key.clone(),
+        columns: schema
+            .fields
+            .iter()
+            .map(|f| {
+                columns
+                    .get(&f.name)
+                    .cloned()
+                    .unwrap_or_else(|| f.name.clone())
+            })
+            .collect(),
+        currency_column: has_money
+            .then(|| currency_column.clone().unwrap_or_else(|| "currency".into())),
+        amount_format: amount_format.unwrap_or_default(),
+    })
+}
+
 /// HubSpot objects for a job.
 fn hubspot(
     endpoint: &EndpointConfig,
@@ -452,13 +470,36 @@ impl Target for SourceOnly {
 }
 
 /// Reads a whole side into the engine, page by page.
+/// Feeds one side to the engine. A file side goes through `recon diff`'s
+/// two-stage pipeline (no owned records, no pages); other sides stream
+/// pages, each encoded as one batch.
 async fn feed(
+    endpoint: &EndpointConfig,
     side: &dyn Target,
-    schema: &Schema,
+    plan: &RunPlan,
     window: Window,
     engine: &mut DiffEngine,
     source_side: bool,
 ) -> Result<()> {
+    let schema = &plan.spec.schema;
+    if let Some(spec) = file_spec(endpoint, schema) {
+        let reader = recon_file::FileReader::open(spec, schema)?;
+        let time_field = plan.time_field;
+        let in_window = move |values: &[recon_core::ValueRef<'_>]| match time_field {
+            Some(t) => {
+                matches!(values.get(t), Some(recon_core::ValueRef::Timestamp(ts)) if window.contains(*ts))
+            }
+            None => true,
+        };
+        let feed =
+            || crate::commands::diff::feed_file(engine, reader, source_side, Some(&in_window));
+        // The reader thread and this one work at full speed; other tasks
+        // (the lock's heartbeat) move to another worker meanwhile.
+        return match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
+            _ => feed(),
+        };
+    }
     let mut pages = side.read(schema, window);
     // A page becomes one encoded batch: the engine's batch path, without a
     // per-record call.
@@ -748,13 +789,27 @@ async fn run_locked(
     }
 
     let mut engine = DiffEngine::new(plan.spec.clone());
-    feed(source.as_ref(), schema, window, &mut engine, true)
-        .await
-        .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
+    feed(
+        &plan.job.job.source,
+        source.as_ref(),
+        plan,
+        window,
+        &mut engine,
+        true,
+    )
+    .await
+    .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
     let source_ms = started.elapsed().as_millis();
-    feed(target.as_ref(), schema, window, &mut engine, false)
-        .await
-        .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
+    feed(
+        &plan.job.job.target,
+        target.as_ref(),
+        plan,
+        window,
+        &mut engine,
+        false,
+    )
+    .await
+    .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
     let target_ms = started.elapsed().as_millis() - source_ms;
     let unplaced = unplaced_records(plan, source.as_ref(), target.as_ref()).await?;
     let mut outcome = engine.finish();
@@ -808,14 +863,20 @@ async fn run_locked(
     let delta = state
         .update_discrepancies(job, run_id, now, &current)
         .await?;
-    let mut history = HashMap::new();
-    for (class, key) in &current {
-        let entry = match delta.persisting.get(&(*class, key.clone())) {
-            Some(first) => (format_timestamp(*first), false),
-            None => (format_timestamp(now), true),
-        };
-        history.insert((class.as_str().to_string(), key.clone()), entry);
-    }
+    drop(current);
+    let history = crate::report::HistoryMap {
+        now: format_timestamp(now),
+        persisting: delta
+            .persisting
+            .iter()
+            .map(|((class, key), first)| {
+                (
+                    (class.as_str().to_string(), key.clone()),
+                    format_timestamp(*first),
+                )
+            })
+            .collect(),
+    };
     let resolved: Vec<ResolvedRow> = delta
         .resolved
         .iter()
@@ -844,10 +905,13 @@ async fn run_locked(
             items.push((r, WriteMode::Upsert));
         }
     }
-    let plan_json: Vec<serde_json::Value> = items
-        .iter()
-        .map(|(r, m)| PlanLine::new(run_id, job, asked, Action::from(*m), schema, r).to_json())
-        .collect();
+    // Built only when plan.jsonl is written (dry run, safety limit).
+    let plan_json = || -> Vec<serde_json::Value> {
+        items
+            .iter()
+            .map(|(r, m)| PlanLine::new(run_id, job, asked, Action::from(*m), schema, r).to_json())
+            .collect()
+    };
 
     let mut extras = RunExtras {
         run_id: Some(run_id.to_string()),
@@ -865,7 +929,7 @@ async fn run_locked(
     let over_ratio = outcome.source_records > 0 && ratio > plan.max_ratio;
     let mut trouble = None;
     if plan.dry_run || items.is_empty() {
-        extras.plan = Some(plan_json);
+        extras.plan = Some(plan_json());
     } else if over_count || over_ratio {
         let why = if over_count {
             format!(
@@ -900,7 +964,7 @@ async fn run_locked(
             items.len().max(plan.max_records as usize),
         );
         extras.notes.push(msg.clone());
-        extras.plan = Some(plan_json);
+        extras.plan = Some(plan_json());
         trouble = Some(msg);
     } else {
         let batch = write_batch(&plan.job.job.target);

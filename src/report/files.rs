@@ -42,8 +42,8 @@ pub struct RunExtras {
     pub dry_run: bool,
     /// Source records too young to judge.
     pub pending: Vec<Record>,
-    /// History of each open discrepancy, by (class, external ID):
-    /// (first seen, RFC 3339; whether new in this run). `None` for ad-hoc diffs.
+    /// History of the open discrepancies (first seen; new or persisting).
+    /// `None` for ad-hoc diffs.
     pub history: Option<HistoryMap>,
     /// Discrepancies of earlier runs that are gone now.
     pub resolved: Vec<ResolvedRow>,
@@ -328,20 +328,27 @@ fn record_header(schema: &Schema) -> (Vec<String>, bool) {
     (header, add_currency)
 }
 
-/// (class, external ID) → (first seen, new in this run).
-pub type HistoryMap = HashMap<(String, String), (String, bool)>;
+/// The history of this run's open discrepancies, kept small: only those
+/// that persist from an earlier run are listed (with their first
+/// sighting); every other one is new, first seen now.
+#[derive(Clone, Debug, Default)]
+pub struct HistoryMap {
+    /// This run's start, RFC 3339: the first sighting of the new ones.
+    pub now: String,
+    /// (class, external ID) → first seen, RFC 3339, of the persisting ones.
+    pub persisting: HashMap<(String, String), String>,
+}
 
 type History<'a> = (&'a HistoryMap, &'a str);
 
 fn history_cells(history: Option<History<'_>>, key: &str) -> Option<[String; 2]> {
     let (h, class) = history?;
-    Some(match h.get(&(class.to_string(), key.to_string())) {
-        Some((first, new)) => [
-            first.clone(),
-            if *new { "new" } else { "persisting" }.into(),
-        ],
-        None => [String::new(), "new".into()],
-    })
+    Some(
+        match h.persisting.get(&(class.to_string(), key.to_string())) {
+            Some(first) => [first.clone(), "persisting".into()],
+            None => [h.now.clone(), "new".into()],
+        },
+    )
 }
 
 /// Writes records one at a time, as the list yields them: a large list of

@@ -8,8 +8,8 @@ mod files;
 mod staging;
 
 pub use files::{
-    counts, write_backfill_csv, write_diff_reports, BackfillRow, ResolvedRow, RunExtras, RunMeta,
-    UnplacedRow,
+    counts, write_backfill_csv, write_diff_reports, BackfillRow, HistoryMap, ResolvedRow,
+    RunExtras, RunMeta, UnplacedRow,
 };
 pub use staging::ReportDir;
 

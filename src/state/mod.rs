@@ -46,14 +46,13 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use recon_core::{redact_url, Window};
-use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
-use sqlx::{Any, AnyConnection, AnyPool, Arguments, Connection, Row, Transaction};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
 
 pub use lock::RunLock;
 
 /// Rows per multi-row statement (at most 3 bound values per row, well under
 /// SQLite's 32,766 and PostgreSQL's 65,535 parameters).
-const BATCH: usize = 5000;
 
 /// How long opening the first connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -437,8 +436,12 @@ fn normalize_url(url: &str) -> Result<(Backend, String), StateError> {
 
 /// `count` numbered placeholders `$first`, `$first+1`, … (both PostgreSQL
 /// and SQLite accept `$N`).
-fn numbered(first: usize, count: usize) -> impl Iterator<Item = String> {
-    (first..first + count).map(|n| format!("${n}"))
+/// Rows per statement of the set-wise writes (one bound JSON array each).
+const JSON_BATCH: usize = 50_000;
+
+/// JSON text of rows for [`StateStore::json_rows`].
+fn json_text<T: serde::Serialize>(rows: &T) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".into())
 }
 
 impl StateStore {
@@ -539,6 +542,26 @@ impl StateStore {
     /// A write transaction. On SQLite it takes the write lock at once
     /// (`BEGIN IMMEDIATE`), so that it waits for other writers instead of
     /// failing when it upgrades from reading to writing.
+    /// A derived table `v(columns…)` of the rows in one bound JSON array of
+    /// arrays (`[["a", "b"], …]`), expanded by the database itself.
+    fn json_rows(&self, param: &str, columns: &[&str]) -> String {
+        let cols: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match self.backend {
+                Backend::Sqlite => format!("json_extract(value, '$[{i}]') AS {c}"),
+                Backend::Postgres => format!("value ->> {i} AS {c}"),
+            })
+            .collect();
+        match self.backend {
+            Backend::Sqlite => format!("(SELECT {} FROM json_each({param})) AS v", cols.join(", ")),
+            Backend::Postgres => format!(
+                "(SELECT {} FROM json_array_elements(CAST({param} AS json)) AS e(value)) AS v",
+                cols.join(", ")
+            ),
+        }
+    }
+
     async fn begin_write(&self, context: &str) -> Result<Transaction<'static, Any>, StateError> {
         match self.backend {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
@@ -761,31 +784,22 @@ impl StateStore {
         let context = "recording a backfill plan";
         let now_s = ts_text(Timestamp::now());
         let mut tx = self.begin_write(context).await?;
-        for chunk in items.chunks(BATCH) {
-            let mut sql = String::with_capacity(64 + chunk.len() * 48);
-            sql.push_str(
-                "INSERT INTO recon_backfill_items (plan_id, job, external_id, action, status, \
-                 attempts, last_error, updated_at) VALUES ",
-            );
-            let mut args = AnyArguments::default();
-            add(&mut args, plan_id.to_string());
-            add(&mut args, job.to_string());
-            add(&mut args, now_s.clone());
-            for (i, (external_id, action)) in chunk.iter().enumerate() {
-                let p: Vec<String> = numbered(4 + 2 * i, 2).collect();
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!(
-                    "($1, $2, {}, {}, 'planned', 0, NULL, $3)",
-                    p[0], p[1]
-                ));
-                add(&mut args, external_id.clone());
-                add(&mut args, action.to_string());
-            }
-            sql.push_str(" ON CONFLICT (plan_id, external_id) DO NOTHING");
-            sqlx::query_with(&sql, args)
-                .persistent(false)
+        // Set-wise: one bound JSON array per chunk, expanded by the database
+        // (json_each / json_array_elements), instead of thousands of bound
+        // parameters per statement.
+        let sql = format!(
+            "INSERT INTO recon_backfill_items (plan_id, job, external_id, action, status, \
+             attempts, last_error, updated_at) SELECT $1, $2, v.external_id, v.action, 'planned', \
+             0, NULL, $3 FROM {} WHERE true ON CONFLICT (plan_id, external_id) DO NOTHING",
+            self.json_rows("$4", &["external_id", "action"])
+        );
+        for chunk in items.chunks(JSON_BATCH) {
+            let rows: Vec<[&str; 2]> = chunk.iter().map(|(id, a)| [id.as_str(), *a]).collect();
+            sqlx::query(&sql)
+                .bind(plan_id.to_string())
+                .bind(job.to_string())
+                .bind(now_s.clone())
+                .bind(json_text(&rows))
                 .execute(&mut *tx)
                 .await
                 .map_err(self.db(context))?;
@@ -820,33 +834,23 @@ impl StateStore {
         let now_s = ts_text(Timestamp::now());
         let mut tx = self.begin_write(context).await?;
         let mut matched = 0u64;
-        for chunk in unique.chunks(BATCH) {
-            let mut rows = Vec::with_capacity(chunk.len());
-            let mut args = AnyArguments::default();
-            add(&mut args, plan_id.to_string());
-            add(&mut args, now_s.clone());
-            for (i, (external_id, status, error)) in chunk.iter().enumerate() {
-                let p: Vec<String> = numbered(3 + 3 * i, 3).collect();
-                rows.push(format!("({}, {}, {})", p[0], p[1], p[2]));
-                add(&mut args, external_id.clone());
-                add(&mut args, status.as_str().to_string());
-                // Scrubbed: a target's write error may echo a secret.
-                add(
-                    &mut args,
-                    error.as_deref().map(|e| recon_core::scrub(e).into_owned()),
-                );
-            }
-            let sql = format!(
-                "WITH v (external_id, status, last_error) AS (VALUES {}) \
-                 UPDATE recon_backfill_items SET status = v.status, \
-                 attempts = recon_backfill_items.attempts + 1, last_error = v.last_error, \
-                 updated_at = $2 FROM v \
-                 WHERE recon_backfill_items.plan_id = $1 \
-                 AND recon_backfill_items.external_id = v.external_id",
-                rows.join(", ")
-            );
-            matched += sqlx::query_with(&sql, args)
-                .persistent(false)
+        let sql = format!(
+            "UPDATE recon_backfill_items SET status = v.status, \
+             attempts = recon_backfill_items.attempts + 1, last_error = v.last_error, \
+             updated_at = $2 FROM {} \
+             WHERE recon_backfill_items.plan_id = $1 \
+             AND recon_backfill_items.external_id = v.external_id",
+            self.json_rows("$3", &["external_id", "status", "last_error"])
+        );
+        for chunk in unique.chunks(JSON_BATCH) {
+            let rows: Vec<(&str, &str, Option<&str>)> = chunk
+                .iter()
+                .map(|(id, status, error)| (id.as_str(), status.as_str(), error.as_deref()))
+                .collect();
+            matched += sqlx::query(&sql)
+                .bind(plan_id.to_string())
+                .bind(now_s.clone())
+                .bind(json_text(&rows))
                 .execute(&mut *tx)
                 .await
                 .map_err(self.db(context))?
@@ -939,48 +943,55 @@ impl StateStore {
         let now_s = ts_text(now);
         let mut delta = DiscrepancyDelta::default();
         let mut tx = self.begin_write(context).await?;
-        for chunk in unique.chunks(BATCH) {
-            let mut sql = String::with_capacity(600 + chunk.len() * 40);
-            sql.push_str(
-                "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
-                 first_seen_at, last_seen_run, last_seen_at, resolved_at) VALUES ",
-            );
-            let mut args = AnyArguments::default();
-            add(&mut args, job.to_string());
-            add(&mut args, run_id.to_string());
-            add(&mut args, now_s.clone());
-            for (i, (class, external_id)) in chunk.iter().enumerate() {
-                let p: Vec<String> = numbered(4 + 2 * i, 2).collect();
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!("($1, {}, {}, $2, $3, $2, $3, NULL)", p[0], p[1]));
-                add(&mut args, class.as_str().to_string());
-                add(&mut args, external_id.to_string());
+        // Which of them were open before: they persist (with their first
+        // sighting); every other one is new. Read before the upsert, so the
+        // upsert returns nothing and the open set of the previous run is the
+        // only thing held in memory.
+        let open = sqlx::query(
+            "SELECT class, external_id, first_seen_at FROM recon_discrepancies \
+             WHERE job = $1 AND resolved_at IS NULL",
+        )
+        .bind(job.to_string())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(self.db(context))?;
+        let wanted: HashSet<(Class, &str)> = unique.iter().copied().collect();
+        for row in &open {
+            let (class, external_id, _, first_at) = self.discrepancy_row(row, false)?;
+            if wanted.contains(&(class, external_id.as_str())) {
+                delta.persisting.insert((class, external_id), first_at);
             }
-            sql.push_str(
-                " ON CONFLICT (job, class, external_id) DO UPDATE SET \
-                 first_seen_run = CASE WHEN recon_discrepancies.resolved_at IS NULL \
-                 THEN recon_discrepancies.first_seen_run ELSE excluded.first_seen_run END, \
-                 first_seen_at = CASE WHEN recon_discrepancies.resolved_at IS NULL \
-                 THEN recon_discrepancies.first_seen_at ELSE excluded.first_seen_at END, \
-                 last_seen_run = excluded.last_seen_run, last_seen_at = excluded.last_seen_at, \
-                 resolved_at = NULL \
-                 RETURNING class, external_id, first_seen_run, first_seen_at",
-            );
-            let rows = sqlx::query_with(&sql, args)
-                .persistent(false)
-                .fetch_all(&mut *tx)
+        }
+        drop(open);
+        for (class, id) in &unique {
+            if !delta.persisting.contains_key(&(*class, id.to_string())) {
+                delta.new.insert((*class, id.to_string()));
+            }
+        }
+        drop(wanted);
+        let sql = format!(
+            "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
+             first_seen_at, last_seen_run, last_seen_at, resolved_at) \
+             SELECT $1, v.class, v.external_id, $2, $3, $2, $3, NULL FROM {} WHERE true \
+             ON CONFLICT (job, class, external_id) DO UPDATE SET \
+             first_seen_run = CASE WHEN recon_discrepancies.resolved_at IS NULL \
+             THEN recon_discrepancies.first_seen_run ELSE excluded.first_seen_run END, \
+             first_seen_at = CASE WHEN recon_discrepancies.resolved_at IS NULL \
+             THEN recon_discrepancies.first_seen_at ELSE excluded.first_seen_at END, \
+             last_seen_run = excluded.last_seen_run, last_seen_at = excluded.last_seen_at, \
+             resolved_at = NULL",
+            self.json_rows("$4", &["class", "external_id"])
+        );
+        for chunk in unique.chunks(JSON_BATCH) {
+            let rows: Vec<[&str; 2]> = chunk.iter().map(|(c, id)| [c.as_str(), *id]).collect();
+            sqlx::query(&sql)
+                .bind(job.to_string())
+                .bind(run_id.to_string())
+                .bind(now_s.clone())
+                .bind(json_text(&rows))
+                .execute(&mut *tx)
                 .await
                 .map_err(self.db(context))?;
-            for row in &rows {
-                let (class, external_id, first_run, first_at) = self.discrepancy_row(row, true)?;
-                if first_run.as_deref() == Some(run_id) {
-                    delta.new.insert((class, external_id));
-                } else {
-                    delta.persisting.insert((class, external_id), first_at);
-                }
-            }
         }
         let rows = sqlx::query(
             "UPDATE recon_discrepancies SET resolved_at = $1 \
@@ -1093,14 +1104,6 @@ impl StateStore {
             error: opt(10)?,
         })
     }
-}
-
-/// Binds one value (encoding strings and integers cannot fail).
-fn add<'q, T>(args: &mut AnyArguments<'q>, value: T)
-where
-    T: 'q + sqlx::Encode<'q, Any> + sqlx::Type<Any>,
-{
-    let _ = args.add(value);
 }
 
 /// A reviewed backfill plan as the store knows it: what `recon run
