@@ -20,15 +20,18 @@
 //! - **Rate limits** (https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details):
 //!   the general limit per rolling 10 s (100 by default, configurable for
 //!   higher tiers) is paced at 95% of it, and the search API's own 5
-//!   requests/s at 4/s, each by its own limiter, so no window as HubSpot
-//!   counts it is passed by recon alone. Other apps share the account's
-//!   budget: when a response says `X-HubSpot-RateLimit-Remaining: 0`, or a
-//!   429 names `TEN_SECONDLY_ROLLING` (or `SECONDLY` for search), every
-//!   request waits the rolling window (`X-HubSpot-RateLimit-Interval-Milliseconds`,
-//!   one second for search) before the next, and the call is sent again. A
-//!   run fails on rate limiting only after `patience` (default 15 minutes)
-//!   without a successful call. A 429 for the DAILY policy stops the run
-//!   instead of retrying for hours.
+//!   requests/s at 4/s, each by its own limiter of the shared HTTP policy,
+//!   so no window as HubSpot counts it is passed by recon alone. Other apps
+//!   share the account's budget: responses report what is left of the
+//!   rolling window (`X-HubSpot-RateLimit-Remaining`,
+//!   `-Interval-Milliseconds`), and the policy paces to it; when nothing
+//!   remains, or a 429 names `TEN_SECONDLY_ROLLING`, every request waits
+//!   the window's interval before the next (search answers carry no such
+//!   headers, so a search 429 of that policy holds every request for the
+//!   last interval seen, 10 s by default). A `SECONDLY` 429 of search is
+//!   retried after the policy's short backoff. A run fails on rate limiting
+//!   only after `rate_limit_patience` (default 15 minutes) without a
+//!   successful call; a 429 for the DAILY policy stops the run at once.
 //! - **Writes are correlated by `objectWriteTraceId`**: every upsert input
 //!   carries a unique trace ID, and results are matched by the one they
 //!   echo (errors by their `context`), never by position or by the echoed
@@ -36,12 +39,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures_core::stream::BoxStream;
 use futures_util::{stream, StreamExt};
-use recon_core::http::{HttpClient, HttpError, HttpPolicy, Provider, ResponseMeta};
+use recon_core::http::{HttpClient, HttpError, HttpPolicy, LimitHeaders, Provider, ResponseMeta};
 use recon_core::{
     AmountFormat, ConnectorError, Currency, FieldKind, Location, Money, Page, Record, Schema,
     Secret, Source, Target, Value, Window, WriteMode, WriteOutcome,
@@ -49,21 +52,32 @@ use recon_core::{
 use serde_json::{json, Value as Json};
 
 /// HubSpot's identity for the HTTP policy: correlation IDs name requests,
-/// and a 429 is never retried by the policy's short backoff: DAILY is final,
-/// and the rolling policies (`TEN_SECONDLY_ROLLING`, `SECONDLY`) are waited
-/// out by the connector for their whole window (see the module docs).
+/// and a 429 of the DAILY policy is final.
 pub const HUBSPOT: Provider = Provider {
     name: "HubSpot",
     request_id_header: "X-HubSpot-Correlation-Id",
     should_retry_header: None,
+    final_when: &[("policyName", "DAILY")],
+};
+
+/// The search client's identity: a 429 of `TEN_SECONDLY_ROLLING` also comes
+/// back to the connector, which holds every request for the window's
+/// interval (search answers carry no rate-limit headers to say so).
+const HUBSPOT_SEARCH: Provider = Provider {
     final_when: &[
         ("policyName", "DAILY"),
         ("policyName", "TEN_SECONDLY_ROLLING"),
-        ("policyName", "SECONDLY"),
     ],
+    ..HUBSPOT
 };
 
-/// The default of [`HubSpotConfig::patience`]: 15 minutes.
+/// HubSpot's rate-limit headers, read by the shared HTTP policy.
+const LIMIT_HEADERS: LimitHeaders = LimitHeaders {
+    remaining: "X-HubSpot-RateLimit-Remaining",
+    interval_ms: "X-HubSpot-RateLimit-Interval-Milliseconds",
+};
+
+/// The default of [`HubSpotConfig::rate_limit_patience`]: 15 minutes.
 pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(15 * 60);
 
 /// Search returns at most this many results per query (HubSpot's documented cap).
@@ -98,8 +112,8 @@ pub struct HubSpotConfig {
     pub search_per_second: u32,
     /// How long rate limiting (429 from other apps' use of the account's
     /// budget) may hold the run without a successful call before it fails
-    /// (default 15 minutes; the job's `patience` setting).
-    pub patience: Duration,
+    /// (default 15 minutes; the endpoint's `rate_limit_patience` setting).
+    pub rate_limit_patience: Duration,
 }
 
 impl HubSpotConfig {
@@ -121,7 +135,7 @@ impl HubSpotConfig {
             base_url: "https://api.hubapi.com".into(),
             requests_per_10s: 100,
             search_per_second: 5,
-            patience: DEFAULT_PATIENCE,
+            rate_limit_patience: DEFAULT_PATIENCE,
         }
     }
 }
@@ -133,93 +147,16 @@ pub struct HubSpotObjects {
     search: HttpClient,
     cfg: HubSpotConfig,
     schema: Schema,
-    gate: Arc<Gate>,
-}
-
-/// When requests may go again after HubSpot said a window is spent, and
-/// when a call last succeeded (shared by clones).
-#[derive(Debug)]
-struct Gate {
-    /// No request before this (the 10-second window, every endpoint).
-    general: Mutex<Option<Instant>>,
-    /// No search request before this (the search endpoints' second).
-    search: Mutex<Option<Instant>>,
-    /// The last successful call (or the start).
-    progress: Mutex<Instant>,
     /// The last `X-HubSpot-RateLimit-Interval-Milliseconds` seen.
-    interval_ms: AtomicU64,
-    /// 429s of the rolling policies waited out.
-    waits: AtomicU64,
+    interval_ms: Arc<AtomicU64>,
 }
 
-impl Gate {
-    fn new() -> Gate {
-        Gate {
-            general: Mutex::new(None),
-            search: Mutex::new(None),
-            progress: Mutex::new(Instant::now()),
-            interval_ms: AtomicU64::new(10_000),
-            waits: AtomicU64::new(0),
-        }
-    }
-
-    fn hold(slot: &Mutex<Option<Instant>>, until: Instant) {
-        let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
-        *s = Some(s.map_or(until, |t| t.max(until)));
-    }
-
-    async fn wait(&self, search: bool) {
-        let slots: &[&Mutex<Option<Instant>>] = if search {
-            &[&self.general, &self.search]
-        } else {
-            &[&self.general]
-        };
-        for slot in slots {
-            let until = *slot.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(t) = until {
-                tokio::time::sleep_until(t.into()).await;
-            }
-        }
-    }
-}
-
-/// Why a call through [`HubSpotObjects::post`] failed.
-#[derive(Debug)]
-enum CallError {
-    Http(HttpError),
-    /// Rate limited without a successful call for the whole patience.
-    Patience(String),
-}
-
-impl From<CallError> for ConnectorError {
-    fn from(e: CallError) -> ConnectorError {
-        match e {
-            CallError::Http(e) => http_error(e),
-            CallError::Patience(m) => ConnectorError::Unreachable(m),
-        }
-    }
-}
-
-/// Which of HubSpot's policies a 429 names, from its documented message
-/// ("You have reached your ten_secondly_rolling limit.", "… secondly
-/// limit.", "… daily limit."): the policy's name reaches the connector only
-/// through the message once the HTTP policy treats the 429 as final.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Policy {
-    Daily,
-    Secondly,
-    TenSecondly,
-}
-
-fn policy_of(message: &str) -> Policy {
-    let m = message.to_ascii_lowercase();
-    if m.contains("daily") {
-        Policy::Daily
-    } else if m.contains("secondly") && !m.contains("ten_secondly") {
-        Policy::Secondly
-    } else {
-        Policy::TenSecondly
-    }
+/// Whether a 429's message names the `TEN_SECONDLY_ROLLING` policy
+/// (HubSpot's documented "You have reached your ten_secondly_rolling
+/// limit."): once the policy hands the 429 back, its body's `policyName`
+/// reaches the connector only through the message.
+fn ten_secondly(message: &str) -> bool {
+    message.to_ascii_lowercase().contains("ten_secondly")
 }
 
 /// Unique `objectWriteTraceId`s: a per-process prefix and a counter.
@@ -252,10 +189,19 @@ fn http_error(e: HttpError) -> ConnectorError {
     }
 }
 
-fn policy(per_interval: u32, interval: Duration, burst: u32) -> HttpPolicy {
-    let mut p = HttpPolicy::new(per_interval.max(1));
+/// `limit` per `interval`, `burst` at once, `headroom` percent unused.
+fn policy(
+    limit: u32,
+    interval: Duration,
+    burst: u32,
+    headroom: u32,
+    patience: Duration,
+) -> HttpPolicy {
+    let mut p = HttpPolicy::new(limit.max(1));
     p.interval = interval;
     p.burst = burst.max(1);
+    p.headroom_percent = headroom;
+    p.rate_limit_patience = patience;
     p
 }
 
@@ -274,20 +220,21 @@ impl HubSpotObjects {
             "Authorization".to_string(),
             Secret::new(format!("Bearer {}", cfg.token.expose())),
         )];
-        // At most 95% of `limit` requests in any rolling 10 s: a burst of 5%
-        // and a steady rate for the rest, so burst + 10 s of rate stays 5%
-        // under the limit, headroom for requests that reach HubSpot closer
-        // together than they were sent.
+        // At most 95% of `limit` requests in any rolling 10 s (a burst of 5%
+        // paid out of the steady rate): headroom for requests that reach
+        // HubSpot closer together than they were sent. Responses report
+        // what other apps left of the window; the policy paces to it.
         let limit = cfg.requests_per_10s.max(2);
-        let burst = (limit / 20).max(1);
-        let steady = (limit * 95 / 100).saturating_sub(burst).max(1);
-        let general = HttpClient::new(
-            HUBSPOT,
-            policy(steady, Duration::from_secs(10), burst),
-            auth.clone(),
-            vec![],
-        )
-        .map_err(http_error)?;
+        let mut general_policy = policy(
+            limit,
+            Duration::from_secs(10),
+            (limit / 20).max(1),
+            5,
+            cfg.rate_limit_patience,
+        );
+        general_policy.limit_headers = Some(LIMIT_HEADERS);
+        let general =
+            HttpClient::new(HUBSPOT, general_policy, auth.clone(), vec![]).map_err(http_error)?;
         // Search has its own per-second limit (5, counted per one-second
         // window) and also counts toward the general one: its requests wait
         // for a permit of both limiters. Paced at 80% of it, one request per
@@ -295,10 +242,15 @@ impl HubSpotObjects {
         // second, so no second as HubSpot counts it holds more than the limit
         // unless arrivals bunch by a quarter of a second.
         // https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details
-        let search_limit = cfg.search_per_second.max(1);
         let search = HttpClient::new(
-            HUBSPOT,
-            policy(4 * search_limit, Duration::from_secs(5), 1),
+            HUBSPOT_SEARCH,
+            policy(
+                cfg.search_per_second.max(1),
+                Duration::from_secs(1),
+                1,
+                20,
+                cfg.rate_limit_patience,
+            ),
             auth,
             vec![],
         )
@@ -309,7 +261,7 @@ impl HubSpotObjects {
             search,
             cfg,
             schema: schema.clone(),
-            gate: Arc::new(Gate::new()),
+            interval_ms: Arc::new(AtomicU64::new(10_000)),
         })
     }
 
@@ -318,130 +270,79 @@ impl HubSpotObjects {
         (self.general.stats(), self.search.stats())
     }
 
-    /// 429s of HubSpot's rolling-window policies waited out so far.
-    pub fn rate_limit_waits(&self) -> u64 {
-        self.gate.waits.load(Ordering::Relaxed)
-    }
-
-    /// `POST url` through the general client (or the search client), waiting
-    /// out HubSpot's rolling windows: after `Remaining: 0` or a 429 of
-    /// `TEN_SECONDLY_ROLLING`, every request waits the window's interval;
-    /// after a search 429 of `SECONDLY`, searches wait one second. Gives up
-    /// after `patience` without a successful call.
+    /// `POST url` through the general client, or the search client: a
+    /// search 429 of `TEN_SECONDLY_ROLLING` (the account's window, spent by
+    /// other apps) holds every request for the window's interval and sends
+    /// the search again, until `rate_limit_patience` passed without a
+    /// successful search.
     async fn post(
         &self,
         url: &str,
         body: &Json,
         search: bool,
-    ) -> Result<(Json, ResponseMeta), CallError> {
-        let client = if search { &self.search } else { &self.general };
+    ) -> Result<(Json, ResponseMeta), HttpError> {
+        if !search {
+            let (v, meta) = self.general.post_json::<Json>(url, body).await?;
+            self.note_interval(&meta);
+            return Ok((v, meta));
+        }
+        let started = std::time::Instant::now();
+        let mut attempts = 0u32;
         loop {
-            self.gate.wait(search).await;
-            match client.post_json::<Json>(url, body).await {
-                Ok((v, meta)) => {
-                    self.succeeded(&meta);
-                    return Ok((v, meta));
-                }
+            attempts += 1;
+            match self.search.post_json::<Json>(url, body).await {
                 Err(HttpError::Status {
                     status: 429,
                     message,
                     request_id,
+                    endpoint,
                     ..
-                }) if policy_of(&message) != Policy::Daily => {
-                    self.throttled(url, &message, request_id.as_deref(), search)?;
+                }) if ten_secondly(&message) => {
+                    let patience = self.cfg.rate_limit_patience;
+                    let progress = self.search.last_progress().max(started);
+                    let wait = Duration::from_millis(self.interval_ms.load(Ordering::Relaxed));
+                    if progress.elapsed() + wait > patience {
+                        return Err(HttpError::RateLimited {
+                            provider: HUBSPOT.name,
+                            endpoint,
+                            attempts,
+                            last: "429 TEN_SECONDLY_ROLLING".into(),
+                            request_id,
+                            patience,
+                        });
+                    }
+                    tracing::warn!(
+                        message = "HubSpot's 10-second window is spent (other apps share it); holding requests for the interval.",
+                        wait_ms = wait.as_millis() as u64,
+                        request_id
+                    );
+                    // Every request waits: the general limiter is shared.
+                    self.general.report_remaining(0, wait);
                 }
-                Err(e) => return Err(CallError::Http(e)),
+                other => return other,
             }
         }
     }
 
-    /// `GET url` with the same waiting as [`HubSpotObjects::post`].
-    async fn get(&self, url: &str) -> Result<(Json, ResponseMeta), CallError> {
-        loop {
-            self.gate.wait(false).await;
-            match self.general.get_json::<Json>(url, &[]).await {
-                Ok((v, meta)) => {
-                    self.succeeded(&meta);
-                    return Ok((v, meta));
-                }
-                Err(HttpError::Status {
-                    status: 429,
-                    message,
-                    request_id,
-                    ..
-                }) if policy_of(&message) != Policy::Daily => {
-                    self.throttled(url, &message, request_id.as_deref(), false)?;
-                }
-                Err(e) => return Err(CallError::Http(e)),
-            }
-        }
+    /// `GET url` through the general client.
+    async fn get(&self, url: &str) -> Result<(Json, ResponseMeta), HttpError> {
+        let (v, meta) = self.general.get_json::<Json>(url, &[]).await?;
+        self.note_interval(&meta);
+        Ok((v, meta))
     }
 
-    /// Notes progress, and holds every request for the window's interval
-    /// when HubSpot says none of it remains: the window counts every app of
-    /// the account, which this process cannot see.
-    fn succeeded(&self, meta: &ResponseMeta) {
-        let now = Instant::now();
-        *self.gate.progress.lock().unwrap_or_else(|p| p.into_inner()) = now;
-        let header = |name: &str| -> Option<u64> {
-            meta.headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse().ok())
-        };
-        if let Some(interval) = header("X-HubSpot-RateLimit-Interval-Milliseconds") {
-            self.gate
-                .interval_ms
-                .store(interval.clamp(1, 3_600_000), Ordering::Relaxed);
+    /// Remembers the window's interval for search 429s, whose answers do
+    /// not carry it.
+    fn note_interval(&self, meta: &ResponseMeta) {
+        if let Some(ms) = meta
+            .headers
+            .get(LIMIT_HEADERS.interval_ms)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            self.interval_ms
+                .store(ms.clamp(1, 3_600_000), Ordering::Relaxed);
         }
-        if header("X-HubSpot-RateLimit-Remaining") == Some(0) {
-            let wait = Duration::from_millis(self.gate.interval_ms.load(Ordering::Relaxed));
-            tracing::debug!(
-                message = "HubSpot's rate-limit window is spent (other apps share it); waiting for it to roll.",
-                wait_ms = wait.as_millis() as u64
-            );
-            Gate::hold(&self.gate.general, now + wait);
-        }
-    }
-
-    /// A 429 of a rolling policy: hold requests for the policy's window, or
-    /// fail when `patience` passed without a successful call.
-    fn throttled(
-        &self,
-        url: &str,
-        message: &str,
-        request_id: Option<&str>,
-        search: bool,
-    ) -> Result<(), CallError> {
-        let policy = policy_of(message);
-        let wait = match policy {
-            Policy::Secondly => Duration::from_secs(1),
-            _ => Duration::from_millis(self.gate.interval_ms.load(Ordering::Relaxed)),
-        };
-        let last = *self.gate.progress.lock().unwrap_or_else(|p| p.into_inner());
-        let patience = self.cfg.patience;
-        if last.elapsed() + wait > patience {
-            let path = url.split("/crm/").nth(1).unwrap_or(url);
-            return Err(CallError::Patience(format!(
-                "HubSpot /crm/{path} kept answering 429 ({message}; {}) and no call succeeded for {}: other apps use the account's rate limit. Run again when they are quieter, or raise the job's `patience` setting (now {}; default 15m)",
-                request_id.map_or("no request ID".to_string(), |r| format!("request {r}")),
-                human(patience),
-                human(patience),
-            )));
-        }
-        self.gate.waits.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            message = "HubSpot rate limit reached (the account's budget is shared with other apps); waiting for the window to roll.",
-            policy = ?policy,
-            wait_ms = wait.as_millis() as u64,
-            request_id
-        );
-        let until = Instant::now() + wait;
-        match policy {
-            Policy::Secondly if search => Gate::hold(&self.gate.search, until),
-            _ => Gate::hold(&self.gate.general, until),
-        }
-        Ok(())
     }
 
     fn url(&self, tail: &str) -> String {
@@ -601,7 +502,8 @@ impl HubSpotObjects {
                 &json!({ "inputs": inputs }),
                 false,
             )
-            .await?;
+            .await
+            .map_err(http_error)?;
         let by_trace: HashMap<&str, usize> = traces
             .iter()
             .enumerate()
@@ -695,15 +597,15 @@ impl HubSpotObjects {
                         created.insert(r.key.as_str(), WriteOutcome::Created);
                     }
                 }
-                Err(CallError::Http(HttpError::Status {
+                Err(HttpError::Status {
                     status: 409 | 400, ..
-                })) => {
+                }) => {
                     for r in &fresh {
                         let o = self.create_one(r).await?;
                         created.insert(r.key.as_str(), o);
                     }
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(http_error(e)),
             }
         }
         Ok(chunk
@@ -724,11 +626,11 @@ impl HubSpotObjects {
         );
         match self.post(&url, &self.create_input(r), false).await {
             Ok(_) => Ok(WriteOutcome::Created),
-            Err(CallError::Http(HttpError::Status {
+            Err(HttpError::Status {
                 status: 409,
                 message,
                 ..
-            })) => {
+            }) => {
                 let now = self
                     .lookup(&self.schema, std::slice::from_ref(&r.key))
                     .await?;
@@ -740,12 +642,12 @@ impl HubSpotObjects {
                     )))
                 }
             }
-            Err(CallError::Http(HttpError::Status {
+            Err(HttpError::Status {
                 status, message, ..
-            })) if (400..500).contains(&status) => Ok(WriteOutcome::Failed(format!(
+            }) if (400..500).contains(&status) => Ok(WriteOutcome::Failed(format!(
                 "HubSpot refused to create it ({status}): {message}"
             ))),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(http_error(e)),
         }
     }
 
@@ -768,7 +670,10 @@ impl HubSpotObjects {
         if let Some(a) = after {
             body["after"] = json!(a);
         }
-        let (v, _) = self.post(&self.url("search"), &body, true).await?;
+        let (v, _) = self
+            .post(&self.url("search"), &body, true)
+            .await
+            .map_err(http_error)?;
         Ok(v)
     }
 
@@ -823,19 +728,6 @@ impl HubSpotObjects {
                 Ok(Some((Page { records }, next)))
             },
         ))
-    }
-}
-
-/// `15m`, `90s`, `1h30m`: a duration as the config writes it.
-fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, s % 3600 / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, sec) => format!("{m}m{sec}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, 0) => format!("{h}h{m}m"),
-        (h, m, sec) => format!("{h}h{m}m{sec}s"),
     }
 }
 
@@ -899,8 +791,8 @@ impl Source for HubSpotObjects {
             // 207 lists missing inputs as errors; the found ones are in results.
             let v = match self.post(&self.url("batch/read"), &body, false).await {
                 Ok((v, _)) => v,
-                Err(CallError::Http(HttpError::Status { status: 404, .. })) => continue,
-                Err(e) => return Err(e.into()),
+                Err(HttpError::Status { status: 404, .. }) => continue,
+                Err(e) => return Err(http_error(e)),
             };
             for o in v["results"].as_array().into_iter().flatten() {
                 if let Some(r) = self.parse(o)? {
@@ -931,11 +823,11 @@ impl Target for HubSpotObjects {
                 "HubSpot property `{}` of {} is not unique (hasUniqueValue is false); upserts by it would not be idempotent. Use a property with hasUniqueValue: true: {fix}",
                 self.cfg.id_property, self.cfg.object_type
             ))),
-            Err(CallError::Http(HttpError::Status { status: 404, .. })) => Err(ConnectorError::NotIdempotent(format!(
+            Err(HttpError::Status { status: 404, .. }) => Err(ConnectorError::NotIdempotent(format!(
                 "HubSpot {} has no property `{}`; {fix}",
                 self.cfg.object_type, self.cfg.id_property
             ))),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(http_error(e)),
         }
     }
 

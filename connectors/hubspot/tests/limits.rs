@@ -13,7 +13,7 @@ use recon_core::{
     Currency, Field, FieldKind, Money, Record, Schema, Secret, Source, Target, Value, Window,
     WriteMode, WriteOutcome,
 };
-use recon_hubspot::emulator::{Emulator, EmulatorConfig, PropertyType};
+use recon_hubspot::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, PropertyType};
 use recon_hubspot::{HubSpotConfig, HubSpotObjects};
 use serde_json::{json, Value as Json};
 
@@ -116,30 +116,34 @@ async fn with_other_apps_using_90_percent_of_the_10s_budget_1000_upserts_complet
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_other_apps_take_the_whole_budget_the_run_fails_after_patience_naming_the_setting() {
-    let e = emulator(EmulatorConfig {
-        limit_per_10s: Some(40),
-        strict: true,
-        others_share: 1.0,
-        ..EmulatorConfig::default()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let mut cfg = config(&e, 40);
-    cfg.patience = Duration::from_secs(12);
+async fn when_the_window_never_frees_the_run_fails_after_patience_naming_the_setting() {
+    // Every answer is HubSpot's TEN_SECONDLY_ROLLING 429 with
+    // `X-HubSpot-RateLimit-Remaining: 0` (other apps hold the whole window).
+    let e = emulator(EmulatorConfig::default()).await;
+    e.set_faults(vec![Fault {
+        kind: FaultKind::RateLimited,
+        after: 0,
+        times: 1_000,
+    }]);
+    let mut cfg = config(&e, 100);
+    cfg.rate_limit_patience = Duration::from_secs(12);
     let t = HubSpotObjects::new(cfg, &schema()).unwrap();
     let started = Instant::now();
     let err = t.check_unique_key().await.unwrap_err().to_string();
     let took = started.elapsed();
-    assert!(err.contains("`patience`") && err.contains("12s"), "{err}");
-    assert!(err.contains("429"), "{err}");
-    // It waited whole windows (10 s), not a handful of short retries.
     assert!(
-        took >= Duration::from_secs(9) && took <= Duration::from_secs(25),
+        err.contains("rate_limit_patience") && err.contains("12s"),
+        "{err}"
+    );
+    assert!(err.contains("429"), "{err}");
+    assert!(!err.contains("daily"), "{err}");
+    // It waited whole windows (10 s each), not a handful of short retries.
+    assert!(
+        took >= Duration::from_secs(10) && took <= Duration::from_secs(35),
         "{took:?}"
     );
     assert!(
-        e.stats().throttled <= 3,
+        e.stats().requests <= 4,
         "one request per window, not a burst of retries: {:?}",
         e.stats()
     );
