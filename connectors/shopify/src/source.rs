@@ -7,8 +7,22 @@
 //! refills it with elapsed time, and waits before a query until the bucket
 //! holds its cost, so a query is not throttled; when another client of the
 //! same shop drains the bucket and Shopify answers `THROTTLED`, recon waits
-//! for the bucket to restore and sends the query again. HTTP 429 and 5xx
-//! go through the shared HTTP policy.
+//! for the bucket to restore and sends the query again. Waits are computed
+//! from what the responses report (`currentlyAvailable`, and the restore
+//! rate actually seen between two reports, which is below `restoreRate`
+//! when another client of the same app spends part of it), not from the
+//! nominal rate. THROTTLED answers are retried until no query succeeded for
+//! `rate_limit_patience` (default 15 minutes). HTTP 429 and 5xx go through
+//! the shared HTTP policy.
+//!
+//! **Access scopes.** Shopify shows an app only the last 60 days of orders
+//! unless it has `read_all_orders` ("Only the last 60 days' worth of orders
+//! from a store are accessible from the Order object by default",
+//! https://shopify.dev/docs/api/admin-graphql/latest/objects/Order). Before
+//! reading a window that starts more than 60 days ago, recon asks for the
+//! app's scopes (`currentAppInstallation { accessScopes { handle } }`) and
+//! refuses the window, with the fix, when `read_all_orders` is missing: the
+//! older orders would be silently absent (false gaps, missed orphans).
 //!
 //! **Bulk operations.** Above a configured expected size (estimated from the
 //! first page's density), or when forced, the window is read with
@@ -97,6 +111,10 @@ pub struct ShopifyConfig {
     pub page_size: u32,
     /// How often to poll a bulk operation at most (default 1 s).
     pub bulk_poll: Duration,
+    /// How long THROTTLED answers and HTTP 429s may hold the read without a
+    /// successful query before it fails (default 15 minutes; the source's
+    /// `rate_limit_patience` setting).
+    pub rate_limit_patience: Duration,
 }
 
 impl ShopifyConfig {
@@ -111,6 +129,7 @@ impl ShopifyConfig {
             bulk: BulkMode::Auto(25_000),
             page_size: 250,
             bulk_poll: Duration::from_secs(1),
+            rate_limit_patience: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -120,15 +139,26 @@ impl ShopifyConfig {
 struct Bucket {
     max: f64,
     available: f64,
+    /// `restoreRate` as reported: the app's whole rate, also when another
+    /// client of the same app spends part of it.
     restore: f64,
+    /// The restore rate seen between reports (points/s, at most `restore`):
+    /// what this client actually gets.
+    observed: Option<f64>,
     at: Instant,
     /// Requested cost of the last page query, to pace the next one.
     last_cost: f64,
 }
 
 impl Bucket {
+    /// Points per second this client can count on.
+    fn rate(&self) -> f64 {
+        let rate = self.observed.map_or(self.restore, |o| o.min(self.restore));
+        rate.max(self.restore * 0.01).max(0.01)
+    }
+
     fn estimate(&self) -> f64 {
-        (self.available + self.at.elapsed().as_secs_f64() * self.restore).min(self.max)
+        (self.available + self.at.elapsed().as_secs_f64() * self.rate()).min(self.max)
     }
 }
 
@@ -141,13 +171,20 @@ pub struct ShopifySource {
     schema: Schema,
     fields: Vec<usize>,
     bucket: Mutex<Option<Bucket>>,
+    /// When a query last succeeded (not THROTTLED).
+    last_ok: Mutex<Option<Instant>>,
+    /// The app's access scopes, once asked.
+    scopes: tokio::sync::OnceCell<Vec<String>>,
     throttled: std::sync::atomic::AtomicU64,
     /// Sum of `actualQueryCost` of page queries, for benchmarks.
     spent: std::sync::atomic::AtomicU64,
 }
 
 const TOKEN_HINT: &str =
-    "check the job's source.token (an Admin API access token shpat_… with read_orders)";
+    "check the job's source.token (an Admin API access token shpat_… with read_orders, and read_all_orders for windows older than 60 days)";
+
+/// Shopify's default horizon for apps without `read_all_orders`.
+const DEFAULT_HORIZON_DAYS: i64 = 60;
 
 fn http_error(e: HttpError) -> ConnectorError {
     match e {
@@ -178,9 +215,11 @@ impl ShopifySource {
             ));
         }
         // The HTTP policy paces requests; the cost bucket paces queries.
+        let mut policy = HttpPolicy::new(20);
+        policy.rate_limit_patience = cfg.rate_limit_patience;
         let client = HttpClient::new(
             SHOPIFY,
-            HttpPolicy::new(20),
+            policy,
             vec![("X-Shopify-Access-Token".into(), cfg.token.clone())],
             vec![],
         )
@@ -196,6 +235,8 @@ impl ShopifySource {
             schema: schema.clone(),
             fields,
             bucket: Mutex::new(None),
+            last_ok: Mutex::new(None),
+            scopes: tokio::sync::OnceCell::new(),
             throttled: std::sync::atomic::AtomicU64::new(0),
             spent: std::sync::atomic::AtomicU64::new(0),
         })
@@ -236,10 +277,9 @@ impl ShopifySource {
             let bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
             match bucket.as_ref() {
                 Some(b) => {
-                    let need = cost.unwrap_or(b.last_cost);
+                    let need = cost.unwrap_or(b.last_cost).min(b.max);
                     let have = b.estimate();
-                    (need > have)
-                        .then(|| Duration::from_secs_f64((need - have) / b.restore.max(1.0)))
+                    (need > have).then(|| Duration::from_secs_f64((need - have) / b.rate()))
                 }
                 None => None,
             }
@@ -268,6 +308,24 @@ impl ShopifySource {
             status["restoreRate"].as_f64(),
         ) {
             let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            // What restored between the last report and this one: this
+            // report's level, less the last's, plus what this query spent
+            // (nothing when THROTTLED). Below `restoreRate` when another
+            // client of the app spends part of it. A full bucket says nothing.
+            let spent = cost["actualQueryCost"].as_f64().unwrap_or(0.0);
+            let observed = match bucket.as_ref() {
+                Some(b) => {
+                    let dt = now.duration_since(b.at).as_secs_f64();
+                    if dt >= 0.05 && available < max && b.available < b.max {
+                        let seen = ((available - b.available + spent) / dt).clamp(0.0, restore);
+                        Some(b.observed.map_or(seen, |o| 0.5 * o + 0.5 * seen))
+                    } else {
+                        b.observed
+                    }
+                }
+                None => None,
+            };
             let last_cost = match (
                 page_query,
                 cost["requestedQueryCost"].as_f64(),
@@ -282,7 +340,8 @@ impl ShopifySource {
                 max,
                 available,
                 restore,
-                at: Instant::now(),
+                observed,
+                at: now,
                 last_cost,
             });
         }
@@ -296,7 +355,8 @@ impl ShopifySource {
         page_query: bool,
     ) -> Result<Json, ConnectorError> {
         let body = json!({ "query": query, "variables": variables });
-        let mut throttled_attempts = 0;
+        let started = Instant::now();
+        let mut throttled_attempts = 0u32;
         loop {
             self.pace(None).await;
             let (v, meta) = self
@@ -307,18 +367,44 @@ impl ShopifySource {
             self.note_cost(&v, page_query);
             let errors = v["errors"].as_array().cloned().unwrap_or_default();
             if errors.is_empty() {
+                *self.last_ok.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                 return Ok(v["data"].clone());
             }
             let throttled = errors
                 .iter()
                 .any(|e| e["extensions"]["code"].as_str() == Some("THROTTLED"));
-            if throttled && throttled_attempts < 20 {
+            if throttled {
                 throttled_attempts += 1;
                 self.throttled
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let requested = v["extensions"]["cost"]["requestedQueryCost"].as_f64();
-                tracing::warn!(message = "Shopify throttled the query; waiting for the cost bucket to restore.", attempt = throttled_attempts, request_id = ?meta.request_id);
-                self.pace(requested).await;
+                // The wait until the bucket holds the query's cost, at the
+                // restore rate actually seen (see `note_cost`).
+                let wait = {
+                    let bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+                    bucket.as_ref().map_or(Duration::from_secs(1), |b| {
+                        let need = requested.unwrap_or(b.last_cost).min(b.max);
+                        Duration::from_secs_f64(
+                            ((need - b.estimate()).max(0.0) / b.rate()).min(600.0),
+                        )
+                    })
+                };
+                let progress = self
+                    .last_ok
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .map_or(started, |t| t.max(started));
+                let patience = self.cfg.rate_limit_patience;
+                if progress.elapsed() + wait > patience {
+                    return Err(ConnectorError::Unreachable(format!(
+                        "Shopify kept answering THROTTLED for {} without a successful query ({throttled_attempts} attempts; request {}): another client of the app may be spending most of the shop's query cost budget. Raise the source's rate_limit_patience, or run when the shop is quieter",
+                        recon_core::http::human_duration(patience),
+                        meta.request_id.as_deref().unwrap_or("without ID"),
+                    )));
+                }
+                tracing::warn!(message = "Shopify throttled the query; waiting for the cost bucket to restore.", attempt = throttled_attempts, wait_ms = wait.as_millis() as u64, request_id = ?meta.request_id);
+                // Holds every request of the client for the wait.
+                self.client.slow_down(Some(wait));
                 continue;
             }
             let messages: Vec<String> = errors
@@ -337,6 +423,45 @@ impl ShopifySource {
                 message: messages.join("; "),
             });
         }
+    }
+
+    /// Refuses a window that starts more than 60 days ago when the app lacks
+    /// `read_all_orders`: Shopify would silently leave the older orders out.
+    async fn check_horizon(&self, window: Window) -> Result<(), ConnectorError> {
+        let now = jiff::Timestamp::now();
+        let horizon = now - jiff::SignedDuration::from_hours(24 * DEFAULT_HORIZON_DAYS);
+        if window.start >= horizon {
+            return Ok(());
+        }
+        let scopes = self
+            .scopes
+            .get_or_try_init(|| async {
+                let data = self
+                    .graphql(
+                        "query AccessScopes { currentAppInstallation { accessScopes { handle } } }",
+                        json!({}),
+                        false,
+                    )
+                    .await?;
+                Ok::<_, ConnectorError>(
+                    data["currentAppInstallation"]["accessScopes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s["handle"].as_str().map(str::to_string))
+                        .collect(),
+                )
+            })
+            .await?;
+        if scopes.iter().any(|s| s == "read_all_orders") {
+            return Ok(());
+        }
+        let days = (now.as_second() - window.start.as_second()) / 86_400;
+        Err(ConnectorError::Config(format!(
+            "Shopify shows an app only the last {DEFAULT_HORIZON_DAYS} days of orders unless it has the read_all_orders scope, and the access token in source.token has only: {}. The window starts {} ({days} days ago), so its older orders would be missing (false gaps and orphans). Fix: give the app read_all_orders (custom app: Shopify admin > Settings > Apps and sales channels > Develop apps > the app > Configuration > Admin API access scopes, tick read_all_orders, save and reinstall, then use the new token; public app: request access to all orders in the Partner Dashboard and add the scope), or reconcile a window within the last {DEFAULT_HORIZON_DAYS} days",
+            if scopes.is_empty() { "no scopes".to_string() } else { scopes.join(", ") },
+            recon_core::format_timestamp(window.start),
+        )))
     }
 
     /// Converts one order node into a record; `None` outside the window.
@@ -617,6 +742,7 @@ impl Source for ShopifySource {
         };
         let seen2 = seen.clone();
         let first = async move {
+            self.check_horizon(window).await?;
             if self.cfg.bulk == BulkMode::Always {
                 return Ok::<_, ConnectorError>((Vec::new(), None, true));
             }

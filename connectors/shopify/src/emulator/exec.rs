@@ -125,7 +125,15 @@ const QUERY_ROOT: &[FieldDef] = &[
         "BulkOperation",
         &[opt("type", "BulkOperationType")],
     ),
+    f("currentAppInstallation", "AppInstallation"),
 ];
+
+/// `AppInstallation`: the calling app's installation on the shop.
+/// https://shopify.dev/docs/api/admin-graphql/latest/objects/AppInstallation
+const APP_INSTALLATION: &[FieldDef] = &[f("id", "ID"), list("accessScopes", "AccessScope")];
+
+/// `AccessScope`: one granted scope, e.g. `{"handle": "read_orders"}`.
+const ACCESS_SCOPE: &[FieldDef] = &[f("handle", "String"), f("description", "String")];
 
 const MUTATION: &[FieldDef] = &[with_args(
     "bulkOperationRunQuery",
@@ -204,6 +212,8 @@ fn object_fields(ty: &str) -> Option<&'static [FieldDef]> {
         "BulkOperation" => BULK_OPERATION,
         "BulkOperationRunQueryPayload" => BULK_PAYLOAD,
         "BulkOperationUserError" => BULK_USER_ERROR,
+        "AppInstallation" => APP_INSTALLATION,
+        "AccessScope" => ACCESS_SCOPE,
         _ => return None,
     })
 }
@@ -1032,6 +1042,19 @@ pub(crate) fn execute(
                 }
                 v
             }
+            (OpKind::Query, "currentAppInstallation") => {
+                actual += 1 + selection_cost(&field.selection, "AppInstallation", None);
+                let scopes: Vec<Json> = shared
+                    .access_scopes
+                    .iter()
+                    .map(|h| json!({"handle": h, "description": format!("The {h} access scope")}))
+                    .collect();
+                let full = json!({
+                    "id": "gid://shopify/AppInstallation/1",
+                    "accessScopes": scopes,
+                });
+                project(&full, &field.selection, "AppInstallation")
+            }
             (OpKind::Mutation, "bulkOperationRunQuery") => {
                 actual += 10;
                 run_bulk(shared, field, vars, now)
@@ -1064,6 +1087,7 @@ fn run_orders(
         after: args.after,
         search: &args.search,
         limit: args.first,
+        created_from: shared.visible_from(),
     });
     let wants = |name: &str| field.selection.iter().any(|f| f.name == name);
     let nodes: Vec<Json> = page.orders.iter().map(|o| order_json(o)).collect();
@@ -1270,6 +1294,7 @@ fn bulk_lines(shared: &Shared, query: &str) -> Result<Vec<String>, String> {
         after: args.after,
         search: &args.search,
         limit: args.first,
+        created_from: shared.visible_from(),
     });
     Ok(page
         .orders

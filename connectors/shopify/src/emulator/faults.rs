@@ -34,6 +34,9 @@ const UNIT: u128 = 1_000_000_000;
 pub(crate) struct CostBucket {
     max: u128,
     rate: u128,
+    /// Units per nanosecond another client of the same app and shop spends
+    /// while the bucket holds any (see `EmulatorConfig::others_share`).
+    others: u128,
     units: u128,
     last: Instant,
 }
@@ -44,17 +47,32 @@ impl CostBucket {
         CostBucket {
             max: max_available as u128 * UNIT,
             rate: restore_rate as u128,
+            others: 0,
             units: max_available as u128 * UNIT,
             last: now,
         }
     }
 
+    /// Another client spends `share` (0..=1) of the restore rate from now
+    /// on: the bucket refills at the rest (and `throttleStatus.restoreRate`
+    /// still reports the whole rate, as Shopify's does).
+    pub fn set_others(&mut self, share: f64, now: Instant) {
+        self.refill(now);
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        self.others = ((self.rate as f64) * share).round() as u128;
+    }
+
     fn refill(&mut self, now: Instant) {
         if now > self.last {
             let elapsed = now.duration_since(self.last).as_nanos();
+            let net = self.rate.saturating_sub(self.others);
             self.units = self
                 .max
-                .min(self.units.saturating_add(elapsed.saturating_mul(self.rate)));
+                .min(self.units.saturating_add(elapsed.saturating_mul(net)));
             self.last = now;
         }
     }

@@ -85,6 +85,17 @@ pub struct EmulatorConfig {
     /// How long a bulk operation stays `RUNNING` before it ends with its
     /// outcome. Default 200 ms.
     pub bulk_delay: Duration,
+    /// The access scopes granted to the app, as
+    /// `currentAppInstallation { accessScopes { handle } }` lists them.
+    /// Without `read_all_orders`, orders created more than 60 days ago do
+    /// not exist for the app (paging, search and bulk operations skip them),
+    /// as on Shopify. Default `read_orders` and `read_all_orders`.
+    pub access_scopes: Vec<String>,
+    /// The share (0.0 ..= 1.0) of `restore_rate` another client of the same
+    /// app and shop spends continuously: the bucket refills at the rest,
+    /// while `throttleStatus.restoreRate` still reports the whole rate.
+    /// Default 0.
+    pub others_share: f64,
 }
 
 impl Default for EmulatorConfig {
@@ -95,6 +106,8 @@ impl Default for EmulatorConfig {
             restore_rate: 100,
             latency: Duration::ZERO,
             bulk_delay: Duration::from_millis(200),
+            access_scopes: vec!["read_orders".to_owned(), "read_all_orders".to_owned()],
+            others_share: 0.0,
         }
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct Shared {
     pub bulk: Mutex<Bulk>,
     pub faults: Mutex<FaultPlan>,
     pub bucket: Mutex<CostBucket>,
+    /// See `EmulatorConfig::access_scopes`.
+    pub access_scopes: Vec<String>,
     pub stats: Mutex<EmulatorStats>,
     request_seq: AtomicU64,
     request_salt: u64,
@@ -67,11 +69,13 @@ impl Shared {
                 ..Bulk::default()
             }),
             faults: Mutex::new(FaultPlan::default()),
-            bucket: Mutex::new(CostBucket::new(
-                config.max_available,
-                config.restore_rate,
-                Instant::now(),
-            )),
+            bucket: Mutex::new({
+                let now = Instant::now();
+                let mut b = CostBucket::new(config.max_available, config.restore_rate, now);
+                b.set_others(config.others_share, now);
+                b
+            }),
+            access_scopes: config.access_scopes.clone(),
             stats: Mutex::new(EmulatorStats::default()),
             request_seq: AtomicU64::new(0),
             request_salt: splitmix64(salt),
@@ -95,6 +99,19 @@ impl Shared {
             lo >> 48,
             lo & 0xFFFF_FFFF_FFFF
         )
+    }
+
+    /// The earliest creation time (ns) of an order the app may see: 60 days
+    /// ago without `read_all_orders` ("By default, apps can only access the
+    /// last 60 days' worth of orders", Shopify's `Order` object docs), else
+    /// the beginning of time.
+    /// https://shopify.dev/docs/api/admin-graphql/latest/objects/Order
+    pub fn visible_from(&self) -> i128 {
+        if self.access_scopes.iter().any(|s| s == "read_all_orders") {
+            i128::MIN
+        } else {
+            jiff::Timestamp::now().as_nanosecond() - 60 * 86_400 * 1_000_000_000
+        }
     }
 
     /// `throttleStatus`, as of `now`. Shopify sends the bucket size and the

@@ -59,6 +59,9 @@ pub(crate) struct PageRequest<'a> {
     pub search: &'a Search,
     /// `None`: no limit (bulk operations).
     pub limit: Option<usize>,
+    /// Orders created before this (ns) do not exist for the caller: an app
+    /// without `read_all_orders` sees only the last 60 days.
+    pub created_from: i128,
 }
 
 pub(crate) struct Page {
@@ -144,7 +147,10 @@ impl Store {
         let mut orders: Vec<Arc<Order>> = Vec::new();
         if lo <= hi {
             let range = index.range(lo..=hi);
-            let matching = |p: &&Position| order(p).matches(r.search);
+            let matching = |p: &&Position| {
+                let o = order(p);
+                o.created_ns >= r.created_from && o.matches(r.search)
+            };
             let take = limit.saturating_add(1);
             orders = if r.reverse {
                 range
@@ -172,7 +178,11 @@ impl Store {
                 } else {
                     (filter_lo, cursor.min(filter_hi))
                 };
-                plo <= phi && index.range(plo..=phi).any(|p| order(p).matches(r.search))
+                plo <= phi
+                    && index.range(plo..=phi).any(|p| {
+                        let o = order(p);
+                        o.created_ns >= r.created_from && o.matches(r.search)
+                    })
             }
         };
         Page {
