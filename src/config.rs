@@ -238,6 +238,9 @@ pub enum EndpointConfig {
         bulk_threshold: Option<u64>,
         /// Orders per page, 1..=250 (default 250).
         page_size: Option<u32>,
+        /// How long THROTTLED answers may hold the read without a successful
+        /// query before the run fails, e.g. `"30m"` (default 15m).
+        rate_limit_patience: Option<String>,
     },
     /// HubSpot CRM objects keyed by a unique property.
     Hubspot {
@@ -262,6 +265,10 @@ pub enum EndpointConfig {
         requests_per_10s: Option<u32>,
         /// The search API's limit per second (default 5).
         search_per_second: Option<u32>,
+        /// How long 429s (other apps using the account's budget) may hold
+        /// the run without a successful call before it fails, e.g. `"30m"`
+        /// (default 15m).
+        rate_limit_patience: Option<String>,
     },
     /// A PostgreSQL, MySQL/MariaDB or SQLite table.
     Sql {
