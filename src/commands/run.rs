@@ -266,8 +266,12 @@ pub(crate) async fn connect(
             bulk,
             bulk_threshold,
             page_size,
+            rate_limit_patience,
         } => {
             let mut cfg = recon_shopify::ShopifyConfig::new(shop_url, token.clone());
+            if let Some(p) = rate_limit_patience {
+                cfg.rate_limit_patience = patience(p, "Shopify")?;
+            }
             if let Some(v) = api_version {
                 cfg.api_version = v.clone();
             }
@@ -360,6 +364,16 @@ pub(crate) fn file_spec(
     })
 }
 
+/// A `rate_limit_patience` setting (`"15m"`, `"1h"`) as a duration.
+fn patience(text: &str, provider: &str) -> Result<std::time::Duration> {
+    let d = crate::window::parse_duration(text)
+        .map_err(|e| anyhow!("{provider} rate_limit_patience = \"{text}\": {e}"))?;
+    std::time::Duration::try_from(d)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow!("{provider} rate_limit_patience = \"{text}\": must be longer than zero, e.g. \"15m\""))
+}
+
 /// HubSpot objects for a job.
 fn hubspot(
     endpoint: &EndpointConfig,
@@ -377,6 +391,7 @@ fn hubspot(
         base_url,
         requests_per_10s,
         search_per_second,
+        rate_limit_patience,
     } = endpoint
     else {
         return Ok(None);
@@ -415,6 +430,9 @@ fn hubspot(
     }
     if let Some(n) = requests_per_10s {
         cfg.requests_per_10s = *n;
+    }
+    if let Some(p) = rate_limit_patience {
+        cfg.rate_limit_patience = patience(p, "HubSpot")?;
     }
     if let Some(n) = search_per_second {
         cfg.search_per_second = *n;
