@@ -19,11 +19,12 @@
 //!   what remains of its window ([`LimitHeaders`],
 //!   [`HttpClient::report_remaining`]) or a caller's own "slow down" signal
 //!   ([`HttpClient::slow_down`]) cuts the pace multiplicatively — to half, but
-//!   never below 90% of what the provider demonstrably served in the last
+//!   never below 95% of what the provider demonstrably served in the last
 //!   `interval`, and never below 5% of the configured pace — at most once per
 //!   round of requests (429s of requests sent before the cut do not cut
-//!   again). Each success then adds back 2% of the configured pace per
-//!   `interval`'s worth of successes, up to the configured pace. The pace, a
+//!   again, and cuts are an interval apart). Each success then adds back 1%
+//!   of the configured pace per `interval`'s worth of successes, up to the
+//!   configured pace. The pace, a
 //!   `Retry-After` pause and a provider cap are shared by every clone, so list
 //!   paging and lookups slow down together.
 //! - **Retries.** 429, 500, 502, 503 and 504 are retried, as are timeouts,
@@ -164,12 +165,12 @@ pub fn human_duration(d: Duration) -> String {
 const DECREASE: f64 = 0.5;
 /// A cut never goes below this share of what the provider served in the
 /// last interval: that much demonstrably fits.
-const SERVED_SHARE: f64 = 0.9;
+const SERVED_SHARE: f64 = 0.95;
 /// The pace never drops below this share of the configured pace.
 const FLOOR_SHARE: f64 = 0.05;
 /// Additive increase: this share of the configured pace per interval's
 /// worth of successes.
-const RECOVER_SHARE: f64 = 0.02;
+const RECOVER_SHARE: f64 = 0.01;
 
 /// The pacing state shared by every clone of a client (and by clients that
 /// are [`HttpClient::also_limited_by`] it).
@@ -292,11 +293,14 @@ impl Limiter {
             pace.blocked_until = Some(pace.blocked_until.map_or(until, |b| b.max(until)));
         }
         // One cut per round: a 429 of a request sent before the last cut
-        // reflects the old pace; an untied signal cuts once per interval.
-        let fresh = match (pace.last_cut, sent) {
-            (None, _) => true,
-            (Some(cut), Some(sent)) => sent >= cut,
-            (Some(cut), None) => now.duration_since(cut) >= self.interval,
+        // reflects the old pace, and a provider counting by windows keeps
+        // refusing until its window ends, so cuts are at least one interval
+        // apart.
+        let fresh = match pace.last_cut {
+            None => true,
+            Some(cut) => {
+                sent.is_none_or(|sent| sent >= cut) && now.duration_since(cut) >= self.interval
+            }
         };
         if !fresh {
             return None;
@@ -1799,10 +1803,10 @@ mod tests {
             }
         })
         .await;
-        // 10 requests per 100 ms, so recovery takes a couple of seconds.
+        // 10 requests per 50 ms, so recovery takes a couple of seconds.
         let mut policy = fast(3);
         policy.requests_per_second = 10;
-        policy.interval = Duration::from_millis(100);
+        policy.interval = Duration::from_millis(50);
         policy.burst = 1;
         let c = client(policy);
         assert_eq!(c.current_rate(), 10.0);
@@ -1812,7 +1816,7 @@ mod tests {
         let after = c.current_rate();
         assert!((5.0..5.1).contains(&after), "{after}");
         let mut last = after;
-        for _ in 0..250 {
+        for _ in 0..450 {
             c.get_json::<Charge>(&url, &[]).await.unwrap();
             let now = c.current_rate();
             assert!(now >= last && now <= 10.0, "{last} -> {now}");
@@ -1825,24 +1829,41 @@ mod tests {
     fn one_cut_per_round_and_never_below_what_was_served() {
         let mut policy = HttpPolicy::new(25);
         policy.headroom_percent = 4;
+        policy.interval = Duration::from_millis(30);
         let l = Limiter::new(&policy);
         assert_eq!(l.ceiling, 24.0);
         for _ in 0..20 {
             l.served();
         }
         let before = Instant::now();
-        // 20 served in the last second: 90% of that fits, more than half.
+        // 20 served in the last interval: 95% of that fits, more than half.
         let cut = l.throttled(Some(before), None).unwrap();
-        assert!((18.0..18.1).contains(&cut), "{cut}");
-        // Another 429 of a request sent before the cut: no second cut.
+        assert!((19.0..19.1).contains(&cut), "{cut}");
+        // Another 429 of a request sent before the cut: no second cut, even
+        // an interval later.
+        std::thread::sleep(Duration::from_millis(35));
         assert_eq!(l.throttled(Some(before), None), None);
-        // A request sent after it: cut again, to 90% of the 18 (the pace
-        // now, below the 20 served).
+        // A request sent after it, but within an interval of the cut: none.
+        let cut_at = l.lock().last_cut.unwrap();
+        let sent = Instant::now();
+        {
+            let mut pace = l.lock();
+            pace.last_cut = Some(sent);
+            pace.served.extend(std::iter::repeat_n(sent, 20));
+        }
+        assert_eq!(l.throttled(Some(sent), None), None);
+        assert!(cut_at < sent);
+        // An interval later: cut again, to 95% of the 19 (the pace now,
+        // below the 20 served).
+        std::thread::sleep(Duration::from_millis(35));
+        l.lock()
+            .served
+            .extend(std::iter::repeat_n(Instant::now(), 20));
         let again = l.throttled(Some(Instant::now()), None).unwrap();
-        assert!((16.2..16.3).contains(&again), "{again}");
+        assert!((18.05..18.1).contains(&again), "{again}");
         // Never below 5% of the configured pace.
         for _ in 0..60 {
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(31));
             l.throttled(Some(Instant::now()), None);
         }
         assert!((l.lock().rate - 1.2).abs() < 1e-9, "{}", l.lock().rate);
