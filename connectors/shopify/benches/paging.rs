@@ -6,6 +6,12 @@
 //! (`RECON_BENCH_ORDERS=50000` for the issue's full size: at 752 points per
 //! page of 250 orders that is ~25 minutes of bucket time; the default 10,000
 //! takes ~5). A program that prints numbers, not a test.
+//!
+//! Then (issue 12) another client of the app spends 90% of the restore rate
+//! while recon pages 2,000 orders (`RECON_BENCH_RESTORE`, default 1000
+//! points/s with a 2,000-point bucket, so 100 points/s are left; 100 is the
+//! Standard plan and takes ~7 minutes). `RECON_BENCH_DRAINED_ONLY=1` runs
+//! that part alone.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +40,60 @@ fn schema() -> Schema {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if std::env::var_os("RECON_BENCH_DRAINED_ONLY").is_none() {
+        alone().await;
+    }
+    drained().await;
+}
+
+/// 2,000 orders paged while another client spends 90% of the restore rate.
+async fn drained() {
+    let restore: u32 = std::env::var("RECON_BENCH_RESTORE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let config = EmulatorConfig {
+        max_available: 2000,
+        restore_rate: restore,
+        others_share: 0.9,
+        latency: Duration::from_millis(50),
+        ..EmulatorConfig::default()
+    };
+    let e = Emulator::start(config).await.unwrap();
+    let n = 2000u64;
+    for i in 0..n {
+        let t = jiff::Timestamp::from_second(START + (i as i64 * DAY) / n as i64).unwrap();
+        e.insert_order(OrderSpec::example(2_000_000 + i, t));
+    }
+    let window = Window {
+        start: jiff::Timestamp::from_second(START).unwrap(),
+        end: jiff::Timestamp::from_second(START + DAY).unwrap(),
+    };
+    let mut cfg = ShopifyConfig::new(&e.base_url, Secret::new(e.token.clone()));
+    cfg.bulk = BulkMode::Never;
+    let s = ShopifySource::new(cfg, &schema()).unwrap();
+    let started = Instant::now();
+    let result: Result<Vec<_>, _> = s.read(&schema(), window).try_collect().await;
+    let took = started.elapsed().as_secs_f64();
+    let left = f64::from(restore) * 0.1;
+    let bound = (s.spent() as f64 - 2000.0).max(0.0) / left;
+    match result {
+        Ok(pages) => {
+            let got: usize = pages.iter().map(|p| p.records.len()).sum();
+            println!(
+                "\ndrained: another client spends 90% of {restore} points/s (responses still report {restore}); {got} of {n} orders paged in {took:.1} s; {:.0} points spent; bound at the {left:.0} points/s left (after the 2,000-point bucket): {bound:.1} s ({:.0}% of the bound's pace); {} THROTTLED",
+                s.spent() as f64,
+                bound / took * 100.0,
+                s.throttled()
+            );
+        }
+        Err(err) => println!("\ndrained: FAILED after {took:.1} s: {err}"),
+    }
+    e.shutdown().await;
+}
+
+/// The whole bucket for recon.
+async fn alone() {
     let orders: u64 = std::env::var("RECON_BENCH_ORDERS")
         .ok()
         .and_then(|v| v.parse().ok())
