@@ -216,6 +216,9 @@ pub enum EndpointConfig {
         requests_per_second: Option<u32>,
         /// Most window slices paged at once (default 32).
         concurrency: Option<usize>,
+        /// How long Stripe's 429s are retried while no request succeeds
+        /// (default `15m`); then the run fails naming this setting.
+        rate_limit_patience: Option<String>,
         /// Canonical field → JSON path in the object (`email = "receipt_email"`).
         #[serde(default)]
         fields: BTreeMap<String, String>,

@@ -304,9 +304,15 @@ pub(crate) async fn connect(
             api_version,
             requests_per_second,
             concurrency,
+            rate_limit_patience,
             fields,
         } => {
             let mut cfg = recon_stripe::StripeConfig::new(api_key.clone(), *object);
+            if let Some(p) = rate_limit_patience {
+                let d = crate::window::parse_duration(p)
+                    .with_context(|| format!("Stripe rate_limit_patience = \"{p}\""))?;
+                cfg.rate_limit_patience = Some(d.unsigned_abs());
+            }
             if let Some(u) = base_url {
                 cfg.base_url = u.clone();
             }

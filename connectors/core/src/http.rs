@@ -257,7 +257,15 @@ impl Limiter {
                     at = at.max(blocked);
                 }
                 if at <= now {
-                    let base = pace.tat.map_or(now, |t| t.max(now));
+                    // A permit taken a little late (a timer fires a
+                    // millisecond or two after its deadline) keeps its slot,
+                    // so lateness does not pile up over thousands of
+                    // requests; no request ever goes before its slot. After
+                    // a quiet spell the schedule restarts from now.
+                    let base = match pace.tat {
+                        Some(t) if now <= t + period / 4 => t,
+                        _ => now,
+                    };
                     pace.tat = Some(base + period);
                     return;
                 }
