@@ -642,28 +642,44 @@ fn empty_read_notes(
 /// sit on the other side of midnight in the other system.
 async fn confirm_edges(
     outcome: &mut DiffOutcome,
-    spec: &DiffSpec,
+    plan: &RunPlan,
     source: &dyn Target,
     target: &dyn Target,
 ) -> Result<u64> {
+    let spec = &plan.spec;
     let schema = &spec.schema;
     let mut dismissed = 0;
-    let gap_keys: Vec<String> = outcome.gaps.iter().map(|r| r.key.clone()).collect();
-    let found: HashMap<String, Record> = target
-        .lookup(schema, &gap_keys)
-        .await
-        .context("confirming gaps by key in the target")?
-        .into_iter()
-        .map(|r| (r.key.clone(), r))
-        .collect();
-    let orphan_keys: Vec<String> = outcome.orphans.iter().map(|r| r.key.clone()).collect();
-    let found_in_source: HashMap<String, Record> = source
-        .lookup(schema, &orphan_keys)
-        .await
-        .context("confirming orphans by key in the source")?
-        .into_iter()
-        .map(|r| (r.key.clone(), r))
-        .collect();
+    // A side read whole (a file or table with no time field to window on)
+    // holds nothing a lookup could add: asking it again would only read it
+    // twice.
+    let whole = |e: &EndpointConfig| {
+        plan.time_field.is_none()
+            && matches!(e, EndpointConfig::File { .. } | EndpointConfig::Sql { .. })
+    };
+    let found: HashMap<String, Record> = if whole(&plan.job.job.target) {
+        HashMap::new()
+    } else {
+        let gap_keys: Vec<String> = outcome.gaps.iter().map(|r| r.key.clone()).collect();
+        target
+            .lookup(schema, &gap_keys)
+            .await
+            .context("confirming gaps by key in the target")?
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect()
+    };
+    let found_in_source: HashMap<String, Record> = if whole(&plan.job.job.source) {
+        HashMap::new()
+    } else {
+        let orphan_keys: Vec<String> = outcome.orphans.iter().map(|r| r.key.clone()).collect();
+        source
+            .lookup(schema, &orphan_keys)
+            .await
+            .context("confirming orphans by key in the source")?
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect()
+    };
     let mut settle = |s: &Record, t: &Record, mismatches: &mut Vec<Mismatch>, matched: &mut u64| {
         let diffs = compare_pair(spec, s, t);
         if diffs.is_empty() {
@@ -676,22 +692,27 @@ async fn confirm_edges(
         }
         dismissed += 1;
     };
-    let mut kept = Vec::new();
-    for g in std::mem::take(&mut outcome.gaps) {
-        match found.get(&g.key) {
-            Some(t) => settle(&g, t, &mut outcome.mismatches, &mut outcome.matched),
-            None => kept.push(g),
+    // Lists stay in their compact form unless a lookup found something.
+    if !found.is_empty() {
+        let mut kept = Vec::new();
+        for g in std::mem::take(&mut outcome.gaps) {
+            match found.get(&g.key) {
+                Some(t) => settle(&g, t, &mut outcome.mismatches, &mut outcome.matched),
+                None => kept.push(g),
+            }
         }
+        outcome.gaps = kept.into();
     }
-    outcome.gaps = kept.into();
-    let mut kept = Vec::new();
-    for o in std::mem::take(&mut outcome.orphans) {
-        match found_in_source.get(&o.key) {
-            Some(s) => settle(s, &o, &mut outcome.mismatches, &mut outcome.matched),
-            None => kept.push(o),
+    if !found_in_source.is_empty() {
+        let mut kept = Vec::new();
+        for o in std::mem::take(&mut outcome.orphans) {
+            match found_in_source.get(&o.key) {
+                Some(s) => settle(s, &o, &mut outcome.mismatches, &mut outcome.matched),
+                None => kept.push(o),
+            }
         }
+        outcome.orphans = kept.into();
     }
-    outcome.orphans = kept.into();
     outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(dismissed)
 }
@@ -838,8 +859,7 @@ async fn run_locked(
     let unplaced = unplaced_records(plan, source.as_ref(), target.as_ref()).await?;
     let mut outcome = engine.finish();
     let (gaps_read, orphans_read) = (outcome.gaps.len(), outcome.orphans.len());
-    let confirmed =
-        confirm_edges(&mut outcome, &plan.spec, source.as_ref(), target.as_ref()).await?;
+    let confirmed = confirm_edges(&mut outcome, plan, source.as_ref(), target.as_ref()).await?;
     let window_notes = empty_read_notes(
         &outcome,
         gaps_read,
@@ -1192,6 +1212,10 @@ pub(crate) async fn apply(
     let batch = batch.max(1);
     let mut outcomes = Vec::with_capacity(items.len());
     let mut written = 0usize;
+    // The outcomes of one batch are recorded while the next batch is being
+    // written (always after their own write, as exactly-once requires), so
+    // the state store's commits do not add to the target's time.
+    let mut unmarked: Vec<(String, ItemStatus, Option<String>)> = Vec::new();
     for chunk in items.chunks(batch) {
         for mode in [WriteMode::Insert, WriteMode::Upsert] {
             let records: Vec<Record> = chunk
@@ -1203,12 +1227,19 @@ pub(crate) async fn apply(
                 continue;
             }
             if !ledger.lock.verify().await? {
+                state.mark_items(plan_id, &unmarked).await?;
                 bail!(
                     "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
                     items.len()
                 );
             }
-            let result = match target.write(schema, &records, mode).await {
+            let previous = std::mem::take(&mut unmarked);
+            let (marked, result) = tokio::join!(
+                state.mark_items(plan_id, &previous),
+                target.write(schema, &records, mode)
+            );
+            marked?;
+            let result = match result {
                 Ok(r) => r,
                 Err(recon_core::ConnectorError::ConnectionLost(m)) => {
                     let marks: Vec<(String, ItemStatus, Option<String>)> = records
@@ -1228,7 +1259,7 @@ pub(crate) async fn apply(
                 // Test-only fault hook: die like a SIGKILL, mid-backfill.
                 std::process::abort();
             }
-            let marks: Vec<(String, ItemStatus, Option<String>)> = records
+            unmarked = records
                 .iter()
                 .zip(&result)
                 .map(|(r, o)| match o {
@@ -1236,10 +1267,10 @@ pub(crate) async fn apply(
                     _ => (r.key.clone(), ItemStatus::Applied, None),
                 })
                 .collect();
-            state.mark_items(plan_id, &marks).await?;
             outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
         }
     }
+    state.mark_items(plan_id, &unmarked).await?;
     // Back into plan order.
     let mut by_key: HashMap<String, WriteOutcome> = outcomes.into_iter().collect();
     items

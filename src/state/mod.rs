@@ -37,7 +37,7 @@ mod plans_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
@@ -834,27 +834,37 @@ impl StateStore {
         let now_s = ts_text(Timestamp::now());
         let mut tx = self.begin_write(context).await?;
         let mut matched = 0u64;
+        // Outcomes grouped by (status, error): one UPDATE per group and
+        // chunk, its keys in one bound JSON array probed through the primary
+        // key (`IN (SELECT … FROM json_each)`), so the database never scans
+        // the ledger. Most items share `applied` with no error.
+        let mut groups: BTreeMap<(&str, Option<&str>), Vec<&str>> = BTreeMap::new();
+        for (id, status, error) in &unique {
+            groups
+                .entry((status.as_str(), error.as_deref()))
+                .or_default()
+                .push(id.as_str());
+        }
         let sql = format!(
-            "UPDATE recon_backfill_items SET status = v.status, \
-             attempts = recon_backfill_items.attempts + 1, last_error = v.last_error, \
-             updated_at = $2 FROM {} \
-             WHERE recon_backfill_items.plan_id = $1 \
-             AND recon_backfill_items.external_id = v.external_id",
-            self.json_rows("$3", &["external_id", "status", "last_error"])
+            "UPDATE recon_backfill_items SET status = $2, attempts = attempts + 1, \
+             last_error = $3, updated_at = $4 WHERE plan_id = $1 AND external_id IN \
+             (SELECT v.external_id FROM {})",
+            self.json_rows("$5", &["external_id"])
         );
-        for chunk in unique.chunks(JSON_BATCH) {
-            let rows: Vec<(&str, &str, Option<&str>)> = chunk
-                .iter()
-                .map(|(id, status, error)| (id.as_str(), status.as_str(), error.as_deref()))
-                .collect();
-            matched += sqlx::query(&sql)
-                .bind(plan_id.to_string())
-                .bind(now_s.clone())
-                .bind(json_text(&rows))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(context))?
-                .rows_affected();
+        for ((status, error), ids) in &groups {
+            for chunk in ids.chunks(JSON_BATCH) {
+                let rows: Vec<[&str; 1]> = chunk.iter().map(|id| [*id]).collect();
+                matched += sqlx::query(&sql)
+                    .bind(plan_id.to_string())
+                    .bind(status.to_string())
+                    .bind(error.map(str::to_string))
+                    .bind(now_s.clone())
+                    .bind(json_text(&rows))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db(context))?
+                    .rows_affected();
+            }
         }
         tx.commit().await.map_err(self.db(context))?;
         if matched < unique.len() as u64 {

@@ -39,7 +39,7 @@ pub use write::{CurrencyCase, TimestampText, WRITE_TIMEOUT};
 /// Records per page handed to the pipeline.
 const PAGE: usize = 1000;
 /// Keys per lookup query.
-const LOOKUP_CHUNK: usize = 500;
+const LOOKUP_CHUNK: usize = 5000;
 
 /// Which table and columns hold a job's records.
 #[derive(Clone, Debug)]
