@@ -904,34 +904,6 @@ async fn run_locked(
             .iter()
             .map(|d| (Class::Duplicate, d.key.clone())),
     );
-    let delta = state
-        .update_discrepancies(job, run_id, now, &current)
-        .await?;
-    drop(current);
-    let history = crate::report::HistoryMap {
-        now: format_timestamp(now),
-        persisting: delta
-            .persisting
-            .iter()
-            .map(|((class, key), first)| {
-                (
-                    (class.as_str().to_string(), key.clone()),
-                    format_timestamp(*first),
-                )
-            })
-            .collect(),
-    };
-    let resolved: Vec<ResolvedRow> = delta
-        .resolved
-        .iter()
-        .map(|(class, key, first)| ResolvedRow {
-            class: class.as_str().to_string(),
-            key: key.clone(),
-            first_seen: format_timestamp(*first),
-            resolved_at: format_timestamp(now),
-        })
-        .collect();
-
     // The backfill plan: gaps, and mismatches when repairing.
     let mismatch_keys: HashSet<&str> = outcome.mismatches.iter().map(|m| m.key.as_str()).collect();
     let mut items: Vec<(Record, WriteMode)> = Vec::new();
@@ -949,6 +921,7 @@ async fn run_locked(
             items.push((r, WriteMode::Upsert));
         }
     }
+    drop(mismatch_keys);
     // Built only when plan.jsonl is written (dry run, safety limit).
     let plan_json = || -> Vec<serde_json::Value> {
         items
@@ -957,23 +930,14 @@ async fn run_locked(
             .collect()
     };
 
-    let mut extras = RunExtras {
-        run_id: Some(run_id.to_string()),
-        dry_run: plan.dry_run,
-        pending,
-        history: Some(history),
-        resolved,
-        confirmed_by_lookup: confirmed,
-        unplaced,
-        notes: window_notes,
-        ..RunExtras::default()
-    };
     let ratio = items.len() as f64 / (outcome.source_records.max(1)) as f64;
     let over_count = items.len() as u64 > plan.max_records;
     let over_ratio = outcome.source_records > 0 && ratio > plan.max_ratio;
     let mut trouble = None;
+    let mut plan_lines = None;
+    let write = !(plan.dry_run || items.is_empty() || over_count || over_ratio);
     if plan.dry_run || items.is_empty() {
-        extras.plan = Some(plan_json());
+        plan_lines = Some(plan_json());
     } else if over_count || over_ratio {
         let why = if over_count {
             format!(
@@ -1007,12 +971,75 @@ async fn run_locked(
             "job `{job}`: safety limit: the backfill was stopped before writing anything: {why}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {suggested_ratio} (or raise the limits in the config)",
             items.len().max(plan.max_records as usize),
         );
-        extras.notes.push(msg.clone());
-        extras.plan = Some(plan_json());
+        plan_lines = Some(plan_json());
         trouble = Some(msg);
-    } else {
-        let batch = write_batch(&plan.job.job.target);
-        let outcomes = apply(ledger, target.as_ref(), schema, &items, batch).await?;
+    }
+
+    // The history and the backfill are independent. A PostgreSQL state
+    // store writes the history while the target is written; SQLite has one
+    // writer, whose lock waits would cost more than they save.
+    let batch = write_batch(&plan.job.job.target);
+    let backfill = async {
+        if write {
+            apply(ledger, target.as_ref(), schema, &items, batch)
+                .await
+                .map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let history = state.update_discrepancies(job, run_id, now, &current);
+    let (delta, outcomes) = match state.backend() {
+        crate::state::Backend::Postgres => tokio::join!(history, backfill),
+        crate::state::Backend::Sqlite => {
+            let delta = history.await;
+            (delta, backfill.await)
+        }
+    };
+    let outcomes = outcomes?;
+    let delta = delta?;
+    drop(current);
+    let history = crate::report::HistoryMap {
+        now: format_timestamp(now),
+        persisting: delta
+            .persisting
+            .iter()
+            .map(|((class, key), first)| {
+                (
+                    (class.as_str().to_string(), key.clone()),
+                    format_timestamp(*first),
+                )
+            })
+            .collect(),
+    };
+    let resolved: Vec<ResolvedRow> = delta
+        .resolved
+        .iter()
+        .map(|(class, key, first)| ResolvedRow {
+            class: class.as_str().to_string(),
+            key: key.clone(),
+            first_seen: format_timestamp(*first),
+            resolved_at: format_timestamp(now),
+        })
+        .collect();
+    drop(delta);
+
+    let mut extras = RunExtras {
+        run_id: Some(run_id.to_string()),
+        dry_run: plan.dry_run,
+        pending,
+        history: Some(history),
+        resolved,
+        confirmed_by_lookup: confirmed,
+        unplaced,
+        notes: window_notes,
+        plan: plan_lines,
+        ..RunExtras::default()
+    };
+    if let Some(msg) = &trouble {
+        extras.notes.push(msg.clone());
+    }
+    if let Some(outcomes) = outcomes {
         let mut rows = Vec::with_capacity(items.len());
         for ((r, m), o) in items.iter().zip(&outcomes) {
             match o {

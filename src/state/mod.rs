@@ -845,11 +845,21 @@ impl StateStore {
                 .or_default()
                 .push(id.as_str());
         }
+        // PostgreSQL probes the primary key only for `= ANY(array)`; an
+        // `IN (subquery)` would be planned as a scan of the whole ledger.
+        let keys = match self.backend {
+            Backend::Sqlite => format!(
+                "IN (SELECT v.external_id FROM {})",
+                self.json_rows("$5", &["external_id"])
+            ),
+            Backend::Postgres => format!(
+                "= ANY(ARRAY(SELECT v.external_id FROM {}))",
+                self.json_rows("$5", &["external_id"])
+            ),
+        };
         let sql = format!(
             "UPDATE recon_backfill_items SET status = $2, attempts = attempts + 1, \
-             last_error = $3, updated_at = $4 WHERE plan_id = $1 AND external_id IN \
-             (SELECT v.external_id FROM {})",
-            self.json_rows("$5", &["external_id"])
+             last_error = $3, updated_at = $4 WHERE plan_id = $1 AND external_id {keys}"
         );
         for ((status, error), ids) in &groups {
             for chunk in ids.chunks(JSON_BATCH) {
