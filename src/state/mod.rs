@@ -51,9 +51,6 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
 
 pub use lock::RunLock;
 
-/// Rows per multi-row statement (at most 3 bound values per row, well under
-/// SQLite's 32,766 and PostgreSQL's 65,535 parameters).
-
 /// How long opening the first connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
