@@ -22,9 +22,13 @@
 //!   never below 95% of what the provider demonstrably served in the last
 //!   `interval`, and never below 5% of the configured pace — at most once per
 //!   round of requests (429s of requests sent before the cut do not cut
-//!   again, and cuts are an interval apart). Each success then adds back 1%
-//!   of the configured pace per `interval`'s worth of successes, up to the
-//!   configured pace. The pace, a
+//!   again, and cuts are an interval apart). Any answer within the limit
+//!   (a 404 as much as a 200) counts as served. Recovery remembers the pace
+//!   the provider refused (what it served when that was a fair sample):
+//!   below 90% of it the pace grows by 25% of itself per `interval`'s worth
+//!   of answers, up to 105% of it by 0.5% of it, beyond by 1% of the
+//!   configured pace, up to the configured pace, and only while the pace is
+//!   in use (answers of the last interval reach 80% of it). The pace, a
 //!   `Retry-After` pause and a provider cap are shared by every clone, so list
 //!   paging and lookups slow down together.
 //! - **Retries.** 429, 500, 502, 503 and 504 are retried, as are timeouts,
@@ -168,9 +172,25 @@ const DECREASE: f64 = 0.5;
 const SERVED_SHARE: f64 = 0.95;
 /// The pace never drops below this share of the configured pace.
 const FLOOR_SHARE: f64 = 0.05;
-/// Additive increase: this share of the configured pace per interval's
-/// worth of successes.
+/// Probing above the remembered pace: this share of the configured pace
+/// per interval's worth of answers (additive increase).
 const RECOVER_SHARE: f64 = 0.01;
+/// After a cut, the pace grows fast back to this share of the pace the
+/// provider refused ...
+const RECALL_SHARE: f64 = 0.9;
+/// ... by this share of itself per interval's worth of answers
+/// (multiplicative, so a halved pace is back within a few intervals) ...
+const FAST_GROWTH: f64 = 0.25;
+/// ... then creeps by this share of the refused pace per interval ...
+const NEAR_PEAK_SHARE: f64 = 0.005;
+/// ... up to this multiple of it, so a limit near the refused pace is met
+/// once in many intervals, not every few; beyond, it probes by
+/// [`RECOVER_SHARE`].
+const NEAR_PEAK_UNTIL: f64 = 1.05;
+/// The pace grows only while the answers of the last interval reach this
+/// share of it: a client sending less than its pace learns nothing about
+/// the provider's limit, and must not climb far past it unnoticed.
+const IN_USE_SHARE: f64 = 0.8;
 
 /// The pacing state shared by every clone of a client (and by clients that
 /// are [`HttpClient::also_limited_by`] it).
@@ -196,7 +216,12 @@ struct Pace {
     cap: Option<(f64, Instant)>,
     /// When the pace was last cut; 429s of requests sent before do not cut.
     last_cut: Option<Instant>,
-    /// Completion times of successes within the last interval.
+    /// The pace the provider last refused (what it served when the sample
+    /// was fair, else the pace requests went at): the target of the fast
+    /// recovery after a cut, and where probing slows down.
+    peak: Option<f64>,
+    /// Times of the answers (anything but a 429 or a 5xx) within the last
+    /// interval.
     served: VecDeque<Instant>,
 }
 
@@ -214,6 +239,7 @@ impl Limiter {
                 blocked_until: None,
                 cap: None,
                 last_cut: None,
+                peak: None,
                 served: VecDeque::new(),
             }),
         }
@@ -275,7 +301,13 @@ impl Limiter {
         }
     }
 
-    /// A successful response: remember it, and recover a little.
+    /// An answer within the provider's limit (any status but 429 and 5xx):
+    /// remember it, and recover. Below [`RECALL_SHARE`] of the refused pace
+    /// the pace grows by [`FAST_GROWTH`] of itself per interval's worth of
+    /// answers; from there to [`NEAR_PEAK_UNTIL`] times the refused pace by
+    /// [`NEAR_PEAK_SHARE`] of it; beyond, by [`RECOVER_SHARE`] of the
+    /// configured pace. It grows only
+    /// while it is in use ([`IN_USE_SHARE`]).
     fn served(&self) {
         let now = Instant::now();
         let mut pace = self.lock();
@@ -287,8 +319,21 @@ impl Limiter {
         {
             pace.served.pop_front();
         }
-        let step = self.ceiling * RECOVER_SHARE / pace.rate.max(1.0);
-        pace.rate = (pace.rate + step).min(self.ceiling);
+        let rate = pace.rate;
+        if rate >= self.ceiling || (pace.served.len() as f64) < rate * IN_USE_SHARE {
+            return;
+        }
+        // One answer is 1/rate of an interval's worth.
+        let next = match pace.peak {
+            Some(peak) if rate < peak * RECALL_SHARE => {
+                (rate + FAST_GROWTH).min(peak * RECALL_SHARE)
+            }
+            Some(peak) if rate < peak * NEAR_PEAK_UNTIL => {
+                rate + peak * NEAR_PEAK_SHARE / rate.max(1.0)
+            }
+            _ => rate + self.ceiling * RECOVER_SHARE / rate.max(1.0),
+        };
+        pace.rate = next.min(self.ceiling);
     }
 
     /// A "slow down" signal about a request sent at `sent` (`None`: not
@@ -327,6 +372,15 @@ impl Limiter {
             .clamp(self.floor(), self.ceiling);
         pace.rate = cut.min(rate);
         pace.last_cut = Some(now);
+        // What the provider refused: the pace requests went at, or what it
+        // served when that is a fair sample (fixed windows refuse a pace
+        // above what they let through).
+        let refused = if served >= pace.rate {
+            served.min(rate)
+        } else {
+            rate
+        };
+        pace.peak = Some(refused.max(pace.rate));
         Some(pace.rate)
     }
 
@@ -743,7 +797,6 @@ impl HttpClient {
         let inner = &self.inner;
         let ms = u64::try_from(inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
         inner.progress.fetch_max(ms, Ordering::Relaxed);
-        inner.limiter.served();
     }
 
     /// The retry loop.
@@ -881,6 +934,10 @@ impl HttpClient {
             .map(str::to_owned);
         if status == 429 {
             inner.throttled.fetch_add(1, Ordering::Relaxed);
+        } else if status < 500 {
+            // The provider answered within its limit (a 404 counts against
+            // it as much as a 200): the pace fits.
+            inner.limiter.served();
         }
         if let Some(names) = inner.policy.limit_headers {
             let number = |name: &str| {
@@ -1811,26 +1868,167 @@ mod tests {
             }
         })
         .await;
-        // 10 requests per 50 ms, so recovery takes a couple of seconds.
+        // 10 requests per 100 ms, so recovery takes a few seconds.
         let mut policy = fast(3);
         policy.requests_per_second = 10;
-        policy.interval = Duration::from_millis(50);
+        policy.interval = Duration::from_millis(100);
         policy.burst = 1;
         let c = client(policy);
         assert_eq!(c.current_rate(), 10.0);
         let url = format!("{base}/v1/charges/ch_1");
         c.get_json::<Charge>(&url, &[]).await.unwrap();
-        // Halved (nothing was served before), then one success added back.
+        // Halved (nothing was served before: the 429 was refused at 10).
         let after = c.current_rate();
         assert!((5.0..5.1).contains(&after), "{after}");
         let mut last = after;
-        for _ in 0..450 {
+        let mut back_near = None;
+        for i in 1..=450 {
             c.get_json::<Charge>(&url, &[]).await.unwrap();
             let now = c.current_rate();
             assert!(now >= last && now <= 10.0, "{last} -> {now}");
+            if now >= 9.0 && back_near.is_none() {
+                back_near = Some(i);
+            }
             last = now;
         }
+        // Fast back to 90% of the refused pace: +25% per interval's worth
+        // of answers is 16 answers from 5 (a few more while the first
+        // interval fills), not the ~100 of +1% per interval.
+        let back_near = back_near.expect("back near the refused pace");
+        assert!(back_near <= 30, "{back_near} answers to get back to 9");
         assert_eq!(c.current_rate(), 10.0);
+    }
+
+    /// `n` answers, each within the limit; returns the pace after each.
+    fn answers(l: &Limiter, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                l.served();
+                l.lock().rate
+            })
+            .collect()
+    }
+
+    #[test]
+    fn after_a_deep_cut_the_pace_is_back_near_the_refused_pace_fast() {
+        // Stripe's 25/s with 6% headroom: 23.5/s. A 429 before anything
+        // was served (a window another client had spent) halves it.
+        let mut policy = HttpPolicy::new(25);
+        policy.headroom_percent = 6;
+        let l = Limiter::new(&policy);
+        assert_eq!(l.ceiling, 23.5);
+        assert_eq!(l.throttled(Some(Instant::now()), None), Some(11.75));
+        assert_eq!(l.lock().peak, Some(23.5));
+        // Back to 90% of 23.5 within 47 answers (two seconds at the paces
+        // in between): the first 9 only show the pace is in use, then it
+        // rises by 25% of itself per second's worth.
+        let paces = answers(&l, 47);
+        let back = paces.iter().position(|&p| p >= 0.9 * 23.5 - 1e-9);
+        assert_eq!(back, Some(46), "{paces:?}");
+        assert_eq!(paces[8], 11.75, "{paces:?}");
+        assert!(paces.windows(2).all(|w| w[0] <= w[1]), "{paces:?}");
+        // It does not run on into the pace that was refused: the next four
+        // seconds' worth of answers add under 0.5/s, and it stays below.
+        let creep = answers(&l, 4 * 22);
+        let last = *creep.last().unwrap();
+        assert!(last < 0.9 * 23.5 + 0.5, "{last}");
+        // A 429 there, with 20 served in the last second, cuts to 95% of
+        // that and remembers the 20 instead of the 23.5.
+        let now = Instant::now();
+        {
+            let mut pace = l.lock();
+            pace.last_cut = Some(now - Duration::from_secs(2));
+            pace.served = std::iter::repeat_n(now, 20).collect();
+        }
+        assert_eq!(l.throttled(Some(now), None), Some(19.0));
+        assert_eq!(l.lock().peak, Some(20.0));
+    }
+
+    #[test]
+    fn near_a_limit_shared_with_others_probing_is_slow() {
+        // Others spend half of 25/s: 12 of ours are served in a second,
+        // then a 429 at 23.5/s.
+        let mut policy = HttpPolicy::new(25);
+        policy.headroom_percent = 6;
+        let l = Limiter::new(&policy);
+        answers(&l, 12);
+        assert_eq!(l.throttled(Some(Instant::now()), None), Some(11.75));
+        // What was served is remembered, not the pace that was refused.
+        assert_eq!(l.lock().peak, Some(12.0));
+        // A second's worth of answers: still under what was served.
+        let paces = answers(&l, 12);
+        assert!(paces.iter().all(|&p| p < 12.0), "{paces:?}");
+        // Ten seconds' worth: under 5% over it (the old +1% of 23.5 per
+        // second would be at 14 by then, into a 429 every few seconds).
+        let paces = answers(&l, 108);
+        let last = *paces.last().unwrap();
+        assert!(last > 12.0 && last < 12.6, "{last}");
+        // Then it probes on: the other client may have left.
+        let paces = answers(&l, 400);
+        let last = *paces.last().unwrap();
+        assert!(last > 14.0 && last <= 23.5, "{last}");
+    }
+
+    #[tokio::test]
+    async fn a_fixed_window_shared_with_others_is_used_without_a_storm_of_429s() {
+        // Windows of 200 ms, each allowing 10 of ours (others spend the
+        // other half of 20); the client is configured at 20 per 200 ms.
+        let origin = Instant::now();
+        let windows: Arc<Mutex<(u128, u32)>> = Arc::new(Mutex::new((0, 0)));
+        let (base, _) = serve(move |_, _| {
+            let n = origin.elapsed().as_millis() / 200;
+            let mut w = windows.lock().unwrap();
+            if w.0 != n {
+                *w = (n, 0);
+            }
+            if w.1 < 10 {
+                w.1 += 1;
+                reply(200, CHARGE)
+            } else {
+                reply(429, RATE_LIMITED)
+            }
+        })
+        .await;
+        let mut policy = fast(3);
+        policy.requests_per_second = 20;
+        policy.interval = Duration::from_millis(200);
+        policy.burst = 1;
+        policy.max_backoff = Duration::from_millis(20);
+        let c = client(policy);
+        let url = format!("{base}/v1/charges/ch_1");
+        let started = Instant::now();
+        let until = started + Duration::from_secs(6);
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, url) = (c.clone(), url.clone());
+                tokio::spawn(async move {
+                    let mut done = 0u32;
+                    while Instant::now() < until {
+                        c.get_json::<Charge>(&url, &[]).await.unwrap();
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut done = 0;
+        for t in tasks {
+            done += t.await.unwrap();
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let stats = c.stats();
+        // At most 50 per second fit; most of that is used, and after the
+        // first window's flood 429s stay rare.
+        let per_sec = f64::from(done) / elapsed;
+        assert!(per_sec > 0.85 * 50.0, "{per_sec}/s");
+        let share = stats.throttled as f64 / stats.requests as f64;
+        assert!(
+            share < 0.06,
+            "{} 429s of {}",
+            stats.throttled,
+            stats.requests
+        );
+        assert!(c.current_rate() < 11.0, "{}", c.current_rate());
     }
 
     #[test]
