@@ -163,3 +163,118 @@ max_ratio = 0.5
     stripe.shutdown().await;
     hubspot.shutdown().await;
 }
+
+/// Insert mode never modifies an existing HubSpot object: a deal that the
+/// user's own handler created after the dry run keeps its values when the
+/// reviewed plan is applied (the apply finds it and skips it; the insert
+/// path itself uses batch/create, never batch/upsert).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_mode_never_overwrites_a_deal_that_appeared_since_the_dry_run() {
+    let stripe = Stripe::start(StripeConfig::default()).await.unwrap();
+    let hubspot = HubSpot::start(HubSpotConfig::default()).await.unwrap();
+    hubspot.create_property("deals", "stripe_charge_id", true);
+    for p in ["deal_currency_code", "dealstage"] {
+        hubspot.create_property("deals", p, false);
+    }
+    hubspot.create_typed_property("deals", "amount", PropertyType::Number, false);
+    hubspot.create_typed_property("deals", "stripe_created", PropertyType::DateTime, false);
+    let now = jiff::Timestamp::now().as_second();
+    for i in 0..4i64 {
+        stripe.insert(
+            ObjectKind::Charge,
+            Stripe::charge(
+                &format!("ch_{i:05}"),
+                1000 + i,
+                "usd",
+                "succeeded",
+                now - 5000 + i,
+            ),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("recon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+state = "sqlite://{state}"
+[jobs.deals]
+fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
+compare = ["amount", "currency", "status"]
+window = "last:24h"
+[jobs.deals.source]
+type = "stripe"
+object = "charges"
+api_key = "{key}"
+base_url = "{stripe}"
+[jobs.deals.target]
+type = "hubspot"
+token = "{token}"
+object_type = "deals"
+id_property = "stripe_charge_id"
+properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
+currency_property = "deal_currency_code"
+base_url = "{hubspot}"
+[jobs.deals.backfill]
+mode = "insert"
+max_ratio = 1.0
+"#,
+            state = dir.path().join("state.db").display(),
+            key = stripe.api_key,
+            stripe = stripe.base_url,
+            token = hubspot.token,
+            hubspot = hubspot.base_url,
+        ),
+    )
+    .unwrap();
+    let args = |cmd: &str, extra: &[&str]| {
+        let mut v = vec![
+            cmd.to_string(),
+            "--config".into(),
+            config.display().to_string(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let dry = dir.path().join("dry");
+    let o = recon(args("run", &["--dry-run", "--out", dry.to_str().unwrap()])).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(summary(&dry)["gaps"], 4);
+    // The user's handler creates ch_00001 meanwhile, with its own values.
+    let mut p = serde_json::Map::new();
+    p.insert("stripe_charge_id".into(), json!("ch_00001"));
+    p.insert("amount".into(), json!("99.99"));
+    p.insert("deal_currency_code".into(), json!("USD"));
+    p.insert("dealstage".into(), json!("handler-made"));
+    p.insert(
+        "stripe_created".into(),
+        json!(((now - 4999) * 1000).to_string()),
+    );
+    hubspot.insert("deals", p);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let applied = dir.path().join("applied");
+    let o = recon(args(
+        "apply",
+        &[
+            "--plan",
+            dry.join("plan.jsonl").to_str().unwrap(),
+            "--out",
+            applied.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let backfill = std::fs::read_to_string(applied.join("backfill.csv")).unwrap();
+    assert!(backfill.contains("ch_00001,insert,skipped"), "{backfill}");
+    let deals = hubspot.objects("deals");
+    assert_eq!(deals.len(), 4, "three created, none twice");
+    let (_, props) = deals
+        .iter()
+        .find(|(_, p)| p["stripe_charge_id"] == json!("ch_00001"))
+        .unwrap();
+    assert_eq!(props["dealstage"], json!("handler-made"), "not overwritten");
+    assert_eq!(props["amount"], json!("99.99"), "not overwritten");
+    stripe.shutdown().await;
+    hubspot.shutdown().await;
+}

@@ -197,7 +197,10 @@ fn check_against_store(
             saved.sha256
         );
     }
-    if saved.job != head.job || saved.window != head.window {
+    // The store keeps whole seconds; a `last:24h` window has sub-seconds.
+    let same_window = saved.window.start.as_second() == head.window.start.as_second()
+        && saved.window.end.as_second() == head.window.end.as_second();
+    if saved.job != head.job || !same_window {
         bail!(
             "plan {path} does not match its record in the state store (job `{}`, window {}..{}); make the plan again with `recon run --dry-run`",
             saved.job,
