@@ -12,7 +12,9 @@
 //!
 //! Targets (issue 12): 0 failed runs; alone, 429s at most 1% of requests and
 //! wall at most 1.1 x (list calls + lookups) / L; with others spending 50%,
-//! wall at most 1.1 x the bound at the remaining half. List calls at most
+//! wall at most 1.1 x the bound at the remaining half, 429s at most ~1-2%
+//! (the first window, spent by others before recon's first cut, costs about
+//! ten; list calls include the 429s retried). List calls at most
 //! 1.05 x the pages the window needs. Prints numbers; asserts only that
 //! every charge was read exactly once.
 
@@ -160,7 +162,7 @@ async fn scenario(rate: u32, others: u32, charges: i64, runs: u64, lookups: u64)
         worst_calls = worst_calls.max(per_page);
     }
     println!(
-        "summary (L = {rate}, others {others}%): {failed} failed of {runs}; worst wall/bound {worst_ratio:.3} (target <= 1.1); worst 429 share {:.2}% (target <= 1% alone); worst list calls/pages {worst_calls:.3} (target <= 1.05)",
+        "summary (L = {rate}, others {others}%): {failed} failed of {runs}; worst wall/bound {worst_ratio:.3} (target <= 1.1); worst 429 share {:.2}% (target <= 1% alone, ~1-2% shared); worst list calls/pages {worst_calls:.3} (target <= 1.05)",
         worst_429 * 100.0
     );
     emulator.shutdown().await;
