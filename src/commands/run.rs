@@ -1151,6 +1151,17 @@ pub(crate) fn backfill_row(r: &Record, mode: WriteMode, o: &WriteOutcome) -> Bac
     }
 }
 
+/// Write batches sent to the target at once during a backfill.
+const WRITES_IN_FLIGHT: usize = 2;
+
+/// The ledger mark of one written item.
+fn mark(r: &Record, o: &WriteOutcome) -> (String, ItemStatus, Option<String>) {
+    match o {
+        WriteOutcome::Failed(e) => (r.key.clone(), ItemStatus::Failed, Some(e.clone())),
+        _ => (r.key.clone(), ItemStatus::Applied, None),
+    }
+}
+
 /// Where a backfill records what it does: the state store, the plan's id
 /// and job, and the run lock that must still be held before each write.
 pub(crate) struct Ledger<'a> {
@@ -1239,62 +1250,91 @@ pub(crate) async fn apply(
     let batch = batch.max(1);
     let mut outcomes = Vec::with_capacity(items.len());
     let mut written = 0usize;
-    // The outcomes of one batch are recorded while the next batch is being
-    // written (always after their own write, as exactly-once requires), so
-    // the state store's commits do not add to the target's time.
+    // Batches of one mode each, in plan order, built as they are sent.
+    let mut batches = items
+        .chunks(batch)
+        .flat_map(|chunk| {
+            [WriteMode::Insert, WriteMode::Upsert].map(|mode| {
+                let records: Vec<Record> = chunk
+                    .iter()
+                    .filter(|(_, m)| *m == mode)
+                    .map(|(r, _)| r.clone())
+                    .collect();
+                (mode, records)
+            })
+        })
+        .filter(|(_, records)| !records.is_empty());
+    // `WRITES_IN_FLIGHT` batches (disjoint keys) are written at once, and
+    // the outcomes of the previous ones are recorded meanwhile (always after
+    // their own write, as exactly-once requires): neither the target's round
+    // trips nor the state store's commits wait for each other.
     let mut unmarked: Vec<(String, ItemStatus, Option<String>)> = Vec::new();
-    for chunk in items.chunks(batch) {
-        for mode in [WriteMode::Insert, WriteMode::Upsert] {
-            let records: Vec<Record> = chunk
-                .iter()
-                .filter(|(_, m)| *m == mode)
-                .map(|(r, _)| r.clone())
-                .collect();
-            if records.is_empty() {
-                continue;
-            }
-            if !ledger.lock.verify().await? {
-                state.mark_items(plan_id, &unmarked).await?;
-                bail!(
-                    "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
-                    items.len()
-                );
-            }
-            let previous = std::mem::take(&mut unmarked);
-            let (marked, result) = tokio::join!(
-                state.mark_items(plan_id, &previous),
-                target.write(schema, &records, mode)
+    // With the test-only crash hook, one batch at a time, so that the crash
+    // falls exactly after N items and before their record.
+    let in_flight = if abort_after.is_some() {
+        1
+    } else {
+        WRITES_IN_FLIGHT
+    };
+    loop {
+        let group: Vec<(WriteMode, Vec<Record>)> = batches.by_ref().take(in_flight).collect();
+        if group.is_empty() {
+            break;
+        }
+        if !ledger.lock.verify().await? {
+            state.mark_items(plan_id, &unmarked).await?;
+            bail!(
+                "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
+                items.len()
             );
-            marked?;
-            let result = match result {
-                Ok(r) => r,
-                Err(recon_core::ConnectorError::ConnectionLost(m)) => {
-                    let marks: Vec<(String, ItemStatus, Option<String>)> = records
-                        .iter()
-                        .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(m.clone())))
-                        .collect();
-                    state.mark_items(plan_id, &marks).await?;
-                    bail!(
-                        "job `{job}`: {m}. {written} items were written before; the {} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again",
-                        records.len()
-                    );
+        }
+        let previous = std::mem::take(&mut unmarked);
+        let (marked, results) = tokio::join!(
+            state.mark_items(plan_id, &previous),
+            futures_util::future::join_all(
+                group
+                    .iter()
+                    .map(|(mode, records)| target.write(schema, records, *mode))
+            )
+        );
+        marked?;
+        let lost: Vec<String> = results
+            .iter()
+            .filter_map(|r| match r {
+                Err(recon_core::ConnectorError::ConnectionLost(m)) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Some(m) = lost.first() {
+            // Every batch of the group whose outcome is not known for sure.
+            let mut marks = Vec::new();
+            for ((_, records), result) in group.iter().zip(&results) {
+                match result {
+                    Ok(outcomes) => {
+                        marks.extend(records.iter().zip(outcomes).map(|(r, o)| mark(r, o)))
+                    }
+                    Err(_) => marks.extend(
+                        records
+                            .iter()
+                            .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(m.clone()))),
+                    ),
                 }
-                Err(e) => return Err(e.into()),
-            };
+            }
+            state.mark_items(plan_id, &marks).await?;
+            let unknown = marks.iter().filter(|m| m.1 == ItemStatus::Unknown).count();
+            bail!(
+                "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
+            );
+        }
+        for ((_, records), result) in group.iter().zip(results) {
+            let result = result?;
             written += records.len();
             if abort_after.is_some_and(|n| written >= n) {
                 // Test-only fault hook: die like a SIGKILL, mid-backfill.
                 std::process::abort();
             }
-            unmarked = records
-                .iter()
-                .zip(&result)
-                .map(|(r, o)| match o {
-                    WriteOutcome::Failed(e) => (r.key.clone(), ItemStatus::Failed, Some(e.clone())),
-                    _ => (r.key.clone(), ItemStatus::Applied, None),
-                })
-                .collect();
-            outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
+            unmarked.extend(records.iter().zip(&result).map(|(r, o)| mark(r, o)));
+            outcomes.extend(records.iter().map(|r| r.key.clone()).zip(result));
         }
     }
     state.mark_items(plan_id, &unmarked).await?;
