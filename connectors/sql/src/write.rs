@@ -436,6 +436,16 @@ impl SqlTable {
         (cols, write_currency)
     }
 
+    /// Whether the currency column is written as a column of its own.
+    fn writes_currency_column(&self) -> bool {
+        self.schema.money_field().is_some()
+            && self
+                .cfg
+                .currency_column
+                .as_ref()
+                .is_some_and(|c| !self.cfg.columns.contains(c))
+    }
+
     /// The bound values of one record, in [`SqlTable::write_columns`] order.
     fn bind_row(
         &self,
@@ -445,7 +455,7 @@ impl SqlTable {
         with_key: bool,
         style: &WriteStyle,
     ) -> Vec<String> {
-        let (_, write_currency) = self.write_columns();
+        let write_currency = self.writes_currency_column();
         let mut row = Vec::with_capacity(r.values.len() + 2);
         if with_key {
             row.push(self.bind_value(
@@ -460,7 +470,7 @@ impl SqlTable {
         for (i, v) in r.values.iter().enumerate() {
             row.push(self.bind_value(args, n, v, self.storage[i], style.timestamp_text[i], style));
         }
-        if write_currency.is_some() {
+        if write_currency {
             let cur = self
                 .schema
                 .money_field()
