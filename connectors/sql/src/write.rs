@@ -877,10 +877,16 @@ impl SqlTable {
                 self.dialect.unique_ddl(table, key)
             )));
         }
-        if let Err(ConnectorError::NotIdempotent(why)) = self.check_exact_key(schema, &bare).await {
+        match self.check_exact_key(schema, &bare).await {
             // Writes stay exact (see the module docs); the items that meet a
             // case variant fail one by one, naming it.
-            tracing::warn!(message = "Key column compares case-insensitively.", detail = %why);
+            Err(ConnectorError::NotIdempotent(why)) => {
+                tracing::warn!(message = "Key column compares case-insensitively.", detail = %why)
+            }
+            Err(e) => {
+                tracing::warn!(message = "Could not read the key column's collation.", error = %e)
+            }
+            Ok(()) => {}
         }
         Ok(())
     }
@@ -913,10 +919,22 @@ impl SqlTable {
                     .await
                     .map_err(db)?;
                 if let Some(row) = row {
-                    let collation: Option<String> = row.try_get(0).map_err(db)?;
-                    let charset: Option<String> = row.try_get(1).map_err(db)?;
-                    let ty: String = row.try_get(2).map_err(db)?;
-                    let nullable: String = row.try_get(3).map_err(db)?;
+                    // information_schema text may come back typed as BLOB.
+                    let text = |i: usize| -> Option<String> {
+                        row.try_get::<Option<String>, _>(i)
+                            .ok()
+                            .flatten()
+                            .or_else(|| {
+                                row.try_get::<Option<Vec<u8>>, _>(i)
+                                    .ok()
+                                    .flatten()
+                                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                            })
+                    };
+                    let collation = text(0);
+                    let charset = text(1);
+                    let ty = text(2).unwrap_or_else(|| "VARCHAR(255)".into());
+                    let nullable = text(3).unwrap_or_default();
                     if let Some(c) = collation.filter(|c| {
                         let c = c.to_ascii_lowercase();
                         c.ends_with("_ci") || c.ends_with("_ai") || c.contains("_ai_")
