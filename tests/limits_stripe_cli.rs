@@ -155,6 +155,23 @@ async fn a_run_at_the_strict_limit_shared_with_other_clients_completes_with_exac
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alone_at_the_strict_limit_at_most_one_percent_is_refused() {
+    sqlx::any::install_default_drivers();
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = emulator(0, 4_000).await;
+    job(dir.path(), &emulator.base_url, "").await;
+    let o = run(dir.path(), &emulator.api_key, "alone").await;
+    let stats = emulator.stats();
+    assert_eq!(o.status.code(), Some(0), "{}\n{stats:?}", text(&o));
+    assert_eq!(rows(dir.path()).await, 4_000);
+    assert!(
+        stats.throttled * 100 <= stats.requests,
+        "more than 1% of requests refused: {stats:?}"
+    );
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_progress_for_rate_limit_patience_exits_2_naming_the_setting() {
     sqlx::any::install_default_drivers();
     let dir = tempfile::tempdir().unwrap();

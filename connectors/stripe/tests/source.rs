@@ -233,3 +233,30 @@ async fn a_client_at_the_emulators_limit_is_never_throttled() {
     assert_eq!(s.stats().throttled, 0);
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_calls_exceed_pages_by_at_most_five_percent() {
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    // 10,000 charges spread over the day: 100 full pages at least.
+    for i in 0..10_000i64 {
+        emulator.insert(
+            ObjectKind::Charge,
+            Emulator::charge(
+                &format!("ch_{i:06}"),
+                100,
+                "usd",
+                "succeeded",
+                START + (i * 86_400) / 10_000,
+            ),
+        );
+    }
+    let s = source(&emulator, 32);
+    assert_eq!(read_ids(&s).await.unwrap().len(), 10_000);
+    let calls = emulator.stats().requests;
+    assert!(calls >= 100, "{calls}");
+    assert!(
+        calls <= 105,
+        "{calls} list calls for 100 pages: more than 5% over"
+    );
+    emulator.shutdown().await;
+}
