@@ -309,3 +309,61 @@ async fn stripe_against_hubspot_deals_in_major_units() {
     assert_all_matched(&o, &out);
     stripe.shutdown().await;
 }
+
+/// The write direction: Stripe amounts backfilled into a NUMERIC column in
+/// major units land as the ledger's own rows would hold them (ISK 10000 in
+/// Stripe's units is 100 krónur), and the next run matches them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_amounts_backfilled_into_a_numeric_ledger_are_exact_major_units() {
+    sqlx::any::install_default_drivers();
+    let now = jiff::Timestamp::now().as_second();
+    let stripe = stripe_with(CASES, now).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let url = format!("sqlite://{}?mode=rwc", db.display());
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount NUMERIC(18, 3), \
+         currency TEXT, created_at INTEGER)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let target = format!(
+        "[jobs.charges.target]\ntype = \"sql\"\nurl = \"{url}\"\ntable = \"payments\"\n\
+         key = \"stripe_charge_id\"\ncolumns = {{ created = \"created_at\" }}\n"
+    );
+    let cfg = config(dir.path(), &stripe, &target);
+    let text_cfg = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("mode = \"off\"", "mode = \"insert\"\nmax_ratio = 1.0");
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let out = dir.path().join("backfill");
+    let o = run(&cfg, &out, &stripe.api_key).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(summary(&out)["backfilled"], CASES.len() as u64);
+    for (i, (cur, _, major)) in CASES.iter().enumerate() {
+        use sqlx::Row;
+        let row = sqlx::query(
+            "SELECT CAST(amount AS TEXT), currency FROM payments WHERE stripe_charge_id = ?",
+        )
+        .bind(charge_id(i))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        let stored: String = row.get(0);
+        let want: f64 = major.parse().unwrap();
+        let got: f64 = stored.parse().unwrap();
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{cur}: stored {stored}, expected {major} in major units"
+        );
+        assert_eq!(row.get::<String, _>(1), cur.to_uppercase());
+    }
+    let again = dir.path().join("again");
+    let o = run(&cfg, &again, &stripe.api_key).await;
+    assert_all_matched(&o, &again);
+    stripe.shutdown().await;
+}
