@@ -32,7 +32,9 @@ use recon_core::{format_timestamp, Record, Window, WriteMode, WriteOutcome};
 use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
-use crate::commands::run::{apply, backfill_row, connect, lock, write_batch, Ledger, RunPlan};
+use crate::commands::run::{
+    apply, backfill_row, connect, lock, start_run, write_batch, Ledger, RunPlan,
+};
 use crate::config::BackfillMode;
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillRow, ReportDir};
@@ -301,16 +303,7 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
         start: saved.window.start,
         end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
     };
-    let run_id = match state
-        .start_run_as(&job, recorded, false, Some(lock.owner()))
-        .await
-    {
-        Ok(id) => id,
-        Err(e) => {
-            lock.release().await?;
-            bail!("{e}");
-        }
-    };
+    let (run_id, lock) = start_run(&state, lock, &job, recorded, false).await?;
     let ledger = Ledger {
         state: &state,
         lock: &lock,

@@ -755,16 +755,7 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
         start: asked.start,
         end: asked.end.min(now).max(asked.start),
     };
-    let run_id = match state
-        .start_run_as(&job, recorded, plan.dry_run, Some(lock.owner()))
-        .await
-    {
-        Ok(id) => id,
-        Err(e) => {
-            lock.release().await?;
-            bail!("{e}");
-        }
-    };
+    let (run_id, lock) = start_run(&state, lock, &job, recorded, plan.dry_run).await?;
     let ledger = Ledger {
         state: &state,
         lock: &lock,
@@ -1148,6 +1139,28 @@ pub(crate) fn backfill_row(r: &Record, mode: WriteMode, o: &WriteOutcome) -> Bac
         action: Action::from(mode).as_str().into(),
         outcome: outcome.into(),
         error,
+    }
+}
+
+/// Records the start of a run under the held `lock`; when the store
+/// refuses (an earlier run of the job is still alive), the lock is released
+/// and the refusal returned.
+pub(crate) async fn start_run(
+    state: &StateStore,
+    lock: RunLock,
+    job: &str,
+    window: Window,
+    dry_run: bool,
+) -> Result<(String, RunLock)> {
+    match state
+        .start_run_as(job, window, dry_run, Some(lock.owner()))
+        .await
+    {
+        Ok(id) => Ok((id, lock)),
+        Err(e) => {
+            lock.release().await?;
+            bail!("{e}");
+        }
     }
 }
 

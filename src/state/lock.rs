@@ -78,32 +78,32 @@ fn new_owner() -> String {
     )
 }
 
+/// The PID of `owner` (`host:pid:random`) when it names a process of this
+/// machine and `/proc` can tell whether it lives; `None` otherwise.
+fn local_pid(owner: &str) -> Option<u32> {
+    let host = |o: &str| o.split(':').next().unwrap_or_default().to_string();
+    let pid = owner
+        .split(':')
+        .nth(1)
+        .and_then(|p| p.parse::<u32>().ok())?;
+    (host(owner) == host(&new_owner()) && std::path::Path::new("/proc/self").exists())
+        .then_some(pid)
+}
+
+fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Whether `owner` (`host:pid:random`) names a process on this machine
 /// that no longer exists. Only decidable where `/proc` exists.
 pub(super) fn holder_is_dead(owner: &str) -> bool {
-    let mine = new_owner();
-    let host = |o: &str| o.split(':').next().unwrap_or_default().to_string();
-    let pid = owner.split(':').nth(1).and_then(|p| p.parse::<u32>().ok());
-    match pid {
-        Some(pid) if host(owner) == host(&mine) && std::path::Path::new("/proc/self").exists() => {
-            !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        }
-        _ => false,
-    }
+    local_pid(owner).is_some_and(|pid| !process_exists(pid))
 }
 
 /// Whether `owner` (`host:pid:random`) names a process on this machine
 /// that still exists (and is not this process's own previous lock).
 pub(super) fn holder_is_alive_here(owner: &str) -> bool {
-    let mine = new_owner();
-    let host = |o: &str| o.split(':').next().unwrap_or_default().to_string();
-    let pid = owner.split(':').nth(1).and_then(|p| p.parse::<u32>().ok());
-    match pid {
-        Some(pid) if host(owner) == host(&mine) && std::path::Path::new("/proc/self").exists() => {
-            pid != std::process::id() && std::path::Path::new(&format!("/proc/{pid}")).exists()
-        }
-        _ => false,
-    }
+    local_pid(owner).is_some_and(|pid| pid != std::process::id() && process_exists(pid))
 }
 
 /// A run killed on this machine (SIGKILL, OOM) leaves its row behind; when
