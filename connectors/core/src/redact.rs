@@ -103,19 +103,26 @@ const FILE_SCHEMES: [&str; 2] = ["sqlite", "file"];
 
 static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
-/// Adds a value (and, for a URL, its password and secret query values) to
-/// the values [`scrub`] removes. Values shorter than [`MIN_SCRUB_LEN`] and
+/// Adds a value (for a URL: its password and secret query values, in every
+/// form they may be echoed) to the values [`scrub`] removes. Values shorter than [`MIN_SCRUB_LEN`] and
 /// values still holding a `${` placeholder are ignored.
 pub fn register_secret(value: &str) {
     if value.contains("${") {
         return;
     }
-    let mut found = vec![value.to_string()];
-    // `Bearer TOKEN`: the token alone too.
-    if let Some((_, token)) = value.rsplit_once(' ') {
-        found.push(token.to_string());
+    // A URL's secrets are its password and secret query values; the rest of
+    // it (scheme, user, host, database) stays readable in messages, which
+    // show it through `redact_url` anyway.
+    let mut found = Vec::new();
+    if value.contains("://") {
+        found.extend(url_secrets(value));
+    } else {
+        found.push(value.to_string());
+        // `Bearer TOKEN`: the token alone too.
+        if let Some((_, token)) = value.rsplit_once(' ') {
+            found.push(token.to_string());
+        }
     }
-    found.extend(url_secrets(value));
     let mut list = SECRETS.write().unwrap_or_else(|e| e.into_inner());
     for s in found {
         if s.chars().count() >= MIN_SCRUB_LEN && s != "***" && !list.contains(&s) {
@@ -363,6 +370,22 @@ mod tests {
         }
         assert!(url_secrets("sqlite://state.db").is_empty());
         assert!(url_secrets("postgres://u@h/db").is_empty());
+    }
+
+    #[test]
+    fn a_registered_url_keeps_its_readable_parts_and_loses_its_password() {
+        register_secret("mysql://reader:Sesame-9981/x@db.internal:3306/ledger_q7");
+        // The database named in a message stays readable...
+        assert_eq!(
+            scrub("table ledger_q7 on mysql://reader@db.internal:3306/ledger_q7"),
+            "table ledger_q7 on mysql://reader@db.internal:3306/ledger_q7"
+        );
+        // ...while the password goes, alone or inside the URL.
+        let s = scrub(
+            "auth Sesame-9981/x failed for mysql://reader:Sesame-9981/x@db.internal:3306/ledger_q7",
+        );
+        assert!(!s.contains("Sesame-9981"), "{s}");
+        assert!(s.contains("db.internal:3306/ledger_q7"), "{s}");
     }
 
     #[test]
