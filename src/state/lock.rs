@@ -78,6 +78,35 @@ fn new_owner() -> String {
     )
 }
 
+/// The PostgreSQL advisory lock key of a job's run lock.
+pub(super) fn advisory_key(job: &str) -> i64 {
+    stable_hash(&format!("recon:run-lock:{job}"))
+}
+
+/// How many sessions of this database hold the advisory lock `key` (only
+/// session `pid`'s, when given). A bigint key shows in `pg_locks` as its
+/// high half (classid) and low half (objid), objsubid 1:
+/// https://www.postgresql.org/docs/current/view-pg-locks.html
+pub(super) async fn advisory_holders(
+    pool: &AnyPool,
+    key: i64,
+    pid: Option<i32>,
+) -> Result<i64, sqlx::Error> {
+    let key = key as u64;
+    sqlx::query(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1 \
+         AND (CAST($3 AS INTEGER) IS NULL OR pid = CAST($3 AS INTEGER))",
+    )
+    .bind((key >> 32) as i64)
+    .bind((key & 0xffff_ffff) as i64)
+    .bind(pid)
+    .fetch_one(pool)
+    .await
+    .and_then(|r| r.try_get(0))
+}
+
 /// The PID of `owner` (`host:pid:random`) when it names a process of this
 /// machine and `/proc` can tell whether it lives; `None` otherwise.
 fn local_pid(owner: &str) -> Option<u32> {
@@ -254,7 +283,7 @@ async fn acquire_postgres(
     every: Duration,
 ) -> Result<RunLock, StateError> {
     let context = "acquiring the run lock";
-    let key = stable_hash(&format!("recon:run-lock:{job}"));
+    let key = advisory_key(job);
     let mut conn =
         AnyConnection::connect(&store.url)
             .await
@@ -445,18 +474,10 @@ impl RunLock {
         };
         let held = match (self.advisory_key, self.backend_pid) {
             (Some(key), Some(pid)) => {
-                let n: i64 = sqlx::query(
-                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-                     AND pid = $1 AND objid = CAST(($2 & 4294967295) AS oid) \
-                     AND classid = CAST((($2 >> 32) & 4294967295) AS oid)",
-                )
-                .bind(pid)
-                .bind(key)
-                .fetch_one(&self.pool)
-                .await
-                .and_then(|r| r.try_get(0))
-                .map_err(db)?;
-                n > 0
+                advisory_holders(&self.pool, key, Some(pid))
+                    .await
+                    .map_err(db)?
+                    > 0
             }
             _ => {
                 let owner: Option<String> =

@@ -1231,21 +1231,9 @@ impl StateStore {
                 }
             }
             Backend::Postgres => {
-                // A bigint advisory key shows in pg_locks as its high half
-                // (classid) and low half (objid), objsubid 1:
-                // https://www.postgresql.org/docs/current/view-pg-locks.html
-                let key = stable_hash(&format!("recon:run-lock:{job}")) as u64;
-                let held: i64 = sqlx::query(
-                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                     AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1",
-                )
-                .bind((key >> 32) as i64)
-                .bind((key & 0xffff_ffff) as i64)
-                .fetch_one(&self.pool)
-                .await
-                .and_then(|r| r.try_get(0))
-                .map_err(self.db(context))?;
+                let held = lock::advisory_holders(&self.pool, lock::advisory_key(job), None)
+                    .await
+                    .map_err(self.db(context))?;
                 Ok(held == 0)
             }
         }

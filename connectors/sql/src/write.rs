@@ -252,9 +252,8 @@ impl SqlTable {
             (None, Some(col)) if self.currency_storage.is_some() => {
                 let col = d.quote(col);
                 let sql = format!(
-                    "SELECT {} FROM {table} WHERE {col} IS NOT NULL {}",
-                    d.as_text(&col),
-                    limit(d, 100)
+                    "SELECT {} FROM {table} WHERE {col} IS NOT NULL LIMIT 100",
+                    d.as_text(&col)
                 );
                 let rows = sqlx::query(&sql)
                     .fetch_all(&self.pool)
@@ -292,9 +291,8 @@ impl SqlTable {
             }
             let col = d.quote(&self.cfg.columns[i]);
             let sql = format!(
-                "SELECT {} FROM {table} WHERE {col} IS NOT NULL {}",
-                d.as_text(&col),
-                limit(d, 1)
+                "SELECT {} FROM {table} WHERE {col} IS NOT NULL LIMIT 1",
+                d.as_text(&col)
             );
             let sample: Option<String> = sqlx::query(&sql)
                 .fetch_optional(&self.pool)
@@ -422,18 +420,14 @@ impl SqlTable {
 
     /// The written columns: key, mapped fields, and the currency column
     /// when it is not also a mapped field.
-    fn write_columns(&self) -> (Vec<String>, Option<&String>) {
+    fn write_columns(&self) -> Vec<String> {
         let d = self.dialect;
-        let money = self.schema.money_field();
         let mut cols = vec![d.quote(&self.cfg.key_column)];
         cols.extend(self.cfg.columns.iter().map(|c| d.quote(c)));
-        let write_currency = money
-            .and(self.cfg.currency_column.as_ref())
-            .filter(|c| !self.cfg.columns.contains(c));
-        if let Some(c) = write_currency {
+        if let (true, Some(c)) = (self.writes_currency_column(), &self.cfg.currency_column) {
             cols.push(d.quote(c));
         }
-        (cols, write_currency)
+        cols
     }
 
     /// Whether the currency column is written as a column of its own.
@@ -498,7 +492,7 @@ impl SqlTable {
         style: &WriteStyle,
     ) -> (String, AnyArguments<'_>) {
         let d = self.dialect;
-        let (cols, _) = self.write_columns();
+        let cols = self.write_columns();
         let mut args = AnyArguments::default();
         let mut n = 0;
         let rows: Vec<String> = records
@@ -551,7 +545,7 @@ impl SqlTable {
     /// `UPDATE … SET … WHERE key = ?` of one record (MySQL upsert).
     fn update_sql(&self, r: &Record, style: &WriteStyle) -> (String, AnyArguments<'_>) {
         let d = self.dialect;
-        let (cols, _) = self.write_columns();
+        let cols = self.write_columns();
         let mut args = AnyArguments::default();
         let mut n = 0;
         let values = self.bind_row(&mut args, &mut n, r, false, style);
@@ -1015,10 +1009,6 @@ impl SqlTable {
         }
         Ok(())
     }
-}
-
-fn limit(_d: Dialect, n: usize) -> String {
-    format!("LIMIT {n}")
 }
 
 #[cfg(test)]
