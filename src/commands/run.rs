@@ -1311,14 +1311,11 @@ pub(crate) async fn apply(
             )
         );
         marked?;
-        let lost: Vec<String> = results
-            .iter()
-            .filter_map(|r| match r {
-                Err(recon_core::ConnectorError::ConnectionLost(m)) => Some(m.clone()),
-                _ => None,
-            })
-            .collect();
-        if let Some(m) = lost.first() {
+        let lost = results.iter().find_map(|r| match r {
+            Err(recon_core::ConnectorError::ConnectionLost(m)) => Some(m),
+            _ => None,
+        });
+        if let Some(m) = lost {
             // Every batch of the group whose outcome is not known for sure.
             let mut marks = Vec::new();
             for ((_, records), result) in group.iter().zip(&results) {
