@@ -250,7 +250,12 @@ async fn list_calls_exceed_pages_by_at_most_five_percent() {
             ),
         );
     }
-    let s = source(&emulator, 32);
+    // At Stripe's live limit (100/s), as a run uses it: far above it the
+    // planner rightly buys concurrency with partial pages.
+    let mut cfg = StripeConfig::new(Secret::new(emulator.api_key.clone()), StripeObject::Charges);
+    cfg.base_url = emulator.base_url.clone();
+    cfg.requests_per_second = Some(100);
+    let s = StripeSource::new(cfg, &schema()).unwrap();
     assert_eq!(read_ids(&s).await.unwrap().len(), 10_000);
     let calls = emulator.stats().requests;
     assert!(calls >= 100, "{calls}");
