@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use recon_core::{AmountFormat, FieldKind, Secret};
+use recon_core::{FieldKind, Secret};
 use serde::Deserialize;
 
 /// The state store when neither the job nor the defaults name one.
@@ -184,124 +184,7 @@ pub enum BackfillMode {
     Off,
 }
 
-/// Where records come from or go to.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum EndpointConfig {
-    /// A CSV or JSON Lines export.
-    File {
-        /// The file (`${VAR}` allowed).
-        path: String,
-        /// Column holding the external ID.
-        key: String,
-        /// Canonical field → column (or dotted JSON path); unlisted fields use their own name.
-        #[serde(default)]
-        columns: BTreeMap<String, String>,
-        /// Column holding amounts' currency (default `currency`).
-        currency_column: Option<String>,
-        /// `minor` (default) or `major`.
-        amount_format: Option<AmountFormat>,
-    },
-    /// Stripe's API (source only).
-    Stripe {
-        /// Secret or restricted API key; use `${STRIPE_API_KEY}`.
-        api_key: Secret,
-        /// `charges`, `payment_intents`, `invoices`, `refunds` or `customers`.
-        object: recon_stripe::StripeObject,
-        /// API base URL (default `https://api.stripe.com`).
-        base_url: Option<String>,
-        /// Pinned `Stripe-Version` (default the version recon was written against).
-        api_version: Option<String>,
-        /// Requests per second (default 25 with test keys, 100 with live keys).
-        requests_per_second: Option<u32>,
-        /// Most window slices paged at once (default 32).
-        concurrency: Option<usize>,
-        /// How long Stripe's 429s are retried while no request succeeds
-        /// (default `15m`); then the run fails naming this setting.
-        rate_limit_patience: Option<String>,
-        /// Canonical field → JSON path in the object (`email = "receipt_email"`).
-        #[serde(default)]
-        fields: BTreeMap<String, String>,
-    },
-    /// Shopify orders through the GraphQL Admin API (source only).
-    Shopify {
-        /// `https://{shop}.myshopify.com`.
-        shop_url: String,
-        /// Admin API access token; use `${SHOPIFY_TOKEN}`.
-        token: Secret,
-        /// API version (default `2025-01`).
-        api_version: Option<String>,
-        /// `legacy_id` (default), `gid` or `name`.
-        key: Option<recon_shopify::OrderKey>,
-        /// `created_at` (default) or `updated_at`.
-        time_field: Option<recon_shopify::TimeField>,
-        /// `auto` (default), `always` or `never`.
-        bulk: Option<String>,
-        /// Above this many expected orders, `auto` uses a bulk operation (default 25000).
-        bulk_threshold: Option<u64>,
-        /// Orders per page, 1..=250 (default 250).
-        page_size: Option<u32>,
-        /// How long THROTTLED answers may hold the read without a successful
-        /// query before the run fails, e.g. `"30m"` (default 15m).
-        rate_limit_patience: Option<String>,
-    },
-    /// HubSpot CRM objects keyed by a unique property.
-    Hubspot {
-        /// Private app access token; use `${HUBSPOT_TOKEN}`.
-        token: Secret,
-        /// `contacts`, `companies`, `deals`, or a custom object's `2-…` ID.
-        object_type: String,
-        /// The property holding the external ID (created with `hasUniqueValue: true`).
-        id_property: String,
-        /// Canonical field → property; unlisted fields use their own name.
-        #[serde(default)]
-        properties: BTreeMap<String, String>,
-        /// Property holding amounts' currency (deals: `deal_currency_code`).
-        currency_property: Option<String>,
-        /// Date property windows filter on (default `createdate`).
-        date_property: Option<String>,
-        /// `major` (default: HubSpot stores `29.99`) or `minor`.
-        amount_format: Option<AmountFormat>,
-        /// API base URL (default `https://api.hubapi.com`).
-        base_url: Option<String>,
-        /// General limit per rolling 10 s (default 100; set your tier's).
-        requests_per_10s: Option<u32>,
-        /// The search API's limit per second (default 5).
-        search_per_second: Option<u32>,
-        /// How long 429s (other apps using the account's budget) may hold
-        /// the run without a successful call before it fails, e.g. `"30m"`
-        /// (default 15m).
-        rate_limit_patience: Option<String>,
-    },
-    /// A PostgreSQL, MySQL/MariaDB or SQLite table.
-    Sql {
-        /// Connection URL (`${VAR}` allowed; never logged).
-        url: Secret,
-        /// Table, optionally `schema.table`.
-        table: String,
-        /// Column holding the external ID.
-        key: String,
-        /// Canonical field → column; unlisted fields use their own name.
-        #[serde(default)]
-        columns: BTreeMap<String, String>,
-        /// Column holding amounts' currency (default `currency`).
-        currency_column: Option<String>,
-        /// `minor` or `major`; by default decided by the column type.
-        amount_format: Option<AmountFormat>,
-        /// Pool size (default 4).
-        max_connections: Option<u32>,
-        /// Rows per multi-row INSERT (default 1000).
-        write_batch: Option<usize>,
-        /// Spelling of backfilled currency codes: `upper` or `lower`
-        /// (default: as the table's existing rows spell them, else upper).
-        currency_case: Option<String>,
-        /// Text form of backfilled timestamps in text columns: `rfc3339`
-        /// (`2025-11-29T19:44:01Z`), `rfc3339_offset` (`…+00:00`), `sql`
-        /// (`2025-11-29 19:44:01`) or `unix` (default: as the table's
-        /// existing rows hold them).
-        timestamp_format: Option<String>,
-    },
-}
+pub use crate::registry::EndpointConfig;
 
 /// Reads and checks a config file.
 pub fn load(path: &Path) -> Result<ConfigFile> {
@@ -526,48 +409,11 @@ impl ConfigFile {
             );
         };
         for (side, endpoint) in [("source", &mut job.source), ("target", &mut job.target)] {
-            match endpoint {
-                EndpointConfig::File { path, .. } => {
-                    *path = expand_env(path, &format!("job `{name}` {side}.path"))?;
-                }
-                EndpointConfig::Sql { url, .. } => {
-                    *url = Secret::new(expand_env(
-                        url.expose(),
-                        &format!("job `{name}` {side}.url"),
-                    )?);
-                }
-                EndpointConfig::Shopify {
-                    token, shop_url, ..
-                } => {
-                    *token = Secret::new(expand_env(
-                        token.expose(),
-                        &format!("job `{name}` {side}.token"),
-                    )?);
-                    *shop_url = expand_env(shop_url, &format!("job `{name}` {side}.shop_url"))?;
-                }
-                EndpointConfig::Hubspot {
-                    token, base_url, ..
-                } => {
-                    *token = Secret::new(expand_env(
-                        token.expose(),
-                        &format!("job `{name}` {side}.token"),
-                    )?);
-                    if let Some(u) = base_url {
-                        *u = expand_env(u, &format!("job `{name}` {side}.base_url"))?;
-                    }
-                }
-                EndpointConfig::Stripe {
-                    api_key, base_url, ..
-                } => {
-                    *api_key = Secret::new(expand_env(
-                        api_key.expose(),
-                        &format!("job `{name}` {side}.api_key"),
-                    )?);
-                    if let Some(u) = base_url {
-                        *u = expand_env(u, &format!("job `{name}` {side}.base_url"))?;
-                    }
-                }
-            }
+            let expand = |value: &str, setting: &str| {
+                expand_env(value, &format!("job `{name}` {setting}"))
+                    .map_err(|e| recon_core::ConnectorError::Config(format!("{e:#}")))
+            };
+            endpoint.connector_mut().expand_env(side, &expand)?;
         }
         let state = job
             .state
@@ -643,9 +489,9 @@ max_records = 500
             matches!(job.tolerances["created"], ToleranceSetting::Duration(ref d) if d == "5s")
         );
         match &job.target {
-            EndpointConfig::Sql { columns, table, .. } => {
-                assert_eq!(table, "payments");
-                assert_eq!(columns["amount"], "amount_cents");
+            EndpointConfig::Sql(sql) => {
+                assert_eq!(sql.table, "payments");
+                assert_eq!(sql.columns["amount"], "amount_cents");
             }
             other => panic!("{other:?}"),
         }
@@ -695,7 +541,7 @@ max_records = 500
         let debug = format!("{job:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
         match &job.job.target {
-            EndpointConfig::Sql { url, .. } => assert!(url.expose().contains("hunter2")),
+            EndpointConfig::Sql(sql) => assert!(sql.url.expose().contains("hunter2")),
             other => panic!("{other:?}"),
         }
         let e = parse(GOOD)

@@ -28,16 +28,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
-use recon_core::{format_timestamp, Record, Window, WriteMode, WriteOutcome};
+use recon_core::{format_timestamp, BuildContext, Record, Window, WriteMode, WriteOutcome};
 use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
-use crate::commands::run::{
-    apply, backfill_row, connect, lock, start_run, write_batch, Ledger, RunPlan,
-};
 use crate::config::BackfillMode;
+use crate::pipeline::backfill::{apply, lock, start_run, Ledger};
+use crate::pipeline::RunPlan;
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
-use crate::report::{write_backfill_csv, BackfillRow, ReportDir};
+use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
 use crate::state::{PlanRecord, StateStore};
 use crate::Status;
 
@@ -311,28 +310,7 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
         job: &job,
     };
     let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
-    let (status_text, counts, dir, error) = match &result {
-        Ok((s, summary, p)) => (
-            if *s == Status::Clean {
-                "clean"
-            } else {
-                "discrepancies"
-            },
-            summary.clone(),
-            Some(p.display().to_string()),
-            None,
-        ),
-        Err(e) => ("failed", json!(null), None, Some(format!("{e:#}"))),
-    };
-    state
-        .finish_run(
-            &run_id,
-            status_text,
-            &counts,
-            dir.as_deref(),
-            error.as_deref(),
-        )
-        .await?;
+    crate::pipeline::finish::record(&state, &run_id, &result).await?;
     lock.release().await?;
     result.map(|(s, _, _)| s)
 }
@@ -354,10 +332,13 @@ async fn write_and_report(
         .clone()
         .unwrap_or_else(|| plan.job.reports.join(job).join(run_id));
     let mut dir = ReportDir::prepare(&dir_path)?;
-    let target = connect(&plan.job.job.target, schema, plan.time_field)
-        .await
-        .with_context(|| format!("job `{job}`: target"))?;
-    target.check_unique_key().await?;
+    let cx = BuildContext {
+        schema,
+        time_field: plan.time_field,
+    };
+    let target = plan.job.job.target.connector().build_target(cx).await;
+    let target = target.with_context(|| format!("job `{job}`: target"))?;
+    target.check_idempotent().await?;
     // Re-check: an insert whose key has appeared since the dry run is skipped.
     let insert_keys: Vec<String> = items
         .iter()
@@ -365,7 +346,7 @@ async fn write_and_report(
         .map(|i| i.record.key.clone())
         .collect();
     let present: HashSet<String> = target
-        .lookup(schema, &insert_keys)
+        .lookup(&insert_keys)
         .await?
         .into_iter()
         .map(|r| r.key)
@@ -377,19 +358,18 @@ async fn write_and_report(
         .iter()
         .map(|i| (i.record.clone(), i.action.mode()))
         .collect();
-    let batch = write_batch(&plan.job.job.target);
     let outcomes = if work.is_empty() {
         Vec::new()
     } else {
-        apply(ledger, target.as_ref(), schema, &work, batch).await?
+        apply(ledger, target.as_ref(), &work).await?
     };
     let (mut done, mut failed) = (0u64, 0u64);
     let mut rows: Vec<BackfillRow> = skipped
         .iter()
         .map(|i| BackfillRow {
             key: i.record.key.clone(),
-            action: Action::Insert.as_str().into(),
-            outcome: "skipped".into(),
+            action: Action::Insert,
+            outcome: BackfillOutcome::Skipped,
             error: "already present in the target".into(),
         })
         .collect();
@@ -399,7 +379,7 @@ async fn write_and_report(
             WriteOutcome::Created | WriteOutcome::Updated => done += 1,
             WriteOutcome::Unchanged => {}
         }
-        rows.push(backfill_row(r, *m, o));
+        rows.push(BackfillRow::new(&r.key, Action::from(*m), o));
     }
     write_backfill_csv(&mut dir, &rows)?;
     let status = if failed > 0 {

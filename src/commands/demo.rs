@@ -4,21 +4,35 @@
 //! Stripe crate's emulator), makes a SQLite ledger with planted gaps,
 //! orphans, mismatches and duplicates, writes a real job config, and runs
 //! the real pipeline three times: a dry run, an apply, and a rerun.
+//!
+//! The emulator is compiled in only with the `demo` cargo feature (on by
+//! default); a build without it answers `recon demo` with exit status 2.
 
+#[cfg(feature = "demo")]
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+#[cfg(feature = "demo")]
+use anyhow::Context;
+use anyhow::Result;
+#[cfg(feature = "demo")]
 use recon_stripe::emulator::{Emulator, EmulatorConfig, ObjectKind};
 
-use crate::cli::{DemoArgs, RunArgs};
-use crate::commands::run::{execute, RunPlan};
+use crate::cli::DemoArgs;
+#[cfg(feature = "demo")]
+use crate::cli::RunArgs;
+#[cfg(feature = "demo")]
+use crate::pipeline::{execute, RunPlan};
 use crate::Status;
 
+#[cfg(feature = "demo")]
 const CURRENCIES: [(&str, i64); 5] = [("usd", 1), ("eur", 1), ("gbp", 1), ("jpy", 1), ("kwd", 10)];
+#[cfg(feature = "demo")]
 const CHARGES: usize = 3000;
 
 /// Deterministic pseudo-random numbers, so every demo plants the same story.
+#[cfg(feature = "demo")]
 struct Lcg(u64);
+#[cfg(feature = "demo")]
 impl Lcg {
     fn next(&mut self) -> u64 {
         self.0 = self
@@ -30,6 +44,7 @@ impl Lcg {
 }
 
 /// What the demo planted, to print beside what recon found.
+#[cfg(feature = "demo")]
 struct Story {
     gaps: usize,
     pending: usize,
@@ -38,6 +53,7 @@ struct Story {
     duplicates: usize,
 }
 
+#[cfg(feature = "demo")]
 async fn build_ledger(
     db: &Path,
     charges: &[(String, i64, &str, &str, i64)],
@@ -116,6 +132,7 @@ async fn build_ledger(
     Ok(())
 }
 
+#[cfg(feature = "demo")]
 fn config_text(emulator: &Emulator, ledger: &Path, state: &Path, reports: &Path) -> String {
     format!(
         r#"# Written by `recon demo`: a real job config, pointed at the emulator.
@@ -157,6 +174,7 @@ max_ratio = 0.05
 }
 
 /// The `recon demo` command.
+#[cfg(feature = "demo")]
 pub fn run(args: DemoArgs) -> Result<Status> {
     let out = args
         .out
@@ -169,6 +187,7 @@ pub fn run(args: DemoArgs) -> Result<Status> {
     runtime.block_on(demo(out))
 }
 
+#[cfg(feature = "demo")]
 async fn demo(out: PathBuf) -> Result<Status> {
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let work = out.join("work");
@@ -268,4 +287,15 @@ async fn demo(out: PathBuf) -> Result<Status> {
     );
     println!("Orphans, mismatches and duplicates stay open on purpose: recon reports them and never deletes or guesses.");
     Ok(last)
+}
+
+/// The `recon demo` command of a build without the `demo` feature: there is
+/// no emulator to run it against, so it says so and exits with status 2.
+#[cfg(not(feature = "demo"))]
+pub fn run(_args: DemoArgs) -> Result<Status> {
+    anyhow::bail!(
+        "this build of recon has no demo: it was compiled without the `demo` cargo feature, \
+         which embeds the Stripe emulator. Build with default features \
+         (`cargo build --release`) or `--features demo` to get `recon demo`"
+    )
 }

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use crate::cli::RunsArgs;
 use crate::config;
-use crate::state::{RunRow, StateStore};
+use crate::state::{RunRow, RunStatus, StateStore};
 use crate::Status;
 
 /// The `recon runs` command.
@@ -76,7 +76,7 @@ pub fn run(args: RunsArgs) -> Result<Status> {
 /// run that finished in between is shown as it finished.
 async fn settle_dead_runs(state: &StateStore, rows: &mut [RunRow]) -> Result<()> {
     let mut gone: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
-    for r in rows.iter_mut().filter(|r| r.status == "running") {
+    for r in rows.iter_mut().filter(|r| r.status == RunStatus::Running) {
         let holder_gone = match gone.get(&r.job) {
             Some(g) => *g,
             None => {
@@ -88,9 +88,9 @@ async fn settle_dead_runs(state: &StateStore, rows: &mut [RunRow]) -> Result<()>
         if !holder_gone || state.run_owner_alive_here(&r.id).await? {
             continue;
         }
-        match state.run_status(&r.id).await?.as_deref() {
-            Some("running") => r.status = "crashed".into(),
-            Some(now) => r.status = now.to_string(),
+        match state.run_status(&r.id).await? {
+            Some(RunStatus::Running) => r.status = RunStatus::Crashed,
+            Some(now) => r.status = now,
             None => {}
         }
     }

@@ -105,17 +105,79 @@ pub struct ResolvedRow {
     pub resolved_at: String,
 }
 
+/// What happened to one backfill item, as `backfill.csv` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackfillOutcome {
+    /// The record was created.
+    Created,
+    /// The record existed and was updated.
+    Updated,
+    /// The record existed and was left as it was.
+    Unchanged,
+    /// The target refused it.
+    Failed,
+    /// Not written: `recon apply` found it already present.
+    Skipped,
+}
+
+impl BackfillOutcome {
+    /// The outcome of a target's write.
+    pub fn of(o: &recon_core::WriteOutcome) -> BackfillOutcome {
+        match o {
+            recon_core::WriteOutcome::Created => BackfillOutcome::Created,
+            recon_core::WriteOutcome::Updated => BackfillOutcome::Updated,
+            recon_core::WriteOutcome::Unchanged => BackfillOutcome::Unchanged,
+            recon_core::WriteOutcome::Failed(_) => BackfillOutcome::Failed,
+        }
+    }
+
+    /// Its `backfill.csv` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackfillOutcome::Created => "created",
+            BackfillOutcome::Updated => "updated",
+            BackfillOutcome::Unchanged => "unchanged",
+            BackfillOutcome::Failed => "failed",
+            BackfillOutcome::Skipped => "skipped",
+        }
+    }
+
+    /// Whether the target now holds the record as the source has it.
+    pub fn written(self) -> bool {
+        !matches!(self, BackfillOutcome::Failed)
+    }
+}
+
 /// One backfilled item.
 #[derive(Clone, Debug)]
 pub struct BackfillRow {
     /// The ID.
     pub key: String,
-    /// insert or update.
-    pub action: String,
-    /// created, updated, unchanged or failed.
-    pub outcome: String,
-    /// The target's error for a failed item.
+    /// Insert or update.
+    pub action: crate::plan::Action,
+    /// What happened.
+    pub outcome: BackfillOutcome,
+    /// The target's error for a failed item (why it was skipped).
     pub error: String,
+}
+
+impl BackfillRow {
+    /// The row of one written item.
+    pub fn new(
+        key: &str,
+        action: crate::plan::Action,
+        o: &recon_core::WriteOutcome,
+    ) -> BackfillRow {
+        BackfillRow {
+            key: key.to_string(),
+            action,
+            outcome: BackfillOutcome::of(o),
+            error: match o {
+                recon_core::WriteOutcome::Failed(e) => e.clone(),
+                _ => String::new(),
+            },
+        }
+    }
 }
 
 /// `backfill.csv`: each written (or skipped) item's outcome.
@@ -125,7 +187,12 @@ pub fn write_backfill_csv(dir: &mut ReportDir, rows: &[BackfillRow]) -> Result<(
         &["external_id", "action", "outcome", "error"],
     )?;
     for r in rows {
-        w.row([&r.key, &r.action, &r.outcome, &r.error])?;
+        w.row([
+            r.key.as_str(),
+            r.action.as_str(),
+            r.outcome.as_str(),
+            r.error.as_str(),
+        ])?;
     }
     w.finish()?.flush()?;
     Ok(())

@@ -8,7 +8,7 @@ mod files;
 mod staging;
 
 pub use files::{
-    counts, write_backfill_csv, write_diff_reports, BackfillRow, HistoryMap, ResolvedRow,
+    counts, write_backfill_csv, write_diff_reports, BackfillOutcome, BackfillRow, HistoryMap, ResolvedRow,
     RunExtras, RunMeta, UnplacedRow,
 };
 pub use staging::ReportDir;

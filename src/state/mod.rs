@@ -2,7 +2,7 @@
 //!
 //! One small database, SQLite by default (`sqlite://PATH`) or PostgreSQL
 //! (`postgres://…`) when several machines share the work, reached through
-//! sqlx's `Any` driver with runtime SQL (no macros, no compile-time database).
+//! sqlx's `Any` driver with runtime SQL (no query macros, no compile-time database).
 //!
 //! - **Runs** (`recon_runs`): one row per run, `running` until
 //!   [`StateStore::finish_run`]. A run still `running` when the next run of
@@ -28,7 +28,7 @@
 //! Every instant is stored as fixed-width RFC 3339 UTC text with nanoseconds
 //! (`2026-11-28T00:00:00.000000000Z`): exact, readable in any SQL client, and
 //! ordered when compared as text. The schema is created and upgraded by the
-//! small runner in `migrate`.
+//! sqlx migrations in `migrations/state/` (see `migrate`).
 
 mod lock;
 mod migrate;
@@ -60,8 +60,82 @@ const SQLITE_BUSY_TIMEOUT_MS: u32 = 30_000;
 /// Run statuses, in the order of a run's life.
 pub const RUN_STATUSES: [&str; 5] = ["running", "clean", "discrepancies", "failed", "crashed"];
 
-/// Statuses a run may finish with.
-const FINAL_STATUSES: [&str; 4] = ["clean", "discrepancies", "failed", "crashed"];
+/// The status of a run in `recon_runs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    /// Started, not finished (or its process died: see [`RunStatus::Crashed`]).
+    Running,
+    /// Finished with nothing open.
+    Clean,
+    /// Finished with discrepancies left open.
+    Discrepancies,
+    /// Stopped by an error (exit 2).
+    Failed,
+    /// Its process ended without finishing it; found by a later run.
+    Crashed,
+}
+
+impl RunStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Clean => "clean",
+            RunStatus::Discrepancies => "discrepancies",
+            RunStatus::Failed => "failed",
+            RunStatus::Crashed => "crashed",
+        }
+    }
+
+    /// Whether a run may finish with this status.
+    pub fn is_final(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = StateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "running" => Ok(RunStatus::Running),
+            "clean" => Ok(RunStatus::Clean),
+            "discrepancies" => Ok(RunStatus::Discrepancies),
+            "failed" => Ok(RunStatus::Failed),
+            "crashed" => Ok(RunStatus::Crashed),
+            _ => Err(StateError::Invalid(format!(
+                "unknown run status `{s}`; expected one of {}",
+                RUN_STATUSES.join(", ")
+            ))),
+        }
+    }
+}
+
+impl TryFrom<&str> for RunStatus {
+    type Error = StateError;
+
+    fn try_from(s: &str) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<std::convert::Infallible> for StateError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
 
 /// Backfill actions.
 const ACTIONS: [&str; 2] = ["insert", "update"];
@@ -290,8 +364,8 @@ pub struct RunRow {
     pub started_at: Timestamp,
     /// When it finished; `None` while running or if it crashed.
     pub finished_at: Option<Timestamp>,
-    /// One of [`RUN_STATUSES`].
-    pub status: String,
+    /// Its status.
+    pub status: RunStatus,
     /// Whether it was a dry run.
     pub dry_run: bool,
     /// The counts it finished with.
@@ -695,18 +769,22 @@ impl StateStore {
     /// Records how a run ended. `status` is one of `clean`,
     /// `discrepancies`, `failed` or `crashed`; `counts` is stored as JSON
     /// text (`null` as no counts).
-    pub async fn finish_run(
+    pub async fn finish_run<S>(
         &self,
         run_id: &str,
-        status: &str,
+        status: S,
         counts: &serde_json::Value,
         report_dir: Option<&str>,
         error: Option<&str>,
-    ) -> Result<(), StateError> {
-        if !FINAL_STATUSES.contains(&status) {
+    ) -> Result<(), StateError>
+    where
+        S: TryInto<RunStatus>,
+        StateError: From<S::Error>,
+    {
+        let status: RunStatus = status.try_into()?;
+        if !status.is_final() {
             return Err(StateError::Invalid(format!(
-                "a run cannot finish with status `{status}`; use one of {}",
-                FINAL_STATUSES.join(", ")
+                "a run cannot finish with status `{status}`; use one of clean, discrepancies, failed, crashed"
             )));
         }
         // JSON `null` is stored as SQL NULL: no counts.
@@ -722,7 +800,7 @@ impl StateStore {
              error = $5 WHERE id = $6",
         )
         .bind(ts_text(Timestamp::now()))
-        .bind(status.to_string())
+        .bind(status.as_str().to_string())
         .bind(counts)
         .bind(report_dir.map(str::to_string))
         // Scrubbed: a connector's error may echo a secret in its own words.
@@ -1114,7 +1192,9 @@ impl StateStore {
             window_end: self.parse_ts(context, &text(3)?)?,
             started_at: self.parse_ts(context, &text(4)?)?,
             finished_at,
-            status: text(6)?,
+            status: text(6)?
+                .parse()
+                .map_err(|e: StateError| self.corrupt(context, e.to_string()))?,
             dry_run: r.try_get::<i64, _>(7).map_err(self.db(context))? != 0,
             counts,
             report_dir: opt(9)?,
@@ -1257,7 +1337,7 @@ impl StateStore {
     }
 
     /// The stored status of one run, if the run exists.
-    pub async fn run_status(&self, run_id: &str) -> Result<Option<String>, StateError> {
+    pub async fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>, StateError> {
         let context = "reading a run's status";
         let row = sqlx::query("SELECT status FROM recon_runs WHERE id = $1")
             .bind(run_id.to_string())
@@ -1266,7 +1346,10 @@ impl StateStore {
             .map_err(self.db(context))?;
         match row {
             None => Ok(None),
-            Some(r) => Ok(Some(r.try_get(0).map_err(self.db(context))?)),
+            Some(r) => {
+                let text: String = r.try_get(0).map_err(self.db(context))?;
+                Ok(Some(text.parse()?))
+            }
         }
     }
 }

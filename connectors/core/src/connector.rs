@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConnectorError;
-use crate::record::{Record, Schema};
+use crate::record::Record;
 
 /// A half-open time window `[start, end)` over record creation times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,19 +57,25 @@ pub trait Source: Send + Sync {
 
     /// Every record whose creation time falls inside `window` (all records
     /// for sources without time, such as an export file), page by page.
-    fn read(&self, schema: &Schema, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>>;
+    /// Values follow the schema the connector was built with.
+    fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>>;
 
     /// Records for exactly these keys, those that exist; used to confirm a
     /// discrepancy at the window edge before reporting it.
-    async fn lookup(&self, schema: &Schema, keys: &[String])
-        -> Result<Vec<Record>, ConnectorError>;
+    async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError>;
+
+    /// Whether [`Source::read`] returns every record whatever the window
+    /// (a file or table with no time field): a key lookup could then find
+    /// nothing the read did not, and is skipped.
+    fn reads_whole(&self) -> bool {
+        false
+    }
 
     /// Records that [`Source::read`] leaves out of every window because their
     /// time field is empty, NULL or not a timestamp, so that a run can count
     /// and list them. Sources whose every record has a time (the API
     /// connectors) keep this default, which finds none.
-    async fn unplaced(&self, schema: &Schema) -> Result<Vec<Unplaced>, ConnectorError> {
-        let _ = schema;
+    async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
         Ok(Vec::new())
     }
 }
@@ -100,15 +106,26 @@ pub enum WriteOutcome {
 /// A system recon compares against and backfills into.
 #[async_trait::async_trait]
 pub trait Target: Source {
-    /// Confirms that the key is unique in the target, so that upserts are
-    /// idempotent; the error says how to add the constraint.
-    async fn check_unique_key(&self) -> Result<(), ConnectorError>;
+    /// Confirms that this target can write idempotently by external ID (a
+    /// unique constraint on the key, a unique property, an external-ID
+    /// field; a warehouse with `MERGE` could satisfy it without one), so
+    /// that a write repeated after a crash never makes a second record.
+    /// The error says how to fix the target.
+    async fn check_idempotent(&self) -> Result<(), ConnectorError>;
 
-    /// Writes records idempotently, keyed by external ID; one outcome per record.
+    /// Writes records idempotently, keyed by external ID; one outcome per
+    /// record, in order.
     async fn write(
         &self,
-        schema: &Schema,
         records: &[Record],
         mode: WriteMode,
     ) -> Result<Vec<WriteOutcome>, ConnectorError>;
+
+    /// Records per [`Target::write`] call during a backfill.
+    fn write_batch(&self) -> usize {
+        1000
+    }
+
+    /// This target as a [`Source`], to read and look up.
+    fn as_source(&self) -> &dyn Source;
 }

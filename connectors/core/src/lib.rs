@@ -13,14 +13,17 @@
 //! This crate does no I/O of its own.
 
 mod connector;
+mod endpoint;
 mod error;
 #[cfg(feature = "http")]
 pub mod http;
 mod money;
+pub mod parse;
 mod record;
 mod redact;
 
 pub use connector::{Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome};
+pub use endpoint::{BuildContext, ConnectorConfig, Expand, TargetRole};
 pub use error::{ConnectorError, Location};
 pub use money::{format_minor, Currency, MinorUnits, Money, MoneyError};
 pub use record::{

@@ -11,6 +11,7 @@
 mod convert;
 mod json;
 mod scan;
+mod settings;
 mod source;
 
 use std::fs::File;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
 
+pub use settings::FileSettings;
 pub use source::FileSource;
 
 pub use convert::parse_timestamp;

@@ -20,6 +20,8 @@ const PAGE: usize = 1000;
 pub struct FileSource {
     /// Which columns feed which fields.
     pub spec: FileSpec,
+    /// The job's canonical fields.
+    pub schema: Schema,
     /// Schema index of the creation-time field used for windows.
     pub time_field: Option<usize>,
 }
@@ -77,11 +79,10 @@ impl<F: Fn(&Record) -> bool + Unpin> futures_core::Stream for PageStream<F> {
 impl FileSource {
     fn stream<'a>(
         &'a self,
-        schema: &Schema,
         keep: impl Fn(&Record) -> bool + Send + Sync + Unpin + 'a,
     ) -> BoxStream<'a, Result<Page, ConnectorError>> {
         Box::pin(PageStream {
-            state: Mutex::new(Some(FileReader::open(self.spec.clone(), schema))),
+            state: Mutex::new(Some(FileReader::open(self.spec.clone(), &self.schema))),
             keep,
         })
     }
@@ -93,21 +94,21 @@ impl Source for FileSource {
         self.spec.path.display().to_string()
     }
 
-    fn read(&self, schema: &Schema, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
+    fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let time_field = self.time_field;
-        self.stream(schema, move |r| match time_field {
+        self.stream(move |r| match time_field {
             Some(i) => matches!(r.values.get(i), Some(Value::Timestamp(t)) if window.contains(*t)),
             None => true,
         })
     }
 
-    async fn lookup(
-        &self,
-        schema: &Schema,
-        keys: &[String],
-    ) -> Result<Vec<Record>, ConnectorError> {
+    fn reads_whole(&self) -> bool {
+        self.time_field.is_none()
+    }
+
+    async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
         let wanted: std::collections::HashSet<String> = keys.iter().cloned().collect();
-        let mut reader = FileReader::open(self.spec.clone(), schema)?;
+        let mut reader = FileReader::open(self.spec.clone(), &self.schema)?;
         let mut found = Vec::new();
         reader
             .for_each(|key, values, _| {
@@ -128,7 +129,7 @@ impl Source for FileSource {
 
     /// Records whose time cell is empty, null or missing: one more pass
     /// over the file, only for jobs that window a file by time.
-    async fn unplaced(&self, schema: &Schema) -> Result<Vec<Unplaced>, ConnectorError> {
+    async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
         let Some(i) = self.time_field else {
             return Ok(Vec::new());
         };
@@ -137,8 +138,8 @@ impl Source for FileSource {
             .columns
             .get(i)
             .cloned()
-            .unwrap_or_else(|| schema.fields[i].name.clone());
-        let mut reader = FileReader::open(self.spec.clone(), schema)?;
+            .unwrap_or_else(|| self.schema.fields[i].name.clone());
+        let mut reader = FileReader::open(self.spec.clone(), &self.schema)?;
         let mut out = Vec::new();
         reader
             .for_each(|key, values, _| {
@@ -157,24 +158,5 @@ impl Source for FileSource {
                 ReadError::Caller(never) => match never {},
             })?;
         Ok(out)
-    }
-}
-
-#[async_trait::async_trait]
-impl recon_core::Target for FileSource {
-    async fn check_unique_key(&self) -> Result<(), ConnectorError> {
-        Err(ConnectorError::NotIdempotent(format!(
-            "{} is an export file and cannot be backfilled; set backfill.mode = \"off\" for this job",
-            self.spec.path.display()
-        )))
-    }
-
-    async fn write(
-        &self,
-        _schema: &Schema,
-        _records: &[Record],
-        _mode: recon_core::WriteMode,
-    ) -> Result<Vec<recon_core::WriteOutcome>, ConnectorError> {
-        self.check_unique_key().await.map(|()| Vec::new())
     }
 }

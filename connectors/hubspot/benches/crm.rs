@@ -102,8 +102,8 @@ async fn shared_budget() {
             })
             .collect();
         let started = Instant::now();
-        let result = match t.check_unique_key().await {
-            Ok(()) => t.write(&schema(), &records, WriteMode::Upsert).await,
+        let result = match t.check_idempotent().await {
+            Ok(()) => t.write(&records, WriteMode::Upsert).await,
             Err(e) => Err(e),
         };
         let took = started.elapsed().as_secs_f64();
@@ -185,7 +185,7 @@ async fn alone() {
         end: jiff::Timestamp::from_millisecond(START_MS + DAY_MS).unwrap(),
     };
     let started = Instant::now();
-    let pages: Vec<_> = t.read(&schema(), window).try_collect().await.unwrap();
+    let pages: Vec<_> = t.read(window).try_collect().await.unwrap();
     let read_time = started.elapsed().as_secs_f64();
     let n: usize = pages.iter().map(|p| p.records.len()).sum();
     let (_, search) = t.stats();
@@ -211,7 +211,7 @@ async fn alone() {
     let (before, _) = t.stats();
     let started = Instant::now();
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap();
     let write_time = started.elapsed().as_secs_f64();

@@ -575,7 +575,7 @@ impl HubSpotObjects {
     async fn create_missing(&self, chunk: &[Record]) -> Result<Vec<WriteOutcome>, ConnectorError> {
         let keys: Vec<String> = chunk.iter().map(|r| r.key.clone()).collect();
         let present: std::collections::HashSet<String> = self
-            .lookup(&self.schema, &keys)
+            .lookup(&keys)
             .await?
             .into_iter()
             .map(|r| r.key)
@@ -632,7 +632,7 @@ impl HubSpotObjects {
                 ..
             }) => {
                 let now = self
-                    .lookup(&self.schema, std::slice::from_ref(&r.key))
+                    .lookup(std::slice::from_ref(&r.key))
                     .await?;
                 if now.iter().any(|x| x.key == r.key) {
                     Ok(WriteOutcome::Unchanged)
@@ -756,11 +756,7 @@ impl Source for HubSpotObjects {
         )
     }
 
-    fn read(
-        &self,
-        _schema: &Schema,
-        window: Window,
-    ) -> BoxStream<'_, Result<Page, ConnectorError>> {
+    fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let (lo, hi) = (window.start.as_millisecond(), window.end.as_millisecond());
         Box::pin(
             stream::once(async move { self.slices(lo, hi).await })
@@ -775,11 +771,7 @@ impl Source for HubSpotObjects {
         )
     }
 
-    async fn lookup(
-        &self,
-        _schema: &Schema,
-        keys: &[String],
-    ) -> Result<Vec<Record>, ConnectorError> {
+    async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
         let mut out = Vec::new();
         for chunk in keys.chunks(BATCH) {
             let body = json!({
@@ -806,7 +798,7 @@ impl Source for HubSpotObjects {
 
 #[async_trait::async_trait]
 impl Target for HubSpotObjects {
-    async fn check_unique_key(&self) -> Result<(), ConnectorError> {
+    async fn check_idempotent(&self) -> Result<(), ConnectorError> {
         let url = format!(
             "{}/crm/v3/properties/{}/{}",
             self.cfg.base_url.trim_end_matches('/'),
@@ -833,7 +825,6 @@ impl Target for HubSpotObjects {
 
     async fn write(
         &self,
-        _schema: &Schema,
         records: &[Record],
         mode: WriteMode,
     ) -> Result<Vec<WriteOutcome>, ConnectorError> {
@@ -849,5 +840,9 @@ impl Target for HubSpotObjects {
             out.extend(self.upsert(chunk).await?);
         }
         Ok(out)
+    }
+
+    fn as_source(&self) -> &dyn Source {
+        self
     }
 }

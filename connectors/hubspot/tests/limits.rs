@@ -87,9 +87,9 @@ async fn with_other_apps_using_90_percent_of_the_10s_budget_1000_upserts_complet
     let t = HubSpotObjects::new(config(&e, 40), &schema()).unwrap();
     let records: Vec<Record> = (0..1000).map(record).collect();
     let started = Instant::now();
-    t.check_unique_key().await.unwrap();
+    t.check_idempotent().await.unwrap();
     let out = t
-        .write(&schema(), &records, WriteMode::Upsert)
+        .write(&records, WriteMode::Upsert)
         .await
         .unwrap();
     let took = started.elapsed();
@@ -129,7 +129,7 @@ async fn when_the_window_never_frees_the_run_fails_after_patience_naming_the_set
     cfg.rate_limit_patience = Duration::from_secs(12);
     let t = HubSpotObjects::new(cfg, &schema()).unwrap();
     let started = Instant::now();
-    let err = t.check_unique_key().await.unwrap_err().to_string();
+    let err = t.check_idempotent().await.unwrap_err().to_string();
     let took = started.elapsed();
     assert!(
         err.contains("rate_limit_patience") && err.contains("12s"),
@@ -180,7 +180,7 @@ async fn search_never_meets_a_secondly_429_in_strict_mode() {
         start: jiff::Timestamp::from_millisecond(START_MS).unwrap(),
         end: jiff::Timestamp::from_millisecond(START_MS + DAY_MS).unwrap(),
     };
-    let pages: Vec<_> = t.read(&schema(), window).try_collect().await.unwrap();
+    let pages: Vec<_> = t.read(window).try_collect().await.unwrap();
     let keys: BTreeSet<String> = pages
         .into_iter()
         .flat_map(|p| p.records)
@@ -205,14 +205,14 @@ async fn upserts_send_empty_strings_for_empty_values_and_creates_omit_them() {
     let t = HubSpotObjects::new(config(&e, 100), &schema()).unwrap();
     let mut first = record(1);
     first.values[1] = Value::Text("closedwon".into());
-    t.write(&schema(), &[first], WriteMode::Upsert)
+    t.write(&[first], WriteMode::Upsert)
         .await
         .unwrap();
     // The stage is now empty: the upsert must clear it with "".
     let mut cleared = record(1);
     cleared.values[1] = Value::Null;
     let out = t
-        .write(&schema(), &[cleared], WriteMode::Upsert)
+        .write(&[cleared], WriteMode::Upsert)
         .await
         .unwrap();
     assert_eq!(out, vec![WriteOutcome::Updated]);
@@ -249,7 +249,7 @@ async fn upserts_send_empty_strings_for_empty_values_and_creates_omit_them() {
     let mut fresh = record(2);
     fresh.values[1] = Value::Null;
     let out = t
-        .write(&schema(), &[fresh], WriteMode::Insert)
+        .write(&[fresh], WriteMode::Insert)
         .await
         .unwrap();
     assert_eq!(out, vec![WriteOutcome::Created]);
@@ -278,7 +278,7 @@ async fn upsert_results_are_matched_by_trace_id_whatever_their_order() {
     let t = HubSpotObjects::new(config(&e, 100), &schema()).unwrap();
     // 30 exist already (updated), 70 are new (created); 5 of each fail.
     let existing: Vec<Record> = (0..30).map(record).collect();
-    t.write(&schema(), &existing, WriteMode::Upsert)
+    t.write(&existing, WriteMode::Upsert)
         .await
         .unwrap();
     let failing: BTreeSet<String> = [3, 7, 11, 40, 41, 42, 77, 80, 95, 99]
@@ -288,7 +288,7 @@ async fn upsert_results_are_matched_by_trace_id_whatever_their_order() {
     e.fail_ids(failing.iter().cloned().collect());
     let records: Vec<Record> = (0..100).map(record).collect();
     let out = t
-        .write(&schema(), &records, WriteMode::Upsert)
+        .write(&records, WriteMode::Upsert)
         .await
         .unwrap();
     for (r, o) in records.iter().zip(&out) {
@@ -459,21 +459,21 @@ async fn batch_bodies_match_hubspots_openapi_spec() {
     let t = HubSpotObjects::new(config(&e, 100), &schema()).unwrap();
     let mut with_null = record(1);
     with_null.values[1] = Value::Null;
-    t.write(&schema(), &[record(0), with_null], WriteMode::Upsert)
+    t.write(&[record(0), with_null], WriteMode::Upsert)
         .await
         .unwrap();
     e.fail_ids(vec!["ch_000005".into()]);
-    t.write(&schema(), &[record(4), record(5)], WriteMode::Upsert)
+    t.write(&[record(4), record(5)], WriteMode::Upsert)
         .await
         .unwrap();
     e.fail_ids(vec![]);
-    t.write(&schema(), &[record(0), record(9)], WriteMode::Insert)
+    t.write(&[record(0), record(9)], WriteMode::Insert)
         .await
         .unwrap();
-    t.lookup(&schema(), &["ch_000000".into(), "ch_404".into()])
+    t.lookup(&["ch_000000".into(), "ch_404".into()])
         .await
         .unwrap();
-    t.lookup(&schema(), &["ch_000009".into()]).await.unwrap();
+    t.lookup(&["ch_000009".into()]).await.unwrap();
     let mut seen = BTreeSet::new();
     let mut errors = Vec::new();
     for x in e.exchanges() {

@@ -67,7 +67,7 @@ async fn decimal_amounts_use_iso_4217_exponents_exactly() {
     for (key, (cur, amount, _)) in keys.iter().zip(CASES) {
         deal(&e, key, amount, cur);
     }
-    let mut found = objects(&e).lookup(&schema(), &keys).await.unwrap();
+    let mut found = objects(&e).lookup(&keys).await.unwrap();
     found.sort_by_key(|r| r.key[3..].parse::<usize>().unwrap());
     assert_eq!(found.len(), CASES.len());
     for (r, (cur, amount, minor)) in found.iter().zip(CASES) {
@@ -89,7 +89,7 @@ async fn an_amount_finer_than_the_currency_is_an_error_naming_object_and_propert
         let e = emulator().await;
         deal(&e, "ch_fine", amount, cur);
         let err = objects(&e)
-            .lookup(&schema(), &["ch_fine".to_string()])
+            .lookup(&["ch_fine".to_string()])
             .await
             .unwrap_err()
             .to_string();

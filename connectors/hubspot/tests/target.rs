@@ -107,7 +107,7 @@ async fn a_window_of_25000_deals_is_read_completely_past_the_search_cap() {
     e.insert("deals", deal_props(900_001, START_MS - 1));
     e.insert("deals", deal_props(900_002, START_MS + DAY_MS));
     let pages: Vec<_> = objects(&e, 10_000, 1_000)
-        .read(&schema(), window())
+        .read(window())
         .try_collect()
         .await
         .unwrap();
@@ -131,15 +131,15 @@ async fn a_window_of_25000_deals_is_read_completely_past_the_search_cap() {
 async fn upserts_are_idempotent_and_partial_failures_are_per_item() {
     let e = emulator(EmulatorConfig::default()).await;
     let t = objects(&e, 100, 5);
-    t.check_unique_key().await.unwrap();
+    t.check_idempotent().await.unwrap();
     let records: Vec<Record> = (0..250).map(record).collect();
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap();
     assert!(out.iter().all(|o| *o == WriteOutcome::Created), "{out:?}");
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap();
     assert!(
@@ -151,7 +151,7 @@ async fn upserts_are_idempotent_and_partial_failures_are_per_item() {
     // Two inputs of one batch fail; the rest of the batch is written.
     let more: Vec<Record> = (300..310).map(record).collect();
     e.fail_ids(vec!["ch_000303".into(), "ch_000307".into()]);
-    let out = t.write(&schema(), &more, WriteMode::Insert).await.unwrap();
+    let out = t.write(&more, WriteMode::Insert).await.unwrap();
     let failed: Vec<&str> = more
         .iter()
         .zip(&out)
@@ -164,7 +164,7 @@ async fn upserts_are_idempotent_and_partial_failures_are_per_item() {
         8
     );
     e.fail_ids(vec![]);
-    let out = t.write(&schema(), &more, WriteMode::Insert).await.unwrap();
+    let out = t.write(&more, WriteMode::Insert).await.unwrap();
     assert_eq!(
         out.iter().filter(|o| **o == WriteOutcome::Created).count(),
         2
@@ -173,7 +173,7 @@ async fn upserts_are_idempotent_and_partial_failures_are_per_item() {
 
     // Lookups find written objects by the unique property.
     let found = t
-        .lookup(&schema(), &["ch_000005".into(), "ch_nope".into()])
+        .lookup(&["ch_000005".into(), "ch_nope".into()])
         .await
         .unwrap();
     assert_eq!(found, vec![record(5)]);
@@ -196,7 +196,7 @@ async fn insert_mode_never_modifies_an_existing_object() {
     e.insert("deals", other);
     let records: Vec<Record> = (1..=4).map(record).collect();
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap();
     assert_eq!(out[0], WriteOutcome::Unchanged, "{out:?}");
@@ -240,7 +240,7 @@ async fn insert_mode_never_modifies_an_existing_object() {
     fine.values[1] = Value::Text("INV-6".into());
     clash.values[1] = Value::Text("INV-3".into());
     let out = t2
-        .write(&schema(), &[fine, clash], WriteMode::Insert)
+        .write(&[fine, clash], WriteMode::Insert)
         .await
         .unwrap();
     assert_eq!(out[0], WriteOutcome::Created, "{out:?}");
@@ -257,14 +257,14 @@ async fn a_property_that_is_not_unique_is_refused_with_the_fix() {
     let e = Emulator::start(EmulatorConfig::default()).await.unwrap();
     e.create_property("deals", "stripe_charge_id", false);
     let err = objects(&e, 100, 5)
-        .check_unique_key()
+        .check_idempotent()
         .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("hasUniqueValue"), "{err}");
     let e2 = Emulator::start(EmulatorConfig::default()).await.unwrap();
     let err = objects(&e2, 100, 5)
-        .check_unique_key()
+        .check_idempotent()
         .await
         .unwrap_err()
         .to_string();
@@ -285,11 +285,11 @@ async fn at_the_emulators_limits_no_request_is_throttled() {
         e.insert("deals", deal_props(i, START_MS + i * 1000));
     }
     let t = objects(&e, 12, 5);
-    let pages: Vec<_> = t.read(&schema(), window()).try_collect().await.unwrap();
+    let pages: Vec<_> = t.read(window()).try_collect().await.unwrap();
     assert_eq!(pages.iter().map(|p| p.records.len()).sum::<usize>(), 2_000);
     // 11 searches and 6 upserts: more than 12 in 10 s unless paced.
     let records: Vec<Record> = (5000..5600).map(record).collect();
-    t.write(&schema(), &records, WriteMode::Insert)
+    t.write(&records, WriteMode::Insert)
         .await
         .unwrap();
     assert_eq!(e.stats().throttled, 0, "{:?}", e.stats());
@@ -308,7 +308,7 @@ async fn a_wrong_token_points_at_the_token_setting() {
     cfg.base_url = e.base_url.clone();
     cfg.currency_property = Some("deal_currency_code".into());
     let t = HubSpotObjects::new(cfg, &schema()).unwrap();
-    let err = t.check_unique_key().await.unwrap_err().to_string();
+    let err = t.check_idempotent().await.unwrap_err().to_string();
     assert!(err.contains("401") && err.contains("token"), "{err}");
     assert!(!err.contains("pat-na1-wrong"), "{err}");
     e.shutdown().await;
@@ -322,10 +322,10 @@ async fn a_spent_daily_limit_stops_at_once_instead_of_retrying() {
     })
     .await;
     let t = objects(&e, 100, 5);
-    t.check_unique_key().await.unwrap();
+    t.check_idempotent().await.unwrap();
     let records: Vec<Record> = (0..300).map(record).collect();
     let err = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap_err()
         .to_string();

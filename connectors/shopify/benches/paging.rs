@@ -73,7 +73,7 @@ async fn drained() {
     cfg.bulk = BulkMode::Never;
     let s = ShopifySource::new(cfg, &schema()).unwrap();
     let started = Instant::now();
-    let result: Result<Vec<_>, _> = s.read(&schema(), window).try_collect().await;
+    let result: Result<Vec<_>, _> = s.read(window).try_collect().await;
     let took = started.elapsed().as_secs_f64();
     let left = f64::from(restore) * 0.1;
     let bound = (s.spent() as f64 - 2000.0).max(0.0) / left;
@@ -124,7 +124,7 @@ async fn alone() {
     cfg.bulk = BulkMode::Never;
     let paged = ShopifySource::new(cfg.clone(), &schema()).unwrap();
     let started = Instant::now();
-    let pages: Vec<_> = paged.read(&schema(), window).try_collect().await.unwrap();
+    let pages: Vec<_> = paged.read(window).try_collect().await.unwrap();
     let took = started.elapsed().as_secs_f64();
     let n: usize = pages.iter().map(|p| p.records.len()).sum();
     // The bucket starts full; every point spent beyond it must be restored.
@@ -141,7 +141,7 @@ async fn alone() {
     cfg.bulk_poll = Duration::from_millis(250);
     let bulk = ShopifySource::new(cfg, &schema()).unwrap();
     let started = Instant::now();
-    let pages: Vec<_> = bulk.read(&schema(), window).try_collect().await.unwrap();
+    let pages: Vec<_> = bulk.read(window).try_collect().await.unwrap();
     let bulk_took = started.elapsed().as_secs_f64();
     let m: usize = pages.iter().map(|p| p.records.len()).sum();
     println!("bulk: {m} orders in {bulk_took:.2} s (one bulk operation, polled, JSONL streamed)");

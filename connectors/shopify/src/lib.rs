@@ -12,6 +12,8 @@
 
 #[cfg(feature = "emulator")]
 pub mod emulator;
+mod settings;
 mod source;
 
+pub use settings::{ShopifySettings, DEFAULT_BULK_THRESHOLD};
 pub use source::{BulkMode, OrderKey, ShopifyConfig, ShopifySource, TimeField, SHOPIFY};

@@ -126,7 +126,7 @@ impl ShopifyConfig {
             api_version: "2025-01".into(),
             key: OrderKey::LegacyId,
             time_field: TimeField::CreatedAt,
-            bulk: BulkMode::Auto(25_000),
+            bulk: BulkMode::Auto(crate::DEFAULT_BULK_THRESHOLD),
             page_size: 250,
             bulk_poll: Duration::from_secs(1),
             rate_limit_patience: Duration::from_secs(15 * 60),
@@ -720,11 +720,7 @@ impl Source for ShopifySource {
         format!("Shopify orders at {}", self.cfg.shop_url)
     }
 
-    fn read(
-        &self,
-        _schema: &Schema,
-        window: Window,
-    ) -> BoxStream<'_, Result<Page, ConnectorError>> {
+    fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let seen = std::sync::Arc::new(Mutex::new(HashSet::<String>::new()));
         let convert = move |nodes: Vec<Json>,
                             seen: &Mutex<HashSet<String>>|
@@ -813,11 +809,7 @@ impl Source for ShopifySource {
         )
     }
 
-    async fn lookup(
-        &self,
-        _schema: &Schema,
-        keys: &[String],
-    ) -> Result<Vec<Record>, ConnectorError> {
+    async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
         // Orders are confirmed by searching their key; chunks keep the search string short.
         let mut out = Vec::new();
         let wide = Window {

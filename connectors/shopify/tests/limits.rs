@@ -76,7 +76,7 @@ async fn with_90_percent_of_the_restore_rate_drained_2000_orders_are_paged_compl
     orders(&e, start, 2000);
     let s = source(&e, Duration::from_secs(15 * 60));
     let started = Instant::now();
-    let pages: Vec<_> = s.read(&schema(), day(start)).try_collect().await.unwrap();
+    let pages: Vec<_> = s.read(day(start)).try_collect().await.unwrap();
     let took = started.elapsed();
     let keys: BTreeSet<String> = pages
         .into_iter()
@@ -120,7 +120,7 @@ async fn a_bucket_that_never_restores_fails_after_rate_limit_patience_naming_it(
     let s = source(&e, Duration::from_secs(20));
     let started = Instant::now();
     let err = s
-        .read(&schema(), day(start))
+        .read(day(start))
         .try_collect::<Vec<_>>()
         .await
         .unwrap_err()
@@ -152,7 +152,7 @@ async fn an_old_window_without_read_all_orders_is_refused_naming_the_scope() {
     orders(&e, start, 50);
     let s = source(&e, Duration::from_secs(60));
     let err = s
-        .read(&schema(), day(start))
+        .read(day(start))
         .try_collect::<Vec<_>>()
         .await
         .unwrap_err()
@@ -174,7 +174,7 @@ async fn an_old_window_with_read_all_orders_is_read() {
     let start = now() - 90 * DAY;
     orders(&e, start, 300);
     let s = source(&e, Duration::from_secs(60));
-    let pages: Vec<_> = s.read(&schema(), day(start)).try_collect().await.unwrap();
+    let pages: Vec<_> = s.read(day(start)).try_collect().await.unwrap();
     assert_eq!(pages.iter().map(|p| p.records.len()).sum::<usize>(), 300);
     // The scope query, then two pages.
     assert_eq!(e.stats().queries, 3, "{:?}", e.stats());
@@ -192,7 +192,7 @@ async fn a_recent_window_is_read_without_asking_for_scopes() {
     let start = now() - 30 * DAY;
     orders(&e, start, 100);
     let s = source(&e, Duration::from_secs(60));
-    let pages: Vec<_> = s.read(&schema(), day(start)).try_collect().await.unwrap();
+    let pages: Vec<_> = s.read(day(start)).try_collect().await.unwrap();
     assert_eq!(pages.iter().map(|p| p.records.len()).sum::<usize>(), 100);
     assert_eq!(e.stats().queries, 1, "{:?}", e.stats());
     e.shutdown().await;

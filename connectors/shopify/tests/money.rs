@@ -51,7 +51,7 @@ async fn read(e: &Emulator) -> Result<Vec<Record>, recon_core::ConnectorError> {
         start: ts(START),
         end: ts(START + 86_400),
     };
-    let pages: Vec<_> = s.read(&schema(), window).try_collect().await?;
+    let pages: Vec<_> = s.read(window).try_collect().await?;
     let mut v: Vec<Record> = pages.into_iter().flat_map(|p| p.records).collect();
     v.sort_by_key(|r| r.key.parse::<u64>().unwrap());
     Ok(v)

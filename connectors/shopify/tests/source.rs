@@ -61,7 +61,7 @@ fn source(e: &Emulator, bulk: BulkMode) -> ShopifySource {
 }
 
 async fn read(s: &ShopifySource) -> Result<Vec<Record>, recon_core::ConnectorError> {
-    let pages: Vec<_> = s.read(&schema(), window()).try_collect().await?;
+    let pages: Vec<_> = s.read(window()).try_collect().await?;
     let mut v: Vec<Record> = pages.into_iter().flat_map(|p| p.records).collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(v)
@@ -198,7 +198,7 @@ async fn lookups_find_orders_by_key() {
     let e = Emulator::start(EmulatorConfig::default()).await.unwrap();
     seed(&e);
     let found = source(&e, BulkMode::Never)
-        .lookup(&schema(), &["7".into(), "5000".into(), "999999".into()])
+        .lookup(&["7".into(), "5000".into(), "999999".into()])
         .await
         .unwrap();
     let mut keys: Vec<String> = found.into_iter().map(|r| r.key).collect();

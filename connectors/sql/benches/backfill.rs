@@ -220,7 +220,7 @@ async fn windowed_read(db: &TestDb) -> ReadResult {
     let mut rows = 0u64;
     let mut pages = 0u64;
     {
-        let mut stream = t.read(&schema(), window);
+        let mut stream = t.read(window);
         while let Some(page) = stream.try_next().await.expect("read") {
             rows += page.records.len() as u64;
             pages += 1;
@@ -300,10 +300,10 @@ async fn backfill(db: &TestDb) -> BackfillResult {
     let cfg = config(db, "payments");
     let batch = cfg.write_batch;
     let t = SqlTable::connect(cfg, &schema()).await.expect("connect");
-    t.check_unique_key().await.expect("unique key");
+    t.check_idempotent().await.expect("unique key");
     let start = Instant::now();
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .expect("batched write");
     let batched_time = start.elapsed();
@@ -331,7 +331,7 @@ async fn backfill(db: &TestDb) -> BackfillResult {
     // Idempotent re-run: the same records again.
     let start = Instant::now();
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .expect("re-run");
     let rerun_time = start.elapsed();
@@ -359,7 +359,7 @@ async fn backfill(db: &TestDb) -> BackfillResult {
     let some = &records[..BASELINE_ROWS];
     let start = Instant::now();
     let out = t
-        .write(&schema(), some, WriteMode::Insert)
+        .write(some, WriteMode::Insert)
         .await
         .expect("row-at-a-time write");
     let baseline_time = start.elapsed();

@@ -18,6 +18,8 @@
 //!   and quoted; values are always bound, never interpolated.
 
 mod dialect;
+mod settings;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod write;
 
@@ -34,6 +36,7 @@ use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::{AnyPool, Arguments, Row};
 
 pub use dialect::{validate_identifier, Dialect, Storage};
+pub use settings::SqlSettings;
 pub use write::{CurrencyCase, TimestampText, WRITE_TIMEOUT};
 
 /// Records per page handed to the pipeline.
@@ -565,11 +568,7 @@ impl Source for SqlTable {
         self.display.clone()
     }
 
-    fn read(
-        &self,
-        _schema: &Schema,
-        window: Window,
-    ) -> BoxStream<'_, Result<Page, ConnectorError>> {
+    fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let mut args = AnyArguments::default();
         if self.cfg.time_field.is_some() {
             let _ = args.add(window.start.as_second());
@@ -578,11 +577,11 @@ impl Source for SqlTable {
         Box::pin(stream_pages(self, args))
     }
 
-    async fn lookup(
-        &self,
-        _schema: &Schema,
-        keys: &[String],
-    ) -> Result<Vec<Record>, ConnectorError> {
+    fn reads_whole(&self) -> bool {
+        self.cfg.time_field.is_none()
+    }
+
+    async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
         self.rows_by_key(&self.select_list, keys)
             .await?
             .iter()
@@ -592,7 +591,7 @@ impl Source for SqlTable {
 
     /// Rows whose time column is NULL (or, on SQLite, holds no timestamp):
     /// the windowed read can never return them.
-    async fn unplaced(&self, _schema: &Schema) -> Result<Vec<Unplaced>, ConnectorError> {
+    async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
         let Some(i) = self.cfg.time_field else {
             return Ok(Vec::new());
         };
@@ -655,16 +654,23 @@ fn stream_pages<'a>(
 
 #[async_trait::async_trait]
 impl Target for SqlTable {
-    async fn check_unique_key(&self) -> Result<(), ConnectorError> {
+    async fn check_idempotent(&self) -> Result<(), ConnectorError> {
         self.check_writable().await
     }
 
     async fn write(
         &self,
-        _schema: &Schema,
         records: &[Record],
         mode: WriteMode,
     ) -> Result<Vec<WriteOutcome>, ConnectorError> {
         self.write_records(records, mode).await
+    }
+
+    fn write_batch(&self) -> usize {
+        self.cfg.write_batch
+    }
+
+    fn as_source(&self) -> &dyn Source {
+        self
     }
 }

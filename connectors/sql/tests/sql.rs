@@ -67,7 +67,7 @@ fn record(i: i64) -> Record {
 }
 
 async fn read_all(t: &SqlTable, window: Window) -> Vec<Record> {
-    let pages: Vec<_> = t.read(&schema(), window).try_collect().await.unwrap();
+    let pages: Vec<_> = t.read(window).try_collect().await.unwrap();
     let mut out: Vec<Record> = pages.into_iter().flat_map(|p| p.records).collect();
     out.sort_by(|a, b| a.key.cmp(&b.key));
     out
@@ -79,12 +79,12 @@ async fn suite(dialect: Dialect) {
     let t = SqlTable::connect(config(&db, "payments"), &schema())
         .await
         .unwrap();
-    t.check_unique_key().await.unwrap();
+    t.check_idempotent().await.unwrap();
 
     // Insert 2,500 records in batches of 300: all created.
     let records: Vec<Record> = (0..2500).map(record).collect();
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap();
     assert_eq!(out.len(), 2500);
@@ -96,7 +96,7 @@ async fn suite(dialect: Dialect) {
 
     // Again: idempotent, nothing written twice.
     let out = t
-        .write(&schema(), &records, WriteMode::Insert)
+        .write(&records, WriteMode::Insert)
         .await
         .unwrap();
     assert!(out.iter().all(|o| *o == WriteOutcome::Unchanged));
@@ -113,7 +113,7 @@ async fn suite(dialect: Dialect) {
 
     // Lookups find what exists and skip what does not.
     let keys: Vec<String> = vec!["ch_000007".into(), "ch_999999".into(), "ch_002499".into()];
-    let mut found = t.lookup(&schema(), &keys).await.unwrap();
+    let mut found = t.lookup(&keys).await.unwrap();
     found.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(found, vec![record(7), record(2499)]);
 
@@ -121,16 +121,14 @@ async fn suite(dialect: Dialect) {
     let mut changed = record(5);
     changed.values[1] = Value::Text("refunded".into());
     let out = t
-        .write(
-            &schema(),
-            &[changed.clone(), record(3000)],
+        .write(&[changed.clone(), record(3000)],
             WriteMode::Upsert,
         )
         .await
         .unwrap();
     assert_eq!(out, vec![WriteOutcome::Updated, WriteOutcome::Created]);
     assert_eq!(
-        t.lookup(&schema(), &["ch_000005".into()]).await.unwrap(),
+        t.lookup(&["ch_000005".into()]).await.unwrap(),
         vec![changed]
     );
 
@@ -139,9 +137,7 @@ async fn suite(dialect: Dialect) {
     too_long.values[1] = Value::Text("x".repeat(100));
     if dialect == Dialect::MySql {
         let out = t
-            .write(
-                &schema(),
-                &[record(4001), too_long, record(4002)],
+            .write(&[record(4001), too_long, record(4002)],
                 WriteMode::Insert,
             )
             .await
@@ -156,7 +152,7 @@ async fn suite(dialect: Dialect) {
     let loose = SqlTable::connect(config(&db, "loose"), &schema())
         .await
         .unwrap();
-    let e = loose.check_unique_key().await.unwrap_err().to_string();
+    let e = loose.check_idempotent().await.unwrap_err().to_string();
     assert!(
         e.contains("no unique constraint on `stripe_charge_id`"),
         "{e}"
@@ -174,7 +170,7 @@ async fn suite(dialect: Dialect) {
         .unwrap();
     let some: Vec<Record> = (0..8).map(record).collect();
     ledger
-        .write(&schema(), &some, WriteMode::Insert)
+        .write(&some, WriteMode::Insert)
         .await
         .unwrap();
     let window = Window {
@@ -311,7 +307,7 @@ async fn window_case(dialect: Dialect, column_type: &str, literals: [&str; 4]) {
     let t = SqlTable::connect(time_config(&db), &time_schema())
         .await
         .unwrap_or_else(|e| panic!("{dialect:?} {column_type}: {e}"));
-    let pages: Vec<_> = t.read(&time_schema(), day2()).try_collect().await.unwrap();
+    let pages: Vec<_> = t.read(day2()).try_collect().await.unwrap();
     let mut got: Vec<(String, Value)> = pages
         .into_iter()
         .flat_map(|p| p.records)
@@ -327,7 +323,7 @@ async fn window_case(dialect: Dialect, column_type: &str, literals: [&str; 4]) {
         ],
         "{dialect:?} {column_type} {literals:?}"
     );
-    assert!(t.unplaced(&time_schema()).await.unwrap().is_empty());
+    assert!(t.unplaced().await.unwrap().is_empty());
     db.drop_db().await;
 }
 
@@ -510,7 +506,7 @@ async fn unplaced_rows_are_listed_on_every_backend() {
             .await
             .unwrap();
         let got: Vec<(String, String, String, String)> = t
-            .unplaced(&time_schema())
+            .unplaced()
             .await
             .unwrap()
             .into_iter()

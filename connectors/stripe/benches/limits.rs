@@ -69,7 +69,7 @@ async fn run(emulator: &Emulator, rate: u32, charges: i64, lookups: u64) -> Run 
         end: jiff::Timestamp::from_second(START + DAY).unwrap(),
     };
     let started = Instant::now();
-    let pages: Result<Vec<_>, _> = source.read(&schema(), window).try_collect().await;
+    let pages: Result<Vec<_>, _> = source.read(window).try_collect().await;
     let list = source.stats();
     let mut ok = match &pages {
         Ok(pages) => {
@@ -91,7 +91,7 @@ async fn run(emulator: &Emulator, rate: u32, charges: i64, lookups: u64) -> Run 
             }
         })
         .collect();
-    if let Err(e) = source.lookup(&schema(), &keys).await {
+    if let Err(e) = source.lookup(&keys).await {
         println!("  run failed in lookups: {e}");
         ok = false;
     }

@@ -53,7 +53,7 @@ async fn read(
     cfg.concurrency = concurrency;
     let source = StripeSource::new(cfg, &schema()).unwrap();
     let started = Instant::now();
-    let pages: Vec<_> = source.read(&schema(), window).try_collect().await.unwrap();
+    let pages: Vec<_> = source.read(window).try_collect().await.unwrap();
     let n = pages.iter().map(|p| p.records.len()).sum();
     (n, started.elapsed(), source)
 }

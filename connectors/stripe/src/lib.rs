@@ -14,7 +14,9 @@
 #[cfg(feature = "emulator")]
 pub mod emulator;
 mod models;
+mod settings;
 mod source;
 
 pub use models::{FieldPaths, StripeObject};
+pub use settings::StripeSettings;
 pub use source::{StripeConfig, StripeSource, DEFAULT_API_VERSION, STRIPE};

@@ -317,11 +317,7 @@ impl Source for StripeSource {
         format!("Stripe {} at {}", self.cfg.object.path(), self.cfg.base_url)
     }
 
-    fn read(
-        &self,
-        _schema: &Schema,
-        window: Window,
-    ) -> BoxStream<'_, Result<Page, ConnectorError>> {
+    fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let (lo, hi) = (window.start.as_second(), window.end.as_second());
         let seen = Arc::new(Mutex::new(HashSet::new()));
         let first = {
@@ -380,11 +376,7 @@ impl Source for StripeSource {
         )
     }
 
-    async fn lookup(
-        &self,
-        _schema: &Schema,
-        keys: &[String],
-    ) -> Result<Vec<Record>, ConnectorError> {
+    async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
         let concurrency = self.cfg.concurrency.max(1);
         let found: Vec<Option<Record>> = stream::iter(keys.iter().cloned())
             .map(|key| async move {

@@ -71,7 +71,7 @@ fn source(emulator: &Emulator, concurrency: usize) -> StripeSource {
 }
 
 async fn read_ids(s: &StripeSource) -> Result<Vec<String>, recon_core::ConnectorError> {
-    let pages: Vec<_> = s.read(&schema(), window()).try_collect().await?;
+    let pages: Vec<_> = s.read(window()).try_collect().await?;
     Ok(pages
         .into_iter()
         .flat_map(|p| p.records)
@@ -120,9 +120,7 @@ async fn lookups_find_what_exists_and_treat_404_and_deleted_as_missing() {
     seed(&emulator, 10);
     let s = source(&emulator, 4);
     let mut found: Vec<String> = s
-        .lookup(
-            &schema(),
-            &["ch_00000003".into(), "ch_nope".into(), "ch_at_end".into()],
+        .lookup(&["ch_00000003".into(), "ch_nope".into(), "ch_at_end".into()],
         )
         .await
         .unwrap()

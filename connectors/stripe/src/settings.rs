@@ -1,0 +1,92 @@
+//! `type = "stripe"`: Stripe objects as a job's source of truth.
+
+use std::collections::BTreeMap;
+
+use recon_core::parse::positive_duration;
+use recon_core::{
+    BuildContext, ConnectorConfig, ConnectorError, Expand, Secret, Source, TargetRole,
+};
+use serde::Deserialize;
+
+use crate::{StripeConfig, StripeObject, StripeSource};
+
+/// The settings of a Stripe endpoint (source only).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StripeSettings {
+    /// Secret or restricted API key; use `${STRIPE_API_KEY}`.
+    pub api_key: Secret,
+    /// `charges`, `payment_intents`, `invoices`, `refunds` or `customers`.
+    pub object: StripeObject,
+    /// API base URL (default `https://api.stripe.com`).
+    pub base_url: Option<String>,
+    /// Pinned `Stripe-Version` (default the version recon was written against).
+    pub api_version: Option<String>,
+    /// Requests per second (default 25 with test keys, 100 with live keys).
+    pub requests_per_second: Option<u32>,
+    /// Most window slices paged at once (default 32).
+    pub concurrency: Option<usize>,
+    /// How long Stripe's 429s are retried while no request succeeds
+    /// (default `15m`); then the run fails naming this setting.
+    pub rate_limit_patience: Option<String>,
+    /// Canonical field → JSON path in the object (`email = "receipt_email"`).
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+}
+
+impl StripeSettings {
+    /// The client config for a job's fields.
+    pub fn client_config(&self, cx: BuildContext<'_>) -> Result<StripeConfig, ConnectorError> {
+        let mut cfg = StripeConfig::new(self.api_key.clone(), self.object);
+        if let Some(p) = &self.rate_limit_patience {
+            cfg.rate_limit_patience = Some(positive_duration(p, "Stripe rate_limit_patience")?);
+        }
+        if let Some(u) = &self.base_url {
+            cfg.base_url = u.clone();
+        }
+        if let Some(v) = &self.api_version {
+            cfg.api_version = v.clone();
+        }
+        cfg.requests_per_second = self.requests_per_second;
+        if let Some(c) = self.concurrency {
+            cfg.concurrency = c;
+        }
+        cfg.field_paths = cx
+            .schema
+            .fields
+            .iter()
+            .map(|f| self.fields.get(&f.name).cloned())
+            .collect();
+        Ok(cfg)
+    }
+}
+
+#[async_trait::async_trait]
+impl ConnectorConfig for StripeSettings {
+    fn field_map(&self) -> Option<(&'static str, &BTreeMap<String, String>)> {
+        Some(("fields", &self.fields))
+    }
+
+    fn expand_env(&mut self, side: &str, expand: Expand<'_>) -> Result<(), ConnectorError> {
+        self.api_key = Secret::new(expand(self.api_key.expose(), &format!("{side}.api_key"))?);
+        if let Some(u) = &mut self.base_url {
+            *u = expand(u, &format!("{side}.base_url"))?;
+        }
+        Ok(())
+    }
+
+    fn target_role(&self) -> TargetRole {
+        TargetRole::SourceOnly
+    }
+
+    async fn build_source(&self, cx: BuildContext<'_>) -> Result<Box<dyn Source>, ConnectorError> {
+        Ok(Box::new(StripeSource::new(
+            self.client_config(cx)?,
+            cx.schema,
+        )?))
+    }
+
+    fn kind(&self) -> &'static str {
+        "Stripe"
+    }
+}

@@ -1,0 +1,50 @@
+//! Test-only fault hooks, compiled in only with the `fault-injection`
+//! cargo feature.
+//!
+//! The integration tests enable the feature through the crate's
+//! dev-dependency on itself (see `Cargo.toml`), so `cargo test` builds the
+//! binary with the hooks while `cargo build` (the production binary) does
+//! not: there, the environment variable is never read and the hooks do
+//! nothing.
+
+/// Environment variable of the crash hook: abort the process after this many
+/// backfill items were written, before they are recorded as applied (the
+/// worst moment to crash).
+pub const FAULT_ABORT_AFTER: &str = "RECON_FAULT_ABORT_AFTER_ITEMS";
+
+/// Whether this build has the fault hooks (the `fault-injection` feature).
+pub const ENABLED: bool = cfg!(feature = "fault-injection");
+
+/// After how many written backfill items to abort the process, from
+/// [`FAULT_ABORT_AFTER`]; `None` when unset or not a number.
+///
+/// Without the `fault-injection` feature, always `None`; if the variable is
+/// set anyway, a warning says it is ignored, so that a test relying on the
+/// hook fails with the reason instead of a puzzling exit status.
+pub fn abort_after_items() -> Option<usize> {
+    let value = std::env::var_os(FAULT_ABORT_AFTER)?;
+    if !ENABLED {
+        eprintln!(
+            "warning: {FAULT_ABORT_AFTER} is set but ignored: this build of recon has no fault \
+             injection (it is compiled in only with the `fault-injection` cargo feature, \
+             which `cargo test` enables)"
+        );
+        return None;
+    }
+    value.to_str()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_tests_build_has_the_hooks() {
+        // `cargo test` enables the feature through the dev-dependency on
+        // the crate itself; without it the crash tests could not crash.
+        assert!(
+            ENABLED,
+            "cargo test must build recon with `fault-injection`"
+        );
+    }
+}

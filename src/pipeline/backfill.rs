@@ -1,0 +1,356 @@
+//! Stages 5–7: the backfill plan, the safety limits that guard it, and
+//! the ledger-backed writes that apply it exactly once.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::{anyhow, bail, Context, Result};
+use recon_core::{ConnectorError, Record, Source, Target, WriteMode, WriteOutcome};
+
+use super::RunPlan;
+use crate::config::BackfillMode;
+use crate::diff::DiffOutcome;
+use crate::plan::Action;
+use crate::state::{ItemStatus, RunLock, StateError, StateStore};
+
+/// How long a SQLite run lock may go without a heartbeat before another
+/// run may take it over (the holder died without releasing it).
+const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Write batches sent to the target at once during a backfill.
+const WRITES_IN_FLIGHT: usize = 2;
+
+/// One item of a backfill plan: the source's record and how to write it.
+pub type Item = (Record, WriteMode);
+
+/// The backfill plan: gaps, and mismatches when repairing (their source
+/// records looked up by key, in one batch).
+pub async fn plan_items(
+    plan: &RunPlan,
+    outcome: &DiffOutcome,
+    source: &dyn Source,
+) -> Result<Vec<Item>> {
+    let mode = plan.job.job.backfill.mode;
+    let mut items: Vec<Item> = Vec::new();
+    if mode == BackfillMode::Off {
+        return Ok(items);
+    }
+    items.extend(
+        outcome
+            .gaps
+            .iter()
+            .map(|r| (r.into_owned(), WriteMode::Insert)),
+    );
+    if mode == BackfillMode::Upsert && !outcome.mismatches.is_empty() {
+        let keys: Vec<String> = outcome.mismatches.iter().map(|m| m.key.clone()).collect();
+        let found = source.lookup(&keys).await.with_context(|| {
+            format!(
+                "job `{}`: looking up the source records of mismatches",
+                plan.job.name
+            )
+        })?;
+        items.extend(found.into_iter().map(|r| (r, WriteMode::Upsert)));
+    }
+    Ok(items)
+}
+
+/// What the safety limits allow.
+pub struct Guard {
+    /// Whether to write at all.
+    pub write: bool,
+    /// Whether plan.jsonl is written (dry run, nothing to do, or stopped).
+    pub plan_file: bool,
+    /// Why the writes were stopped: the run exits 2 with this message.
+    pub trouble: Option<String>,
+}
+
+/// Checks the plan against `max_records` and `max_ratio`: a plan over a
+/// limit is not written; plan.jsonl is kept for review and the message
+/// suggests the limits that would let it through.
+pub fn guard(plan: &RunPlan, items: usize, source_records: u64) -> Guard {
+    let ratio = items as f64 / source_records.max(1) as f64;
+    let over_count = items as u64 > plan.max_records;
+    let over_ratio = source_records > 0 && ratio > plan.max_ratio;
+    if plan.dry_run || items == 0 {
+        return Guard {
+            write: false,
+            plan_file: true,
+            trouble: None,
+        };
+    }
+    if !(over_count || over_ratio) {
+        return Guard {
+            write: true,
+            plan_file: false,
+            trouble: None,
+        };
+    }
+    let why = if over_count {
+        format!(
+            "{items} records exceed backfill.max_records = {} by {}",
+            plan.max_records,
+            items as u64 - plan.max_records
+        )
+    } else {
+        format!(
+            "{items} records are {:.1}% of the window's {source_records} source records, above backfill.max_ratio = {:.1}%",
+            ratio * 100.0,
+            plan.max_ratio * 100.0
+        )
+    };
+    // The suggested ratio is rounded UP to 3 decimals (exact integer
+    // arithmetic), so that the suggested rerun passes: 103 of 2000 is
+    // 0.0515 and suggests 0.052, never 0.051. A configured ratio that
+    // already allows the plan is kept as written (`{}` round-trips).
+    let source = (source_records as u128).max(1);
+    let milli = ((items as u128 * 1000).div_ceil(source)).min(1000);
+    let needed = format!("{}.{:03}", milli / 1000, milli % 1000);
+    let suggested_ratio = if plan.max_ratio >= needed.parse::<f64>().unwrap_or(1.0) {
+        plan.max_ratio.to_string()
+    } else {
+        needed
+    };
+    let msg = format!(
+        "job `{}`: safety limit: the backfill was stopped before writing anything: {why}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {suggested_ratio} (or raise the limits in the config)",
+        plan.job.name,
+        items.max(plan.max_records as usize),
+    );
+    Guard {
+        write: false,
+        plan_file: true,
+        trouble: Some(msg),
+    }
+}
+
+/// Takes the job's run lock; an overlapping run is trouble, said plainly.
+pub async fn lock(state: &StateStore, job: &str) -> Result<RunLock> {
+    match state.acquire_lock(job, STALE_LOCK).await {
+        Ok(lock) => Ok(lock),
+        Err(e @ StateError::Locked { .. }) => bail!("{e}"),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records the start of a run under the held `lock`; when the store
+/// refuses (an earlier run of the job is still alive), the lock is released
+/// and the refusal returned.
+pub async fn start_run(
+    state: &StateStore,
+    lock: RunLock,
+    job: &str,
+    window: recon_core::Window,
+    dry_run: bool,
+) -> Result<(String, RunLock)> {
+    match state
+        .start_run_as(job, window, dry_run, Some(lock.owner()))
+        .await
+    {
+        Ok(id) => Ok((id, lock)),
+        Err(e) => {
+            lock.release().await?;
+            bail!("{e}");
+        }
+    }
+}
+
+/// Where a backfill records what it does: the state store, the plan's id
+/// and job, and the run lock that must still be held before each write.
+pub struct Ledger<'a> {
+    /// The state store.
+    pub state: &'a StateStore,
+    /// The run lock, verified before every write batch.
+    pub lock: &'a RunLock,
+    /// The plan (run) id the items are recorded under.
+    pub plan_id: &'a str,
+    /// The job.
+    pub job: &'a str,
+}
+
+/// A ledger mark: key, status, error.
+type Mark = (String, ItemStatus, Option<String>);
+
+/// The ledger mark of one written item.
+fn mark(r: &Record, o: &WriteOutcome) -> Mark {
+    match o {
+        WriteOutcome::Failed(e) => (r.key.clone(), ItemStatus::Failed, Some(e.clone())),
+        _ => (r.key.clone(), ItemStatus::Applied, None),
+    }
+}
+
+/// Items whose outcome a lost connection left unknown are settled first:
+/// each is looked up by key in the target; present means applied, absent
+/// means it was never committed.
+async fn settle_unknown(ledger: &Ledger<'_>, target: &dyn Target) -> Result<()> {
+    let unknown = ledger.state.unknown_items(ledger.job).await?;
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<String> = unknown.iter().map(|(_, k)| k.clone()).collect();
+    let present: HashSet<String> = target
+        .lookup(&keys)
+        .await
+        .with_context(|| {
+            format!(
+                "job `{}`: settling {} backfill items of unknown outcome by key lookup in the target",
+                ledger.job,
+                keys.len()
+            )
+        })?
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let mut by_plan: HashMap<&str, Vec<Mark>> = HashMap::new();
+    for (plan, key) in &unknown {
+        let mark = if present.contains(key) {
+            (key.clone(), ItemStatus::Applied, None)
+        } else {
+            let why = "not committed: the connection was lost while it was in flight";
+            (key.clone(), ItemStatus::Failed, Some(why.to_string()))
+        };
+        by_plan.entry(plan.as_str()).or_default().push(mark);
+    }
+    for (plan, marks) in &by_plan {
+        ledger.state.mark_items(plan, marks).await?;
+    }
+    tracing::info!(
+        message = "Settled backfill items of unknown outcome by key lookup.",
+        job = ledger.job,
+        items = unknown.len(),
+        present = present.len(),
+    );
+    Ok(())
+}
+
+/// Batches of one mode each, in plan order, built as they are sent.
+fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = (WriteMode, Vec<Record>)> + '_ {
+    items
+        .chunks(batch.max(1))
+        .flat_map(|chunk| {
+            [WriteMode::Insert, WriteMode::Upsert].map(|mode| {
+                let records: Vec<Record> = chunk
+                    .iter()
+                    .filter(|(_, m)| *m == mode)
+                    .map(|(r, _)| r.clone())
+                    .collect();
+                (mode, records)
+            })
+        })
+        .filter(|(_, records)| !records.is_empty())
+}
+
+/// Writes the plan's items in batches, recording each in the ledger first
+/// (planned) and after (applied or failed). A crash between the write and
+/// the record is harmless: the write is an upsert by key, so the next run
+/// finds the record present and plans nothing for it. Before each batch
+/// the run lock is verified: a lost lock stops the writes at once. A lost
+/// connection records the batch in flight as `unknown` and ends the run;
+/// the next run settles those items by key lookup.
+pub async fn apply(
+    ledger: &Ledger<'_>,
+    target: &dyn Target,
+    items: &[Item],
+) -> Result<Vec<WriteOutcome>> {
+    let (state, plan_id) = (ledger.state, ledger.plan_id);
+    settle_unknown(ledger, target).await?;
+    let planned: Vec<(String, &str)> = items
+        .iter()
+        .map(|(r, m)| (r.key.clone(), Action::from(*m).as_str()))
+        .collect();
+    state.record_plan(plan_id, ledger.job, &planned).await?;
+    drop(planned);
+    let abort_after = crate::faults::abort_after_items();
+    // With the test-only crash hook, one batch at a time, so that the crash
+    // falls exactly after N items and before their record.
+    let in_flight = if abort_after.is_some() {
+        1
+    } else {
+        WRITES_IN_FLIGHT
+    };
+    let mut batches = batches(items, target.write_batch());
+    let mut outcomes: HashMap<String, WriteOutcome> = HashMap::with_capacity(items.len());
+    // `in_flight` batches (disjoint keys) are written at once, and the
+    // outcomes of the previous ones are recorded meanwhile (always after
+    // their own write, as exactly-once requires): neither the target's
+    // round trips nor the state store's commits wait for each other.
+    let mut unmarked: Vec<Mark> = Vec::new();
+    let mut written = 0usize;
+    loop {
+        let group: Vec<(WriteMode, Vec<Record>)> = batches.by_ref().take(in_flight).collect();
+        if group.is_empty() {
+            break;
+        }
+        if !ledger.lock.verify().await? {
+            state.mark_items(plan_id, &unmarked).await?;
+            bail!(
+                "job `{}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
+                ledger.job,
+                items.len()
+            );
+        }
+        let previous = std::mem::take(&mut unmarked);
+        let results = write_group(ledger, target, &group, &previous, written).await?;
+        for ((_, records), result) in group.iter().zip(results) {
+            written += records.len();
+            if abort_after.is_some_and(|n| written >= n) {
+                // Test-only fault hook: die like a SIGKILL, mid-backfill.
+                std::process::abort();
+            }
+            unmarked.extend(records.iter().zip(&result).map(|(r, o)| mark(r, o)));
+            outcomes.extend(records.iter().map(|r| r.key.clone()).zip(result));
+        }
+    }
+    state.mark_items(plan_id, &unmarked).await?;
+    // Back into plan order.
+    items
+        .iter()
+        .map(|(r, _)| {
+            outcomes
+                .remove(&r.key)
+                .ok_or_else(|| anyhow!("no outcome recorded for {}", r.key))
+        })
+        .collect()
+}
+
+/// Writes one group of batches at once while the previous group's marks
+/// are recorded. A lost connection records every batch of the group whose
+/// outcome is not known for sure as `unknown` and ends the run.
+async fn write_group(
+    ledger: &Ledger<'_>,
+    target: &dyn Target,
+    group: &[(WriteMode, Vec<Record>)],
+    previous: &[Mark],
+    written: usize,
+) -> Result<Vec<Vec<WriteOutcome>>> {
+    let (state, plan_id) = (ledger.state, ledger.plan_id);
+    let writes = group
+        .iter()
+        .map(|(mode, records)| target.write(records, *mode));
+    let (marked, results) = tokio::join!(
+        state.mark_items(plan_id, previous),
+        futures_util::future::join_all(writes)
+    );
+    marked?;
+    let lost = results.iter().find_map(|r| match r {
+        Err(ConnectorError::ConnectionLost(m)) => Some(m.clone()),
+        _ => None,
+    });
+    let Some(m) = lost else {
+        return results.into_iter().map(|r| r.map_err(Into::into)).collect();
+    };
+    let mut marks = Vec::new();
+    for ((_, records), result) in group.iter().zip(&results) {
+        match result {
+            Ok(outcomes) => marks.extend(records.iter().zip(outcomes).map(|(r, o)| mark(r, o))),
+            Err(_) => marks.extend(
+                records
+                    .iter()
+                    .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(m.clone()))),
+            ),
+        }
+    }
+    state.mark_items(plan_id, &marks).await?;
+    let unknown = marks.iter().filter(|m| m.1 == ItemStatus::Unknown).count();
+    bail!(
+        "job `{}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again",
+        ledger.job
+    )
+}

@@ -1,0 +1,251 @@
+//! Stage 9: reports, the saved plan, the terminal summary and the run's
+//! record in the state store.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use anyhow::Result;
+use jiff::Timestamp;
+use recon_core::{format_timestamp, Record, Window, WriteOutcome};
+use serde_json::json;
+
+use super::backfill::{Guard, Item};
+use super::read::{Confirmed, Sides};
+use super::{Finished, RunPlan};
+use crate::diff::DiffOutcome;
+use crate::plan::{Action, PlanLine, PLAN_FILE};
+use crate::report::{write_diff_reports, BackfillRow, ReportDir, RunExtras, RunMeta, UnplacedRow};
+use crate::state::{DiscrepancyDelta, PlanRecord, RunStatus, StateStore};
+use crate::Status;
+
+/// What the run is: its plan, id, windows and clocks.
+pub struct Context<'a> {
+    /// The validated run.
+    pub plan: &'a RunPlan,
+    /// The run's id.
+    pub run_id: &'a str,
+    /// The window asked for.
+    pub asked: Window,
+    /// The window read (with lookback).
+    pub window: Window,
+    /// When the run started.
+    pub now: Timestamp,
+    /// Its monotonic start.
+    pub started: Instant,
+    /// Milliseconds reading the source and the target.
+    pub timings: (u128, u128),
+    /// Both sides, for their names.
+    pub sides: &'a Sides,
+}
+
+/// What the run found and did.
+pub struct Found {
+    /// The diff, confirmed.
+    pub outcome: DiffOutcome,
+    /// Records no window can hold.
+    pub unplaced: Vec<UnplacedRow>,
+    /// What edge confirmation settled.
+    pub confirmed: Confirmed,
+    /// Young source records.
+    pub pending: Vec<Record>,
+    /// The history's delta.
+    pub delta: DiscrepancyDelta,
+    /// The backfill plan.
+    pub items: Vec<Item>,
+    /// What the safety limits decided.
+    pub guard: Guard,
+    /// The write outcomes, when the backfill ran.
+    pub outcomes: Option<Vec<WriteOutcome>>,
+}
+
+/// Writes the report folder (and plan.jsonl when kept), saves the plan for
+/// `recon apply`, commits the folder and prints the summary.
+pub async fn report(
+    cx: &Context<'_>,
+    state: &StateStore,
+    mut dir: ReportDir,
+    found: Found,
+) -> Result<Finished> {
+    let plan = cx.plan;
+    let job = &plan.job.name;
+    let schema = &plan.spec.schema;
+    let (history, resolved) = super::history::for_report(found.delta, cx.now);
+    let plan_lines = found.guard.plan_file.then(|| {
+        found
+            .items
+            .iter()
+            .map(|(r, m)| {
+                PlanLine::new(cx.run_id, job, cx.asked, Action::from(*m), schema, r).to_json()
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut extras = RunExtras {
+        run_id: Some(cx.run_id.to_string()),
+        dry_run: plan.dry_run,
+        pending: found.pending,
+        history: Some(history),
+        resolved,
+        confirmed_by_lookup: found.confirmed.dismissed,
+        unplaced: found.unplaced,
+        notes: found.confirmed.notes,
+        plan: plan_lines,
+        ..RunExtras::default()
+    };
+    extras.notes.extend(found.guard.trouble.clone());
+    if let Some(outcomes) = &found.outcomes {
+        extras.backfill = Some(backfill_rows(&found.items, outcomes, &mut extras));
+    }
+    let status = status(&found.outcome, &extras, found.guard.trouble.is_some());
+    let (source_ms, target_ms) = cx.timings;
+    let meta = RunMeta {
+        job: job.clone(),
+        source: cx.sides.source.describe(),
+        target: cx.sides.target().describe(),
+        window: Some((
+            format_timestamp(cx.window.start),
+            format_timestamp(cx.window.end),
+        )),
+        started_at: format_timestamp(cx.now),
+        source_ms,
+        target_ms,
+        total_ms: cx.started.elapsed().as_millis(),
+    };
+    write_diff_reports(
+        &mut dir,
+        schema,
+        &found.outcome,
+        &meta,
+        &extras,
+        status.code(),
+    )?;
+    if let Some(lines) = extras.plan.as_ref().filter(|p| !p.is_empty()) {
+        save_plan(
+            cx,
+            state,
+            &dir,
+            lines.len() as u64,
+            found.outcome.source_records,
+        )
+        .await?;
+    }
+    let path = dir.commit()?;
+    let mut counts = crate::report::counts(&found.outcome);
+    counts.insert("pending".into(), json!(extras.pending.len()));
+    counts.insert("backfilled".into(), json!(extras.backfilled));
+    counts.insert("backfill_failed".into(), json!(extras.backfill_failed));
+    println!("{}", render(&found.outcome, &extras));
+    if let Some(msg) = &found.guard.trouble {
+        eprintln!("error: {msg}");
+    }
+    Ok((status, serde_json::Value::Object(counts), path))
+}
+
+/// The `backfill.csv` rows, counting written and refused items.
+fn backfill_rows(
+    items: &[Item],
+    outcomes: &[WriteOutcome],
+    extras: &mut RunExtras,
+) -> Vec<BackfillRow> {
+    let mut rows = Vec::with_capacity(items.len());
+    for ((r, m), o) in items.iter().zip(outcomes) {
+        match o {
+            WriteOutcome::Failed(_) => extras.backfill_failed += 1,
+            WriteOutcome::Created | WriteOutcome::Updated => extras.backfilled += 1,
+            WriteOutcome::Unchanged => {}
+        }
+        rows.push(BackfillRow::new(&r.key, Action::from(*m), o));
+    }
+    rows
+}
+
+/// Clean when nothing is open after this run's writes; trouble when the
+/// safety limit stopped them.
+fn status(outcome: &DiffOutcome, extras: &RunExtras, trouble: bool) -> Status {
+    let written: HashSet<&str> = extras
+        .backfill
+        .iter()
+        .flatten()
+        .filter(|r| r.outcome.written())
+        .map(|r| r.key.as_str())
+        .collect();
+    let open_gaps = outcome
+        .gaps
+        .iter()
+        .filter(|r| !written.contains(r.key.as_str()))
+        .count();
+    let open_mismatches = outcome
+        .mismatches
+        .iter()
+        .filter(|m| !written.contains(m.key.as_str()))
+        .count();
+    let open = open_gaps
+        + outcome.orphans.len()
+        + open_mismatches
+        + outcome.duplicates.len()
+        + extras.unplaced.len();
+    if trouble {
+        Status::Trouble
+    } else if open == 0 {
+        Status::Clean
+    } else {
+        Status::Discrepancies
+    }
+}
+
+/// Records plan.jsonl's digest: what `recon apply --plan` will accept is
+/// this file, unedited.
+async fn save_plan(
+    cx: &Context<'_>,
+    state: &StateStore,
+    dir: &ReportDir,
+    items: u64,
+    source_records: u64,
+) -> Result<()> {
+    let record = PlanRecord {
+        id: cx.run_id.to_string(),
+        job: cx.plan.job.name.clone(),
+        window: cx.asked,
+        sha256: crate::plan::file_sha256(&dir.staged(PLAN_FILE))?,
+        items,
+        source_records,
+        read_at: cx.now,
+        created_at: Timestamp::now(),
+    };
+    state.save_plan(&record).await?;
+    Ok(())
+}
+
+/// Records how the run ended in the state store.
+pub async fn record(state: &StateStore, run_id: &str, result: &Result<Finished>) -> Result<()> {
+    let (status, counts, dir, error) = match result {
+        Ok((status, counts, dir)) => (
+            status.run_status(),
+            counts.clone(),
+            Some(dir.display().to_string()),
+            None,
+        ),
+        Err(e) => (RunStatus::Failed, json!(null), None, Some(format!("{e:#}"))),
+    };
+    state
+        .finish_run(run_id, status, &counts, dir.as_deref(), error.as_deref())
+        .await?;
+    Ok(())
+}
+
+fn render(o: &DiffOutcome, e: &RunExtras) -> String {
+    format!(
+        "{}\n  unplaced    {}\n  pending     {}\n  resolved    {}\n  backfilled  {}{}",
+        crate::commands::diff::render_summary(o),
+        e.unplaced.len(),
+        e.pending.len(),
+        e.resolved.len(),
+        e.backfilled,
+        if e.backfill_failed > 0 {
+            format!("\n  failed      {}", e.backfill_failed)
+        } else if e.dry_run {
+            " (dry run: see plan.jsonl)".to_string()
+        } else {
+            String::new()
+        }
+    )
+}

@@ -1,0 +1,174 @@
+//! The run pipeline, in named stages, each a function with typed input
+//! and output:
+//!
+//! | stage | module | in → out |
+//! |---|---|---|
+//! | plan | [`job`] | args + config → [`RunPlan`] |
+//! | connect | [`read::Sides::build`] | settings → source, target |
+//! | read + diff | [`read::read_and_diff`] | both sides → `DiffOutcome` |
+//! | unplaced | [`read::unplaced_records`] | sides → rows no window holds |
+//! | confirm edges | [`read::confirm_edges`] | outcome → outcome, dismissed |
+//! | pending | [`pending`] | outcome → outcome, young records |
+//! | plan items | [`backfill::plan_items`] | outcome → items |
+//! | guard | [`backfill::guard`] | items → write or stop |
+//! | history ∥ apply | [`history::update`], [`backfill::apply`] | → delta, outcomes |
+//! | report | [`finish`] | everything → report folder, status |
+//!
+//! `recon run` is [`execute`]; `recon apply` reuses connect, apply and
+//! report.
+
+pub mod backfill;
+pub mod finish;
+pub mod history;
+mod job;
+pub mod read;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Result};
+use jiff::Timestamp;
+use recon_core::{format_timestamp, Record, Value, Window};
+
+pub use job::RunPlan;
+
+use crate::diff::DiffOutcome;
+use crate::report::ReportDir;
+use crate::state::{RunStatus, StateStore};
+use crate::Status;
+use backfill::Ledger;
+
+/// Runs a plan end to end under the job's lock; returns the exit status.
+pub async fn execute(plan: RunPlan) -> Result<Status> {
+    let now = Timestamp::now();
+    let job = plan.job.name.clone();
+    let state = StateStore::open(plan.job.state.expose()).await?;
+    let lock = backfill::lock(&state, &job).await?;
+    let last = state.last_success_end(&job).await?;
+    let asked = plan
+        .window
+        .resolve(now, &plan.tz, last)
+        .map_err(|e| anyhow!("job `{job}`: {e}"))?;
+    // A dry run may look at a future window (nothing it records counts for
+    // `since-last-success`); a run that writes may not.
+    if asked.start > now && !plan.dry_run {
+        lock.release().await?;
+        bail!(
+            "job `{job}`: the window {}..{} has not begun yet; nothing can be reconciled before it starts. Check --window",
+            format_timestamp(asked.start),
+            format_timestamp(asked.end)
+        );
+    }
+    // The part of the window after now was not read: a later
+    // `since-last-success` must start where this run's reading ended.
+    let recorded = Window {
+        start: asked.start,
+        end: asked.end.min(now).max(asked.start),
+    };
+    let (run_id, lock) = backfill::start_run(&state, lock, &job, recorded, plan.dry_run).await?;
+    let ledger = Ledger {
+        state: &state,
+        lock: &lock,
+        plan_id: &run_id,
+        job: &job,
+    };
+    let result = run_locked(&plan, &ledger, asked, now).await;
+    finish::record(&state, &run_id, &result).await?;
+    lock.release().await?;
+    let (status, _, dir) = result?;
+    println!("reports: {}", dir.display());
+    // Trouble here is the safety limit: reports and plan written, nothing else.
+    Ok(status)
+}
+
+/// What a finished run hands back: exit status, counts, report folder.
+pub type Finished = (Status, serde_json::Value, PathBuf);
+
+impl Status {
+    /// The run status recorded for an exit status.
+    pub fn run_status(self) -> RunStatus {
+        match self {
+            Status::Clean => RunStatus::Clean,
+            Status::Discrepancies => RunStatus::Discrepancies,
+            Status::Trouble => RunStatus::Failed,
+        }
+    }
+}
+
+/// The stages, in order, between taking the lock and releasing it.
+async fn run_locked(
+    plan: &RunPlan,
+    ledger: &Ledger<'_>,
+    asked: Window,
+    now: Timestamp,
+) -> Result<Finished> {
+    let started = Instant::now();
+    let job = &plan.job.name;
+    // The report destination is checked (and its staging folder made)
+    // before anything is read or written.
+    let dir_path = match &plan.out {
+        Some(p) => p.clone(),
+        None => plan.job.reports.join(job).join(ledger.plan_id),
+    };
+    let dir = ReportDir::prepare(&dir_path)?;
+    let window = Window {
+        start: asked.start.checked_sub(plan.lookback).map_err(|_| {
+            anyhow!(
+                "job `{job}`: lookback reaches before the earliest supported instant \
+                 from the window's start {}; shorten lookback",
+                asked.start
+            )
+        })?,
+        end: asked.end,
+    };
+    let sides = read::Sides::build(plan, plan.writes()).await?;
+    let read = read::read_and_diff(plan, &sides, window).await?;
+    let unplaced = read::unplaced_records(plan, &sides).await?;
+    let mut outcome = read.outcome;
+    let confirmed = read::confirm_edges(&mut outcome, &sides, &plan.spec).await?;
+    let pending = pending(plan, &mut outcome, now)?;
+    let items = backfill::plan_items(plan, &outcome, sides.source.as_ref()).await?;
+    let guard = backfill::guard(plan, items.len(), outcome.source_records);
+    let (delta, outcomes) =
+        history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now).await?;
+    let context = finish::Context {
+        plan,
+        run_id: ledger.plan_id,
+        asked,
+        window,
+        now,
+        started,
+        timings: (read.source_ms, read.target_ms),
+        sides: &sides,
+    };
+    let found = finish::Found {
+        outcome,
+        unplaced,
+        confirmed,
+        pending,
+        delta,
+        items,
+        guard,
+        outcomes,
+    };
+    finish::report(&context, ledger.state, dir, found).await
+}
+
+/// Young source records are in flight, not missing: gaps younger than
+/// `grace` are taken out of the outcome.
+fn pending(plan: &RunPlan, outcome: &mut DiffOutcome, now: Timestamp) -> Result<Vec<Record>> {
+    let (Some(t), false) = (plan.time_field, plan.grace.is_zero()) else {
+        return Ok(Vec::new());
+    };
+    let cutoff = now.checked_sub(plan.grace).map_err(|_| {
+        anyhow!(
+            "job `{}`: grace reaches before the earliest supported instant; shorten grace",
+            plan.job.name
+        )
+    })?;
+    let (young, old): (Vec<Record>, Vec<Record>) = std::mem::take(&mut outcome.gaps)
+        .into_iter()
+        .partition(|r| matches!(r.values[t], Value::Timestamp(ts) if ts >= cutoff));
+    outcome.gaps = old.into();
+    Ok(young)
+}

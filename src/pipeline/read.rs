@@ -1,0 +1,342 @@
+//! Stages 1–2: build both sides, read them into the diff engine, list
+//! records no window can hold, and confirm edge cases by key.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Context, Result};
+use futures_util::TryStreamExt;
+use recon_core::{BuildContext, Record, Source, Target, Value, ValueRef, Window};
+
+use super::RunPlan;
+use crate::config::{EndpointConfig, UnplacedPolicy};
+use crate::diff::{equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch};
+use crate::report::UnplacedRow;
+
+/// The target as the run needs it: read only, or read and written.
+pub enum TargetSide {
+    /// Compared against only (dry run, `backfill.mode = "off"`).
+    Read(Box<dyn Source>),
+    /// Compared against and backfilled.
+    Write(Box<dyn Target>),
+}
+
+/// Both sides of a run, built from their settings.
+pub struct Sides {
+    /// The source of truth.
+    pub source: Box<dyn Source>,
+    /// The target.
+    pub target: TargetSide,
+}
+
+impl Sides {
+    /// Builds the source, and the target as a writer only when the run
+    /// writes (then its idempotency precondition is checked first).
+    pub async fn build(plan: &RunPlan, write: bool) -> Result<Sides> {
+        let job = &plan.job.name;
+        let cx = BuildContext {
+            schema: &plan.spec.schema,
+            time_field: plan.time_field,
+        };
+        let source = plan.job.job.source.connector().build_source(cx).await;
+        let source = source.with_context(|| format!("job `{job}`: source"))?;
+        let target_cfg = plan.job.job.target.connector();
+        let target = if write {
+            let t = target_cfg.build_target(cx).await;
+            let t = t.with_context(|| format!("job `{job}`: target"))?;
+            t.check_idempotent().await?;
+            TargetSide::Write(t)
+        } else {
+            let t = target_cfg.build_source(cx).await;
+            TargetSide::Read(t.with_context(|| format!("job `{job}`: target"))?)
+        };
+        Ok(Sides { source, target })
+    }
+
+    /// The target, to read and look up.
+    pub fn target(&self) -> &dyn Source {
+        match &self.target {
+            TargetSide::Read(s) => s.as_ref(),
+            TargetSide::Write(t) => t.as_source(),
+        }
+    }
+
+    /// The target, to write; `None` when the run does not write.
+    pub fn writer(&self) -> Option<&dyn Target> {
+        match &self.target {
+            TargetSide::Read(_) => None,
+            TargetSide::Write(t) => Some(t.as_ref()),
+        }
+    }
+}
+
+/// What reading both sides produced.
+pub struct Read {
+    /// The diff before edge confirmation.
+    pub outcome: DiffOutcome,
+    /// Milliseconds spent reading the source.
+    pub source_ms: u128,
+    /// Milliseconds spent reading the target.
+    pub target_ms: u128,
+}
+
+/// Reads the source, then the target, into one diff engine.
+pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Result<Read> {
+    let job = &plan.job.name;
+    let started = std::time::Instant::now();
+    let mut engine = DiffEngine::new(plan.spec.clone());
+    let (source, target) = (sides.source.as_ref(), sides.target());
+    feed(
+        &plan.job.job.source,
+        source,
+        plan,
+        window,
+        &mut engine,
+        true,
+    )
+    .await
+    .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
+    let source_ms = started.elapsed().as_millis();
+    feed(
+        &plan.job.job.target,
+        target,
+        plan,
+        window,
+        &mut engine,
+        false,
+    )
+    .await
+    .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
+    let target_ms = started.elapsed().as_millis() - source_ms;
+    Ok(Read {
+        outcome: engine.finish(),
+        source_ms,
+        target_ms,
+    })
+}
+
+/// Feeds one side to the engine. A file side goes through `recon diff`'s
+/// batched pipeline (a reader thread, no owned records, no pages); other
+/// sides stream pages, each encoded as one batch.
+async fn feed(
+    endpoint: &EndpointConfig,
+    side: &dyn Source,
+    plan: &RunPlan,
+    window: Window,
+    engine: &mut DiffEngine,
+    source_side: bool,
+) -> Result<()> {
+    let schema = &plan.spec.schema;
+    if let EndpointConfig::File(file) = endpoint {
+        let cx = BuildContext {
+            schema,
+            time_field: plan.time_field,
+        };
+        let reader = recon_file::FileReader::open(file.spec(cx), schema)?;
+        let time_field = plan.time_field;
+        let in_window = move |values: &[ValueRef<'_>]| match time_field {
+            Some(t) => {
+                matches!(values.get(t), Some(ValueRef::Timestamp(ts)) if window.contains(*ts))
+            }
+            None => true,
+        };
+        let feed =
+            || crate::commands::diff::feed_file(engine, reader, source_side, Some(&in_window));
+        // The reader thread and this one work at full speed; other tasks
+        // (the lock's heartbeat) move to another worker meanwhile.
+        return match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
+            _ => feed(),
+        };
+    }
+    let mut pages = side.read(window);
+    let mut batch = RecordBatch::new(engine.spec());
+    while let Some(page) = pages.try_next().await? {
+        batch.clear();
+        let mut values = Vec::with_capacity(schema.fields.len());
+        for r in &page.records {
+            values.clear();
+            values.extend(r.values.iter().map(Value::as_ref));
+            batch.push(&r.key, &values)?;
+        }
+        if source_side {
+            engine.add_source_batch(&batch)?;
+        } else {
+            engine.add_target_batch(&batch);
+        }
+    }
+    Ok(())
+}
+
+/// Records of either side that no window can hold (time field empty, NULL
+/// or not a timestamp). With `unplaced = "fail"` any such record stops the
+/// run (exit 2) before anything is written.
+pub async fn unplaced_records(plan: &RunPlan, sides: &Sides) -> Result<Vec<UnplacedRow>> {
+    let job = &plan.job.name;
+    let mut rows = Vec::new();
+    for (side, endpoint) in [
+        ("source", sides.source.as_ref()),
+        ("target", sides.target()),
+    ] {
+        let found = endpoint.unplaced().await.with_context(|| {
+            format!("job `{job}`: listing the {side}'s records that have no time")
+        })?;
+        rows.extend(found.into_iter().map(|record| UnplacedRow {
+            side: side.to_string(),
+            record,
+        }));
+    }
+    if let (Some(first), UnplacedPolicy::Fail) = (rows.first(), plan.job.job.unplaced) {
+        bail!(
+            "job `{job}`: {} record(s) have no usable time and belong to no window (first: {} `{}`, field `{}` {}); \
+             fix them at their side, or set unplaced = \"report\" to list them in unplaced.csv",
+            rows.len(),
+            first.side,
+            first.record.key,
+            first.record.field,
+            first.record.reason
+        );
+    }
+    Ok(rows)
+}
+
+/// What edge confirmation settled.
+pub struct Confirmed {
+    /// Gaps and orphans dismissed because a lookup found the record.
+    pub dismissed: u64,
+    /// Warnings about a side whose window read looks wrong.
+    pub notes: Vec<String>,
+}
+
+/// Before a gap is reported the target is asked for it by key, and before
+/// an orphan is reported the source is: a record at the window's edge may
+/// sit on the other side of midnight in the other system.
+pub async fn confirm_edges(
+    outcome: &mut DiffOutcome,
+    sides: &Sides,
+    spec: &DiffSpec,
+) -> Result<Confirmed> {
+    let (gaps_read, orphans_read) = (outcome.gaps.len(), outcome.orphans.len());
+    let gap_keys: Vec<String> = outcome.gaps.iter().map(|r| r.key.clone()).collect();
+    let in_target = lookup(sides.target(), &gap_keys)
+        .await
+        .context("confirming gaps by key in the target")?;
+    let orphan_keys: Vec<String> = outcome.orphans.iter().map(|r| r.key.clone()).collect();
+    let in_source = lookup(sides.source.as_ref(), &orphan_keys)
+        .await
+        .context("confirming orphans by key in the source")?;
+    let mut dismissed = 0;
+    // Lists stay in their compact form unless a lookup found something.
+    if !in_target.is_empty() {
+        let mut kept = Vec::new();
+        for g in std::mem::take(&mut outcome.gaps) {
+            match in_target.get(&g.key) {
+                Some(t) => settle(spec, outcome, &g, t),
+                None => kept.push(g),
+            }
+        }
+        dismissed += (gaps_read - kept.len()) as u64;
+        outcome.gaps = kept.into();
+    }
+    if !in_source.is_empty() {
+        let mut kept = Vec::new();
+        for o in std::mem::take(&mut outcome.orphans) {
+            match in_source.get(&o.key) {
+                Some(s) => settle(spec, outcome, s, &o),
+                None => kept.push(o),
+            }
+        }
+        dismissed += (orphans_read - kept.len()) as u64;
+        outcome.orphans = kept.into();
+    }
+    outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
+    let notes = empty_read_notes(outcome, gaps_read, orphans_read, sides);
+    Ok(Confirmed { dismissed, notes })
+}
+
+/// The records a side holds for `keys`, by key. A side read whole holds
+/// nothing a lookup could add: asking it again would only read it twice.
+async fn lookup(side: &dyn Source, keys: &[String]) -> Result<HashMap<String, Record>> {
+    if keys.is_empty() || side.reads_whole() {
+        return Ok(HashMap::new());
+    }
+    let found = side.lookup(keys).await?;
+    Ok(found.into_iter().map(|r| (r.key.clone(), r)).collect())
+}
+
+/// A pair found by lookup is a match or a mismatch.
+fn settle(spec: &DiffSpec, outcome: &mut DiffOutcome, source: &Record, target: &Record) {
+    let diffs = compare_pair(spec, source, target);
+    if diffs.is_empty() {
+        outcome.matched += 1;
+    } else {
+        outcome.mismatches.push(Mismatch {
+            key: source.key.clone(),
+            fields: diffs,
+        });
+    }
+}
+
+fn compare_pair(spec: &DiffSpec, source: &Record, target: &Record) -> Vec<FieldDiff> {
+    spec.schema
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| {
+            f.compared
+                && !equal(
+                    source.values[*i].as_ref(),
+                    target.values[*i].as_ref(),
+                    f.kind,
+                    spec.tolerances[*i],
+                )
+        })
+        .map(|(i, _)| FieldDiff {
+            field: i,
+            source: source.values[i].clone(),
+            target: target.values[i].clone(),
+        })
+        .collect()
+}
+
+/// A side whose window read returned nothing although key lookups found
+/// the other side's records in it: its time column is probably compared
+/// wrongly, so the run must not look clean. One note per such side, also
+/// printed as a warning.
+fn empty_read_notes(
+    outcome: &DiffOutcome,
+    gaps_read: usize,
+    orphans_read: usize,
+    sides: &Sides,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let found_in_target = gaps_read - outcome.gaps.len();
+    let found_in_source = orphans_read - outcome.orphans.len();
+    for (rows, found, side, other, what) in [
+        (
+            outcome.target_rows,
+            found_in_target,
+            "target",
+            "source",
+            sides.target(),
+        ),
+        (
+            outcome.source_rows,
+            found_in_source,
+            "source",
+            "target",
+            sides.source.as_ref(),
+        ),
+    ] {
+        if rows == 0 && found > 0 {
+            notes.push(format!(
+                "warning: the {side}'s window read returned 0 records, yet {found} of the {other}'s records were found in the {side} by key ({}); \
+                 check that the {side}'s time column holds the records' times and is compared in UTC",
+                what.describe()
+            ));
+        }
+    }
+    for n in &notes {
+        eprintln!("{n}");
+    }
+    notes
+}
