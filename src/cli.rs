@@ -32,6 +32,13 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Run the whole product offline: an emulated Stripe API, a SQLite
     /// ledger with planted discrepancies, then a dry run, an apply and a rerun.
+    #[cfg_attr(
+        not(feature = "demo"),
+        command(
+            about = "Not in this build (compiled without the `demo` feature): exits with status 2",
+            long_about = None
+        )
+    )]
     Demo(DemoArgs),
     /// Recent runs of each job, from the state store.
     Runs(RunsArgs),

@@ -56,6 +56,7 @@ fn tag_of(hash: u64) -> u64 {
 
 /// Hints the CPU to fetch the cache line holding `p`; never faults.
 #[inline(always)]
+#[allow(unsafe_code)] // Reviewed: the one `unsafe` is a prefetch hint (SAFETY below).
 fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is a hint and never dereferences the pointer.
