@@ -1,0 +1,4 @@
+-- Step 5: SQLite: ledger and history clustered by their keys (WITHOUT ROWID).
+-- Released: never edit this file; add a new migration instead.
+-- Nothing to do on PostgreSQL (its tables are heaps either way); the step
+-- exists so that both backends have the same migration numbers.
