@@ -1,321 +1,262 @@
-//! The schema of the state database and the runner that creates and
-//! upgrades it.
+//! The schema of the state database: sqlx migrations, one folder per
+//! backend (`migrations/state/sqlite/`, `migrations/state/postgres/`),
+//! embedded at build time by `sqlx::migrate!` and recorded in the store's
+//! `_sqlx_migrations` table with the SHA-384 checksum of each file.
 //!
-//! `recon_schema_version` lists the steps applied. Each step is a numbered
-//! list of DDL statements per dialect; steps are only ever appended. The
-//! runner applies the missing steps in one transaction that first takes a
-//! database-wide lock (`BEGIN IMMEDIATE` on SQLite, a transaction-scoped
-//! advisory lock on PostgreSQL), so running it twice, or from two processes
-//! at once, applies each step exactly once.
+//! Adding to the schema: add `NNNN_what_it_does.sql` with the next number
+//! to *both* folders (a step one backend does not need is a file holding
+//! only a comment, so one number names one schema), then rebuild (the
+//! macro embeds the files it found; `touch src/state/migrate.rs` if cargo
+//! does not notice the new file). Never edit a released file: the store
+//! remembers its checksum, sqlx refuses to run against a changed one, and
+//! the test `released_migrations_are_unchanged` fails first.
+//!
+//! **Concurrency.** Everything below runs in one transaction that first
+//! takes a database-wide lock: `BEGIN IMMEDIATE` on SQLite, where sqlx
+//! itself takes none (its `lock()` is a no-op there and each migration is a
+//! deferred transaction, so two processes opening a new file together would
+//! both apply migration 1, and one would fail); a transaction-scoped
+//! advisory lock on PostgreSQL, under the key the old runner used, so that
+//! an older recon migrating at the same moment waits too. sqlx's own
+//! session-level PostgreSQL lock is switched off: ours covers it, and a
+//! session lock would outlive a failed migration on a pooled connection.
+//! Each migration runs in a savepoint of that transaction, so a failure
+//! leaves the store as it was. Two processes migrating at once therefore
+//! apply every migration exactly once: the second waits, then finds them
+//! applied.
+//!
+//! **Stores made by earlier recon releases** were created by a hand-written
+//! runner that listed its steps 1–5 in `recon_schema_version`. Migrations
+//! 0001–0005 are those steps, statement for statement. On the first open
+//! by this recon, inside the same locked transaction, the steps listed
+//! there are recorded in `_sqlx_migrations` as applied (the embedded
+//! description and checksum, the original `applied_at`, execution time 0)
+//! without running their DDL, `recon_schema_version` is dropped, and then
+//! any newer migration runs. Dropping it leaves one record of the schema
+//! instead of two that could disagree; an older recon pointed at a migrated
+//! store then fails to open (its runner tries to create `recon_runs` again,
+//! rolls back and changes nothing) rather than run on a schema it does not
+//! track. Going back to an older recon needs a backup of the state
+//! database taken before the upgrade.
 
-use jiff::Timestamp;
-use sqlx::{AnyPool, Row};
+#[cfg(test)]
+pub(crate) mod legacy;
+#[cfg(test)]
+pub(crate) use legacy::STEPS;
 
-use super::{stable_hash, ts_text, Backend, StateError};
+use sqlx::migrate::{Migrate, MigrateError, Migrator};
+use sqlx::{AnyConnection, AnyPool, Row};
 
-/// One schema step.
-pub(crate) struct Step {
-    /// Its number; steps are applied in order.
-    pub version: i64,
-    /// What it does, kept in `recon_schema_version`.
-    pub name: &'static str,
-    /// Its statements on SQLite.
-    pub sqlite: &'static [&'static str],
-    /// Its statements on PostgreSQL.
-    pub postgres: &'static [&'static str],
+use super::{stable_hash, Backend, StateError};
+
+/// The SQLite migrations, without sqlx's lock (see the module docs).
+static SQLITE: Migrator = Migrator {
+    locking: false,
+    ..sqlx::migrate!("migrations/state/sqlite")
+};
+
+/// The PostgreSQL migrations, without sqlx's lock (see the module docs).
+static POSTGRES: Migrator = Migrator {
+    locking: false,
+    ..sqlx::migrate!("migrations/state/postgres")
+};
+
+/// The table in which the old runner listed its steps.
+const LEGACY_TABLE: &str = "recon_schema_version";
+
+/// The migrations of `backend`.
+pub(crate) fn migrator(backend: Backend) -> &'static Migrator {
+    match backend {
+        Backend::Sqlite => &SQLITE,
+        Backend::Postgres => &POSTGRES,
+    }
 }
 
-/// Every step, oldest first. Append; never edit a released step.
-pub(crate) const STEPS: &[Step] = &[Step {
-    version: 1,
-    name: "runs, backfill ledger, discrepancy history, run locks",
-    sqlite: &[
-        "CREATE TABLE recon_runs (
-            id TEXT NOT NULL PRIMARY KEY,
-            job TEXT NOT NULL,
-            window_start TEXT NOT NULL,
-            window_end TEXT NOT NULL,
-            started_at TEXT NOT NULL,
-            finished_at TEXT,
-            status TEXT NOT NULL CHECK (status IN ('running', 'clean', 'discrepancies', 'failed', 'crashed')),
-            dry_run INTEGER NOT NULL CHECK (dry_run IN (0, 1)),
-            counts TEXT,
-            report_dir TEXT,
-            error TEXT
-        )",
-        "CREATE INDEX recon_runs_job_started ON recon_runs (job, started_at)",
-        "CREATE INDEX recon_runs_started ON recon_runs (started_at)",
-        "CREATE TABLE recon_backfill_items (
-            plan_id TEXT NOT NULL,
-            job TEXT NOT NULL,
-            external_id TEXT NOT NULL,
-            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
-            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded')),
-            attempts INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (plan_id, external_id)
-        )",
-        "CREATE INDEX recon_backfill_items_job_status ON recon_backfill_items (job, status)",
-        "CREATE TABLE recon_discrepancies (
-            job TEXT NOT NULL,
-            class TEXT NOT NULL CHECK (class IN ('gap', 'orphan', 'mismatch', 'duplicate')),
-            external_id TEXT NOT NULL,
-            first_seen_run TEXT NOT NULL,
-            first_seen_at TEXT NOT NULL,
-            last_seen_run TEXT NOT NULL,
-            last_seen_at TEXT NOT NULL,
-            resolved_at TEXT,
-            PRIMARY KEY (job, class, external_id)
-        )",
-        "CREATE TABLE recon_locks (
-            job TEXT NOT NULL PRIMARY KEY,
-            owner TEXT NOT NULL,
-            acquired_at TEXT NOT NULL,
-            heartbeat_at TEXT NOT NULL
-        )",
-    ],
-    postgres: &[
-        "CREATE TABLE recon_runs (
-            id TEXT NOT NULL PRIMARY KEY,
-            job TEXT NOT NULL,
-            window_start TEXT NOT NULL,
-            window_end TEXT NOT NULL,
-            started_at TEXT NOT NULL,
-            finished_at TEXT,
-            status TEXT NOT NULL CHECK (status IN ('running', 'clean', 'discrepancies', 'failed', 'crashed')),
-            dry_run BIGINT NOT NULL CHECK (dry_run IN (0, 1)),
-            counts TEXT,
-            report_dir TEXT,
-            error TEXT
-        )",
-        "CREATE INDEX recon_runs_job_started ON recon_runs (job, started_at)",
-        "CREATE INDEX recon_runs_started ON recon_runs (started_at)",
-        "CREATE TABLE recon_backfill_items (
-            plan_id TEXT NOT NULL,
-            job TEXT NOT NULL,
-            external_id TEXT NOT NULL,
-            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
-            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded')),
-            attempts BIGINT NOT NULL DEFAULT 0,
-            last_error TEXT,
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (plan_id, external_id)
-        )",
-        "CREATE INDEX recon_backfill_items_job_status ON recon_backfill_items (job, status)",
-        "CREATE TABLE recon_discrepancies (
-            job TEXT NOT NULL,
-            class TEXT NOT NULL CHECK (class IN ('gap', 'orphan', 'mismatch', 'duplicate')),
-            external_id TEXT NOT NULL,
-            first_seen_run TEXT NOT NULL,
-            first_seen_at TEXT NOT NULL,
-            last_seen_run TEXT NOT NULL,
-            last_seen_at TEXT NOT NULL,
-            resolved_at TEXT,
-            PRIMARY KEY (job, class, external_id)
-        )",
-        "CREATE TABLE recon_locks (
-            job TEXT NOT NULL PRIMARY KEY,
-            owner TEXT NOT NULL,
-            acquired_at TEXT NOT NULL,
-            heartbeat_at TEXT NOT NULL
-        )",
-    ],
-}, Step {
-    version: 2,
-    name: "reviewed backfill plans (recon run --dry-run) with their digests",
-    sqlite: &[
-        "CREATE TABLE recon_plans (
-            id TEXT NOT NULL PRIMARY KEY,
-            job TEXT NOT NULL,
-            window_start TEXT NOT NULL,
-            window_end TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            items INTEGER NOT NULL,
-            source_records INTEGER NOT NULL,
-            read_at TEXT NOT NULL,
-            created_at TEXT NOT NULL
-        )",
-    ],
-    postgres: &[
-        "CREATE TABLE recon_plans (
-            id TEXT NOT NULL PRIMARY KEY,
-            job TEXT NOT NULL,
-            window_start TEXT NOT NULL,
-            window_end TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            items BIGINT NOT NULL,
-            source_records BIGINT NOT NULL,
-            read_at TEXT NOT NULL,
-            created_at TEXT NOT NULL
-        )",
-    ],
-}, Step {
-    version: 3,
-    name: "unknown backfill outcomes (connection lost mid-write); run owners",
-    sqlite: &[
-        "CREATE TABLE recon_backfill_items_v3 (
-            plan_id TEXT NOT NULL,
-            job TEXT NOT NULL,
-            external_id TEXT NOT NULL,
-            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
-            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded', 'unknown')),
-            attempts INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (plan_id, external_id)
-        )",
-        "INSERT INTO recon_backfill_items_v3 (plan_id, job, external_id, action, status, attempts, last_error, updated_at) \
-         SELECT plan_id, job, external_id, action, status, attempts, last_error, updated_at FROM recon_backfill_items",
-        "DROP TABLE recon_backfill_items",
-        "ALTER TABLE recon_backfill_items_v3 RENAME TO recon_backfill_items",
-        "CREATE INDEX recon_backfill_items_job_status ON recon_backfill_items (job, status)",
-        "ALTER TABLE recon_runs ADD COLUMN owner TEXT",
-    ],
-    postgres: &[
-        "ALTER TABLE recon_backfill_items DROP CONSTRAINT recon_backfill_items_status_check",
-        "ALTER TABLE recon_backfill_items ADD CONSTRAINT recon_backfill_items_status_check \
-         CHECK (status IN ('planned', 'applied', 'failed', 'superseded', 'unknown'))",
-        "ALTER TABLE recon_runs ADD COLUMN owner TEXT",
-    ],
-}, Step {
-    version: 4,
-    name: "ledger: status updates touch no index (only unknown items are indexed by job)",
-    sqlite: &[
-        "DROP INDEX recon_backfill_items_job_status",
-        "CREATE INDEX recon_backfill_items_unknown ON recon_backfill_items (job) WHERE status = 'unknown'",
-    ],
-    postgres: &[
-        "DROP INDEX recon_backfill_items_job_status",
-        "CREATE INDEX recon_backfill_items_unknown ON recon_backfill_items (job) WHERE status = 'unknown'",
-    ],
-}, Step {
-    version: 5,
-    name: "SQLite: ledger and history clustered by their keys (WITHOUT ROWID)",
-    // One b-tree per table instead of a rowid table plus its key index:
-    // each planned item, outcome and sighting writes half the pages.
-    sqlite: &[
-        "CREATE TABLE recon_backfill_items_v5 (
-            plan_id TEXT NOT NULL,
-            job TEXT NOT NULL,
-            external_id TEXT NOT NULL,
-            action TEXT NOT NULL CHECK (action IN ('insert', 'update')),
-            status TEXT NOT NULL CHECK (status IN ('planned', 'applied', 'failed', 'superseded', 'unknown')),
-            attempts INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (plan_id, external_id)
-        ) WITHOUT ROWID",
-        "INSERT INTO recon_backfill_items_v5 SELECT plan_id, job, external_id, action, status, attempts, last_error, updated_at FROM recon_backfill_items",
-        "DROP TABLE recon_backfill_items",
-        "ALTER TABLE recon_backfill_items_v5 RENAME TO recon_backfill_items",
-        "CREATE INDEX recon_backfill_items_unknown ON recon_backfill_items (job) WHERE status = 'unknown'",
-        "CREATE TABLE recon_discrepancies_v5 (
-            job TEXT NOT NULL,
-            class TEXT NOT NULL CHECK (class IN ('gap', 'orphan', 'mismatch', 'duplicate')),
-            external_id TEXT NOT NULL,
-            first_seen_run TEXT NOT NULL,
-            first_seen_at TEXT NOT NULL,
-            last_seen_run TEXT NOT NULL,
-            last_seen_at TEXT NOT NULL,
-            resolved_at TEXT,
-            PRIMARY KEY (job, class, external_id)
-        ) WITHOUT ROWID",
-        "INSERT INTO recon_discrepancies_v5 SELECT job, class, external_id, first_seen_run, first_seen_at, last_seen_run, last_seen_at, resolved_at FROM recon_discrepancies",
-        "DROP TABLE recon_discrepancies",
-        "ALTER TABLE recon_discrepancies_v5 RENAME TO recon_discrepancies",
-    ],
-    postgres: &[],
-}];
+/// The folder of `backend`'s migrations, relative to the repository root.
+pub(crate) fn folder(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "migrations/state/sqlite",
+        Backend::Postgres => "migrations/state/postgres",
+    }
+}
 
-/// The schema version this build writes.
-pub(crate) fn latest() -> i64 {
-    STEPS.last().map_or(0, |s| s.version)
+/// The newest schema version this build knows.
+pub(crate) fn latest(backend: Backend) -> i64 {
+    migrator(backend)
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The file of migration `version`, relative to the repository root (sqlx
+/// reads `0003_a_b.sql` as version 3, description `a b`), or a plain
+/// `migration N` if this build has no such migration.
+pub(crate) fn file_of(backend: Backend, version: i64) -> String {
+    match migrator(backend).iter().find(|m| m.version == version) {
+        Some(m) => format!(
+            "{}/{:04}_{}.sql",
+            folder(backend),
+            m.version,
+            m.description.replace(' ', "_")
+        ),
+        None => format!("migration {version}"),
+    }
 }
 
 /// Brings the schema up to date; see the module docs.
 pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Result<(), StateError> {
-    let fail = |what: &str, e: sqlx::Error| StateError::Migrate {
+    let fail = |message: String| StateError::Migrate {
         url: display.to_string(),
-        message: format!("{what}: {e}"),
+        message,
     };
     let mut tx = match backend {
         Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
         Backend::Postgres => pool.begin().await,
     }
-    .map_err(|e| fail("starting the migration transaction", e))?;
+    .map_err(|e| fail(format!("starting the migration transaction: {e}")))?;
     if backend == Backend::Postgres {
-        // Serialises concurrent migrations, including the CREATE TABLE IF
-        // NOT EXISTS below (which PostgreSQL does not make race-free).
         sqlx::query("SELECT COUNT(*) FROM (SELECT pg_advisory_xact_lock($1)) AS l")
             .bind(stable_hash("recon:schema-migrations"))
             .execute(&mut *tx)
             .await
-            .map_err(|e| fail("waiting for the migration lock", e))?;
+            .map_err(|e| fail(format!("waiting for the migration lock: {e}")))?;
     }
-    let version_ddl = match backend {
-        Backend::Sqlite => {
-            "CREATE TABLE IF NOT EXISTS recon_schema_version (
-                version INTEGER NOT NULL PRIMARY KEY,
-                name TEXT NOT NULL,
-                applied_at TEXT NOT NULL
-            )"
-        }
-        Backend::Postgres => {
-            "CREATE TABLE IF NOT EXISTS recon_schema_version (
-                version BIGINT NOT NULL PRIMARY KEY,
-                name TEXT NOT NULL,
-                applied_at TEXT NOT NULL
-            )"
-        }
-    };
-    sqlx::query(version_ddl)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| fail("creating recon_schema_version", e))?;
-    let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM recon_schema_version")
-        .fetch_one(&mut *tx)
-        .await
-        .and_then(|r| r.try_get(0))
-        .map_err(|e| fail("reading the schema version", e))?;
-    if current > latest() {
-        return Err(StateError::Migrate {
-            url: display.to_string(),
-            message: format!(
-                "the database is at schema version {current}, newer than this recon understands ({}); \
-                 upgrade recon, or point it at another state database",
-                latest()
-            ),
-        });
+    import_legacy(&mut tx, backend).await.map_err(fail)?;
+    let migrator = migrator(backend);
+    let applied: Vec<i64> = async {
+        tx.ensure_migrations_table().await?;
+        tx.list_applied_migrations().await
     }
-    let now = ts_text(Timestamp::now());
-    for step in STEPS.iter().filter(|s| s.version > current) {
-        let statements = match backend {
-            Backend::Sqlite => step.sqlite,
-            Backend::Postgres => step.postgres,
-        };
-        for sql in statements {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| fail(&format!("schema step {} ({})", step.version, step.name), e))?;
-        }
-        sqlx::query(
-            "INSERT INTO recon_schema_version (version, name, applied_at) VALUES ($1, $2, $3)",
-        )
-        .bind(step.version)
-        .bind(step.name)
-        .bind(now.clone())
-        .execute(&mut *tx)
+    .await
+    .map_err(|e| fail(explain(backend, e)))?
+    .into_iter()
+    .map(|m| m.version)
+    .collect();
+    migrator
+        .run(&mut *tx)
         .await
-        .map_err(|e| fail("recording the schema version", e))?;
-        tracing::debug!(
-            message = "Applied a state schema step.",
-            version = step.version,
-            name = step.name
-        );
-    }
+        .map_err(|e| fail(explain(backend, e)))?;
     tx.commit()
         .await
-        .map_err(|e| fail("committing the schema", e))
+        .map_err(|e| fail(format!("committing the schema: {e}")))?;
+    for m in migrator.iter().filter(|m| !applied.contains(&m.version)) {
+        tracing::debug!(
+            message = "Applied a state schema migration.",
+            file = %file_of(backend, m.version),
+        );
+    }
+    Ok(())
+}
+
+/// Takes over the schema history of a store made by the old runner (see
+/// the module docs). Nothing to do on other stores.
+async fn import_legacy(conn: &mut AnyConnection, backend: Backend) -> Result<(), String> {
+    let context = format!("taking over the schema history in {LEGACY_TABLE}");
+    let exists = match backend {
+        Backend::Sqlite => {
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'recon_schema_version'"
+        }
+        Backend::Postgres => "SELECT COUNT(to_regclass('recon_schema_version'))",
+    };
+    let exists: i64 = sqlx::query(exists)
+        .fetch_one(&mut *conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| format!("{context}: {e}"))?;
+    if exists == 0 {
+        return Ok(());
+    }
+    let rows = sqlx::query("SELECT version, applied_at FROM recon_schema_version ORDER BY version")
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| format!("{context}: {e}"))?;
+    let steps: Vec<(i64, String)> = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(|e| format!("{context}: {e}"))?;
+    let migrator = migrator(backend);
+    // The old runner applied its steps in order, so they are 1..=n.
+    let listed: Vec<i64> = steps.iter().map(|(v, _)| *v).collect();
+    if let Some(newest) = listed.last().filter(|v| **v > latest(backend)) {
+        return Err(newer_store(*newest, backend));
+    }
+    if listed.iter().zip(1..).any(|(v, want)| *v != want) {
+        return Err(format!(
+            "{context}: it lists steps {listed:?}, not 1 to {} in order; was it edited by hand? \
+             Restore the state database from a backup, or point recon at a new one",
+            listed.len()
+        ));
+    }
+    conn.ensure_migrations_table()
+        .await
+        .map_err(|e| format!("{context}: {e}"))?;
+    let insert = match backend {
+        Backend::Sqlite => {
+            "INSERT INTO _sqlx_migrations \
+             (version, description, installed_on, success, checksum, execution_time) \
+             VALUES ($1, $2, $3, TRUE, $4, 0) ON CONFLICT (version) DO NOTHING"
+        }
+        Backend::Postgres => {
+            "INSERT INTO _sqlx_migrations \
+             (version, description, installed_on, success, checksum, execution_time) \
+             VALUES ($1, $2, CAST($3 AS TIMESTAMPTZ), TRUE, $4, 0) ON CONFLICT (version) DO NOTHING"
+        }
+    };
+    for (version, applied_at) in &steps {
+        let Some(m) = migrator.iter().find(|m| m.version == *version) else {
+            return Err(newer_store(*version, backend));
+        };
+        sqlx::query(insert)
+            .bind(m.version)
+            .bind(m.description.to_string())
+            .bind(applied_at.clone())
+            .bind(m.checksum.to_vec())
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| format!("{context}: recording step {version}: {e}"))?;
+    }
+    sqlx::query("DROP TABLE recon_schema_version")
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| format!("{context}: dropping it: {e}"))?;
+    tracing::info!(
+        message = "Took over the schema history of an earlier recon release.",
+        steps = ?listed,
+    );
+    Ok(())
+}
+
+/// The message for a store migrated further than this build knows.
+fn newer_store(version: i64, backend: Backend) -> String {
+    format!(
+        "the database is at schema version {version}, newer than this recon understands ({}); \
+         upgrade recon, or point it at another state database",
+        latest(backend)
+    )
+}
+
+/// What a sqlx migration error means for whoever runs recon, and what to do.
+fn explain(backend: Backend, e: MigrateError) -> String {
+    match e {
+        MigrateError::VersionMismatch(v) => format!(
+            "{} differs from the migration applied to this database (checksum mismatch): a \
+             released migration was edited. If you changed that file, restore it as released \
+             (git checkout) and put the change in a new migration with the next number; \
+             otherwise use a released recon build",
+            file_of(backend, v)
+        ),
+        MigrateError::VersionMissing(v) => newer_store(v, backend),
+        MigrateError::Dirty(v) => format!(
+            "{} is recorded as failed in _sqlx_migrations, so the schema may be half-changed; \
+             restore the state database from a backup, or point recon at a new one",
+            file_of(backend, v)
+        ),
+        MigrateError::ExecuteMigration(source, v) => format!(
+            "{} failed: {source}; nothing was changed. Is this a recon state database?",
+            file_of(backend, v)
+        ),
+        other => other.to_string(),
+    }
 }

@@ -85,13 +85,22 @@ async fn migrations_are_idempotent(url: String) {
     let (c, d) = tokio::join!(StateStore::open(&url), StateStore::open(&url));
     c.unwrap();
     d.unwrap();
+    let backend = a.backend();
     assert_eq!(
-        count(&b, "SELECT COUNT(*) FROM recon_schema_version").await,
-        migrate::STEPS.len() as i64
+        count(&b, "SELECT COUNT(*) FROM _sqlx_migrations").await,
+        migrate::migrator(backend).iter().count() as i64
     );
     assert_eq!(
-        count(&a, "SELECT MAX(version) FROM recon_schema_version").await,
-        migrate::latest()
+        count(&a, "SELECT MAX(version) FROM _sqlx_migrations").await,
+        migrate::latest(backend)
+    );
+    assert_eq!(
+        count(
+            &a,
+            "SELECT COUNT(*) FROM _sqlx_migrations WHERE success = false"
+        )
+        .await,
+        0
     );
     for table in [
         "recon_runs",
