@@ -833,3 +833,594 @@ async fn sqlite_file_and_folder_are_created() {
     store.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// The sqlx migrations (`migrate`), and stores made by the hand-written
+// runner that came before them (`migrate::legacy`).
+
+both!(
+    legacy_store_upgrades_in_place,
+    legacy_store_at_step_2_upgrades_in_place,
+    legacy_store_opened_twice_at_once,
+    legacy_store_with_gaps_is_refused,
+    edited_migration_is_named,
+    newer_store_is_refused,
+);
+
+/// The SHA-384 of every released migration file. A change here means a
+/// released migration was edited: stores that applied it refuse the new
+/// build. Restore the file and add a new migration instead.
+const RELEASED: &[(Backend, &str, &str)] = &[
+    (Backend::Sqlite, "0001_runs_ledger_history_locks.sql", "ea60d1a0f89d8388e0a8addad00a8cbd641bc6fb96e904ae9a782598708ab4f2e942ee81d439916568e1e5ff809f415b"),
+    (Backend::Sqlite, "0002_reviewed_plans.sql", "22e3118a8804fc58868611a0f8ef9aee23629999f6050aa394a3cc663859531967770dcf098600ae3556e168175647bf"),
+    (Backend::Sqlite, "0003_unknown_outcomes_and_run_owners.sql", "3e8d9732616a7dc8f5538d6b659878b428b8213b46fa34a5abc2a5632ad532e67361acf413dcd1c5a204fc0db659277f"),
+    (Backend::Sqlite, "0004_ledger_unknown_index.sql", "ced4f5fa20d781549dc7168d620b04c30a28e8e12a5e7dd4116529b7bdb6e28c1b9329c08be808ca1542f1351a887883"),
+    (Backend::Sqlite, "0005_ledger_and_history_without_rowid.sql", "3a13d21ad2c3ffd66502139a8d767842c18591861e13ae640d190fc71a1be8e12e7fe1dd7302159fca66abb9368137a2"),
+    (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
+    (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
+    (Backend::Postgres, "0003_unknown_outcomes_and_run_owners.sql", "b3938c4f7bb0ff9e4f9d51198cecc37500bee6e256e35dc59a9d9f795e1eb1fdb0a35bdc88736a9ab8b73e9cccb8746b"),
+    (Backend::Postgres, "0004_ledger_unknown_index.sql", "ced4f5fa20d781549dc7168d620b04c30a28e8e12a5e7dd4116529b7bdb6e28c1b9329c08be808ca1542f1351a887883"),
+    (Backend::Postgres, "0005_ledger_and_history_without_rowid.sql", "5cd970f66e8a9e1d598b14ee5951f1ae42a09e69c4298ae825b6ee52a791306b5548e90bb4666afb70f52cac6cfc27a5"),
+];
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn released_migrations_are_unchanged() {
+    for (backend, file, sha384) in RELEASED {
+        let m = migrate::migrator(*backend)
+            .iter()
+            .find(|m| migrate::file_of(*backend, m.version).ends_with(&format!("/{file}")))
+            .unwrap_or_else(|| panic!("{} has no {file}", migrate::folder(*backend)));
+        assert_eq!(
+            hex(&m.checksum),
+            *sha384,
+            "{}/{file} was edited after its release: restore it (git checkout) and put the \
+             change in a new migration with the next number",
+            migrate::folder(*backend)
+        );
+    }
+}
+
+#[test]
+fn migrations_are_paired_named_and_transactional() {
+    let sqlite: Vec<_> = migrate::migrator(Backend::Sqlite).iter().collect();
+    let postgres: Vec<_> = migrate::migrator(Backend::Postgres).iter().collect();
+    let numbered = |ms: &[&sqlx::migrate::Migration]| -> Vec<(i64, String)> {
+        ms.iter()
+            .map(|m| (m.version, m.description.to_string()))
+            .collect()
+    };
+    // One number names one schema on both backends; numbers have no gaps.
+    assert_eq!(numbered(&sqlite), numbered(&postgres));
+    let versions: Vec<i64> = sqlite.iter().map(|m| m.version).collect();
+    assert_eq!(
+        versions,
+        (1..=migrate::latest(Backend::Sqlite)).collect::<Vec<_>>()
+    );
+    // Every migration released before sqlx took over, plus what came since.
+    assert!(migrate::latest(Backend::Sqlite) >= migrate::STEPS.len() as i64);
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut on_disk: Vec<String> = std::fs::read_dir(root.join(migrate::folder(backend)))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .collect();
+        on_disk.sort();
+        let named: Vec<String> = migrate::migrator(backend)
+            .iter()
+            .map(|m| {
+                let file = migrate::file_of(backend, m.version);
+                assert!(
+                    root.join(&file).is_file(),
+                    "messages name {file}, which is missing"
+                );
+                file.rsplit('/').next().unwrap().to_string()
+            })
+            .collect();
+        // Every file is embedded (a new one needs a rebuild of migrate.rs).
+        assert_eq!(named, on_disk, "{}", migrate::folder(backend));
+        for m in migrate::migrator(backend).iter() {
+            // All-or-nothing: each runs in a savepoint of the locked transaction.
+            assert!(!m.no_tx, "{} opts out of the transaction", m.version);
+            assert!(!m.migration_type.is_down_migration());
+        }
+    }
+}
+
+/// The dialect of a test database URL.
+fn dialect_of(url: &str) -> Dialect {
+    if url.starts_with("sqlite:") {
+        Dialect::Sqlite
+    } else {
+        Dialect::Postgres
+    }
+}
+
+/// The schema as the database describes it, whitespace normalised, sorted,
+/// without the migration bookkeeping: two stores with equal descriptions
+/// were built by equivalent DDL.
+async fn schema_of(store: &StateStore) -> Vec<String> {
+    let sql = match store.backend {
+        Backend::Sqlite => {
+            "SELECT type || ' ' || name || ' ' || tbl_name || ' ' || COALESCE(sql, '') \
+             FROM sqlite_master WHERE name LIKE 'recon%' OR tbl_name LIKE 'recon%'"
+        }
+        Backend::Postgres => {
+            "SELECT 'column ' || table_name || ' ' || CAST(ordinal_position AS TEXT) || ' ' \
+             || column_name || ' ' || data_type || ' ' || is_nullable || ' ' \
+             || COALESCE(column_default, '') FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name LIKE 'recon%' \
+             UNION ALL SELECT 'index ' || indexdef FROM pg_indexes \
+             WHERE schemaname = current_schema() AND tablename LIKE 'recon%' \
+             UNION ALL SELECT 'constraint ' || CAST(conrelid::regclass AS TEXT) || ' ' || conname \
+             || ' ' || pg_get_constraintdef(oid) FROM pg_constraint \
+             WHERE connamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) \
+             AND CAST(conrelid::regclass AS TEXT) LIKE 'recon%'"
+        }
+    };
+    let mut lines: Vec<String> = sqlx::query(sql)
+        .fetch_all(&store.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let line: String = r.get(0);
+            line.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// `(version, execution_time)` of every recorded migration, and whether
+/// each recorded checksum is the embedded one.
+async fn recorded(store: &StateStore) -> Vec<(i64, i64, bool)> {
+    let migrator = migrate::migrator(store.backend());
+    sqlx::query("SELECT version, execution_time, checksum FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(&store.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let version: i64 = r.get(0);
+            let checksum: Vec<u8> = r.get(2);
+            let same = migrator
+                .iter()
+                .any(|m| m.version == version && *m.checksum == *checksum);
+            (version, r.get(1), same)
+        })
+        .collect()
+}
+
+async fn legacy_table_exists(store: &StateStore) -> bool {
+    let sql = match store.backend {
+        Backend::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE name = 'recon_schema_version'",
+        Backend::Postgres => "SELECT COUNT(to_regclass('recon_schema_version'))",
+    };
+    count(store, sql).await > 0
+}
+
+/// Fills a store of the old runner, built through step `through`, with
+/// runs, a reviewed plan (step 2), ledger items and discrepancy history, as
+/// that release wrote them.
+async fn fill_legacy(conn: &mut sqlx::AnyConnection, through: i64) {
+    let owner = |o: &str| {
+        if through >= 3 {
+            (", owner", format!(", '{o}'"))
+        } else {
+            ("", String::new())
+        }
+    };
+    for (id, status, dry, counts, error, o) in [
+        (
+            "nightly-1",
+            "clean",
+            0,
+            "'{\"gaps\":0}'",
+            "NULL",
+            "host:1:a",
+        ),
+        (
+            "nightly-2",
+            "discrepancies",
+            0,
+            "'{\"gaps\":2}'",
+            "NULL",
+            "host:2:b",
+        ),
+        (
+            "nightly-3",
+            "failed",
+            1,
+            "NULL",
+            "'HTTP 503 from the target'",
+            "host:3:c",
+        ),
+    ] {
+        let n = &id[id.len() - 1..];
+        let (col, val) = owner(o);
+        sqlx::query(&format!(
+            "INSERT INTO recon_runs (id, job, window_start, window_end, started_at, finished_at, \
+             status, dry_run, counts, report_dir, error{col}) VALUES ('{id}', 'nightly', \
+             '2026-11-0{n}T00:00:00.000000000Z', '2026-11-0{m}T00:00:00.000000000Z', \
+             '2026-11-0{m}T01:00:00.000000000Z', '2026-11-0{m}T01:00:05.000000000Z', '{status}', \
+             {dry}, {counts}, 'reports/{id}', {error}{val})",
+            m = n.parse::<u8>().unwrap() + 1,
+        ))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+    let mut items = vec![
+        ("cus_1", "insert", "applied", 1, "NULL"),
+        ("cus_2", "update", "failed", 2, "'HTTP 500'"),
+        ("cus_3", "insert", "planned", 0, "NULL"),
+        ("cus_5", "insert", "superseded", 0, "NULL"),
+    ];
+    if through >= 3 {
+        items.push(("cus_4", "insert", "unknown", 1, "'connection lost'"));
+    }
+    for (id, action, status, attempts, error) in items {
+        sqlx::query(&format!(
+            "INSERT INTO recon_backfill_items (plan_id, job, external_id, action, status, \
+             attempts, last_error, updated_at) VALUES ('nightly-2', 'nightly', '{id}', \
+             '{action}', '{status}', {attempts}, {error}, '2026-11-03T01:00:04.000000000Z')"
+        ))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+    for (class, id, first, last, resolved) in [
+        ("gap", "cus_3", "nightly-1", "nightly-2", "NULL"),
+        ("orphan", "cus_7", "nightly-2", "nightly-2", "NULL"),
+        (
+            "mismatch",
+            "cus_9",
+            "nightly-1",
+            "nightly-1",
+            "'2026-11-03T01:00:05.000000000Z'",
+        ),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
+             first_seen_at, last_seen_run, last_seen_at, resolved_at) VALUES ('nightly', \
+             '{class}', '{id}', '{first}', '2026-11-0{f}T01:00:00.000000000Z', '{last}', \
+             '2026-11-0{l}T01:00:00.000000000Z', {resolved})",
+            f = if first == "nightly-1" { 2 } else { 3 },
+            l = if last == "nightly-1" { 2 } else { 3 },
+        ))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+    if through >= 2 {
+        sqlx::query(
+            "INSERT INTO recon_plans (id, job, window_start, window_end, sha256, items, \
+             source_records, read_at, created_at) VALUES ('nightly-2', 'nightly', \
+             '2026-11-02T00:00:00.000000000Z', '2026-11-03T00:00:00.000000000Z', 'abab', 4, 41, \
+             '2026-11-03T01:00:00.000000000Z', '2026-11-03T01:00:01.000000000Z')",
+        )
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+}
+
+/// Everything [`fill_legacy`] wrote reads back through the new code, and
+/// the store keeps working.
+async fn assert_legacy_data(store: &StateStore, through: i64) {
+    let runs = store.recent_runs(Some("nightly"), 10).await.unwrap();
+    let summary = runs
+        .iter()
+        .map(|r| {
+            (
+                r.id.as_str(),
+                r.status.as_str(),
+                r.dry_run,
+                r.counts.as_ref().map(|c| c.to_string()),
+                r.error.as_deref(),
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                "nightly-3",
+                "failed",
+                true,
+                None,
+                Some("HTTP 503 from the target")
+            ),
+            (
+                "nightly-2",
+                "discrepancies",
+                false,
+                Some(r#"{"gaps":2}"#.into()),
+                None
+            ),
+            (
+                "nightly-1",
+                "clean",
+                false,
+                Some(r#"{"gaps":0}"#.into()),
+                None
+            ),
+        ]
+    );
+    assert_eq!(runs[1].window_start, ts("2026-11-02T00:00:00Z"));
+    assert_eq!(runs[1].finished_at, Some(ts("2026-11-03T01:00:05Z")));
+    assert_eq!(runs[1].report_dir.as_deref(), Some("reports/nightly-2"));
+    assert_eq!(
+        store.last_success_end("nightly").await.unwrap(),
+        Some(ts("2026-11-03T00:00:00Z"))
+    );
+
+    let item = |id: &str, action: &str, status, attempts, error: Option<&str>| LedgerItem {
+        external_id: id.into(),
+        action: action.into(),
+        status,
+        attempts,
+        last_error: error.map(str::to_string),
+    };
+    let mut want = vec![
+        item("cus_1", "insert", ItemStatus::Applied, 1, None),
+        item("cus_2", "update", ItemStatus::Failed, 2, Some("HTTP 500")),
+        item("cus_3", "insert", ItemStatus::Planned, 0, None),
+        item("cus_5", "insert", ItemStatus::Superseded, 0, None),
+    ];
+    let mut unknown = vec![];
+    if through >= 3 {
+        want.insert(
+            3,
+            item(
+                "cus_4",
+                "insert",
+                ItemStatus::Unknown,
+                1,
+                Some("connection lost"),
+            ),
+        );
+        unknown.push(("nightly-2".to_string(), "cus_4".to_string()));
+    }
+    assert_eq!(store.plan_items("nightly-2").await.unwrap(), want);
+    assert_eq!(store.unknown_items("nightly").await.unwrap(), unknown);
+
+    if through >= 2 {
+        let plan = store.saved_plan("nightly-2").await.unwrap().unwrap();
+        assert_eq!((plan.items, plan.source_records), (4, 41));
+        assert_eq!(
+            plan.window,
+            window("2026-11-02T00:00:00Z", "2026-11-03T00:00:00Z")
+        );
+    }
+
+    // The history goes on: the gap persists since its first sighting, the
+    // orphan is resolved now, the mismatch resolved before stays resolved.
+    let now = ts("2026-11-04T01:00:00Z");
+    let delta = store
+        .update_discrepancies("nightly", "nightly-4", now, &[(Class::Gap, "cus_3".into())])
+        .await
+        .unwrap();
+    assert!(delta.new.is_empty(), "{delta:?}");
+    assert_eq!(
+        delta.persisting,
+        HashMap::from([(
+            (Class::Gap, "cus_3".to_string()),
+            ts("2026-11-02T01:00:00Z")
+        )])
+    );
+    assert_eq!(
+        delta.resolved,
+        vec![(
+            Class::Orphan,
+            "cus_7".to_string(),
+            ts("2026-11-03T01:00:00Z")
+        )]
+    );
+
+    // New writes use every column and index of the latest schema.
+    let run = store
+        .start_run_as("nightly", day(), false, Some("host:9:z"))
+        .await
+        .unwrap();
+    store
+        .record_plan(&run, "nightly", &[("cus_8".to_string(), "insert")])
+        .await
+        .unwrap();
+    store
+        .mark_items(
+            &run,
+            &[("cus_8".into(), ItemStatus::Unknown, Some("lost".into()))],
+        )
+        .await
+        .unwrap();
+    assert!(store
+        .unknown_items("nightly")
+        .await
+        .unwrap()
+        .contains(&(run, "cus_8".to_string())));
+}
+
+/// A store made by the previous release through step `through` is opened
+/// by this one: the steps it had are recorded as sqlx migrations without
+/// running their DDL, the rest run, the old version table is gone, the data
+/// is all there, and the schema is the one a new store gets.
+async fn legacy_upgrade(url: String, through: i64) {
+    let mut conn = migrate::legacy::create(&url, through).await;
+    fill_legacy(&mut conn, through).await;
+    conn.close().await.unwrap();
+
+    let store = StateStore::open(&url).await.unwrap();
+    let backend = store.backend();
+    let latest = migrate::latest(backend);
+    assert!(!legacy_table_exists(&store).await);
+    let rows = recorded(&store).await;
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=latest).collect::<Vec<_>>()
+    );
+    for (version, time, same) in &rows {
+        assert!(same, "migration {version}: checksum");
+        // Imported steps were not run again (execution time 0); the
+        // others were run by sqlx.
+        assert_eq!(
+            *time == 0,
+            *version <= through,
+            "migration {version}: {time} ns"
+        );
+    }
+    if backend == Backend::Postgres {
+        // The original applied_at is kept.
+        assert_eq!(
+            count(
+                &store,
+                "SELECT COUNT(*) FROM _sqlx_migrations \
+                 WHERE installed_on = TIMESTAMPTZ '2026-11-01 00:00:00+00' AND version = 1"
+            )
+            .await,
+            1
+        );
+    }
+    assert_legacy_data(&store, through).await;
+
+    // Opening again changes nothing.
+    store.close().await;
+    let store = StateStore::open(&url).await.unwrap();
+    assert_eq!(recorded(&store).await, rows);
+    assert_eq!(
+        store.plan_items("nightly-2").await.unwrap().len() as i64,
+        4 + i64::from(through >= 3)
+    );
+
+    // The same schema as a store this release creates.
+    let fresh_db = TestDb::create(dialect_of(&url)).await;
+    let fresh = StateStore::open(&fresh_db.url).await.unwrap();
+    let (upgraded, created) = (schema_of(&store).await, schema_of(&fresh).await);
+    assert!(upgraded.len() > 10, "{upgraded:?}");
+    assert_eq!(upgraded, created);
+    fresh.close().await;
+    fresh_db.drop_db().await;
+    store.close().await;
+}
+
+async fn legacy_store_upgrades_in_place(url: String) {
+    legacy_upgrade(url, migrate::STEPS.len() as i64).await;
+}
+
+async fn legacy_store_at_step_2_upgrades_in_place(url: String) {
+    legacy_upgrade(url, 2).await;
+}
+
+async fn legacy_store_opened_twice_at_once(url: String) {
+    let mut conn = migrate::legacy::create(&url, 5).await;
+    fill_legacy(&mut conn, 5).await;
+    conn.close().await.unwrap();
+    let (a, b) = tokio::join!(StateStore::open(&url), StateStore::open(&url));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(
+        recorded(&a).await.len() as i64,
+        migrate::latest(a.backend())
+    );
+    assert!(!legacy_table_exists(&b).await);
+    assert_legacy_data(&b, 5).await;
+    a.close().await;
+    b.close().await;
+}
+
+async fn legacy_store_with_gaps_is_refused(url: String) {
+    let mut conn = migrate::legacy::create(&url, 5).await;
+    sqlx::query("DELETE FROM recon_schema_version WHERE version = 3")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let e = StateStore::open(&url).await.unwrap_err();
+    let m = e.to_string();
+    assert!(matches!(e, StateError::Migrate { .. }), "{m}");
+    assert!(
+        m.contains("it lists steps [1, 2, 4, 5], not 1 to 4 in order"),
+        "{m}"
+    );
+    assert!(
+        m.contains("Restore the state database from a backup"),
+        "{m}"
+    );
+    // Nothing was changed: the old table is still there, nothing recorded.
+    let mut conn = migrate::legacy::connect(&url).await;
+    let left: i64 = sqlx::query("SELECT COUNT(*) FROM recon_schema_version")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 4);
+    conn.close().await.unwrap();
+}
+
+/// A URL with a password the test server ignores (trust authentication),
+/// to prove messages never show it.
+fn with_password(url: &str) -> String {
+    url.replacen("postgres://postgres@", "postgres://postgres:hunter2@", 1)
+}
+
+async fn edited_migration_is_named(url: String) {
+    let url = with_password(&url);
+    let store = StateStore::open(&url).await.unwrap();
+    let backend = store.backend();
+    let display = store.describe().to_string();
+    let tamper = match backend {
+        Backend::Sqlite => "UPDATE _sqlx_migrations SET checksum = X'00' WHERE version = 3",
+        Backend::Postgres => {
+            "UPDATE _sqlx_migrations SET checksum = decode('00', 'hex') WHERE version = 3"
+        }
+    };
+    sqlx::query(tamper).execute(&store.pool).await.unwrap();
+    store.close().await;
+    let e = StateStore::open(&url).await.unwrap_err();
+    let m = e.to_string();
+    assert!(
+        matches!(&e, StateError::Migrate { url, .. } if *url == display),
+        "{m}"
+    );
+    let file = format!(
+        "{}/0003_unknown_outcomes_and_run_owners.sql",
+        migrate::folder(backend)
+    );
+    assert_eq!(migrate::file_of(backend, 3), file);
+    assert!(m.contains(&file), "{m}");
+    assert!(m.contains(&display), "{m}");
+    assert!(m.contains("a released migration was edited"), "{m}");
+    assert!(m.contains("new migration with the next number"), "{m}");
+    assert!(!m.contains("hunter2"), "{m}");
+}
+
+async fn newer_store_is_refused(url: String) {
+    let url = with_password(&url);
+    let store = StateStore::open(&url).await.unwrap();
+    let latest = migrate::latest(store.backend());
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99, 'from the future', TRUE, $1, 1)",
+    )
+    .bind(vec![0u8; 48])
+    .execute(&store.pool)
+    .await
+    .unwrap();
+    store.close().await;
+    let m = StateStore::open(&url).await.unwrap_err().to_string();
+    assert!(
+        m.contains(&format!(
+            "the database is at schema version 99, newer than this recon understands ({latest}); \
+             upgrade recon"
+        )),
+        "{m}"
+    );
+    assert!(
+        m.starts_with("cannot prepare the schema of the state database "),
+        "{m}"
+    );
+    assert!(!m.contains("hunter2"), "{m}");
+}
