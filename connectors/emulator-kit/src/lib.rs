@@ -1,20 +1,53 @@
 //! Plumbing shared by recon's API emulators (Stripe, HubSpot, Shopify):
-//! fault plans that decide which requests get which fault, and an axum
+//! fault plans that decide which requests get which fault; an axum
 //! listener whose connections a handler can drop without a response (the
-//! `DropConnection` fault), which axum's own `TcpListener` cannot do.
+//! `DropConnection` fault), which axum's own `TcpListener` cannot do; the
+//! server task's start and shutdown; and the small codecs and mixers every
+//! emulator needs (base64, percent-decoding, SplitMix64, FNV-1a, request ids).
+//!
+//! # Dropping a connection
+//!
+//! The `DropConnection` fault must close the TCP connection without writing
+//! any HTTP response. axum's `serve` accepts any [`Listener`], so [`Server`]
+//! wraps `tokio::net::TcpListener` in [`EmuListener`], whose connections are
+//! [`ConnIo`]: a `TcpStream` plus a shared "dropped" flag. The same flag
+//! reaches the handler through `ConnectInfo<ConnHandle>` (the [`Connected`]
+//! impl takes it from the accepted `ConnIo`; [`ConnHandle::of`] reads it). To
+//! drop, the handler sets the flag and returns ([`dropped_response`]);
+//! hyper's first attempt to write the response then fails with
+//! `ConnectionAborted` before a single byte is written, hyper abandons the
+//! connection, and dropping it closes the socket. The client sees the
+//! connection close with no response at all.
+
+mod codec;
+mod mix;
+
+pub use codec::{base64_decode, base64_encode, percent_decode};
+pub use mix::{fnv1a64, splitmix64, uuid_v4, IdSeq};
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::connect_info::Connected;
+use axum::body::Body;
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::http::Request;
+use axum::response::Response;
 use axum::serve::{IncomingStream, Listener};
+use axum::Router;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The body of the `MalformedJson` fault: what a proxy in front of the API
+/// sends when the upstream fails, served as `200` with a JSON content type.
+pub const MALFORMED_JSON_BODY: &[u8] =
+    b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>";
 
 /// A fault to inject: requests number `after .. after + times` (counted
 /// from 0 since the plan was set) get `kind`. When entries overlap, the
@@ -169,6 +202,14 @@ pub struct ConnHandle {
 }
 
 impl ConnHandle {
+    /// The handle of the connection `req` arrived on (`None` when the router
+    /// was not served by [`Server`]).
+    pub fn of<B>(req: &Request<B>) -> Option<ConnHandle> {
+        req.extensions()
+            .get::<ConnectInfo<ConnHandle>>()
+            .map(|c| c.0.clone())
+    }
+
     /// Makes the connection fail at its next read or write: the client gets
     /// no response, as when a server or proxy dies mid-request.
     pub fn drop_connection(&self) {
@@ -176,11 +217,98 @@ impl ConnHandle {
     }
 }
 
+/// Drops `conn` (see [`ConnHandle::drop_connection`]) and returns the
+/// response for the handler to return, which is never written.
+pub fn dropped_response(conn: Option<ConnHandle>) -> Response {
+    if let Some(conn) = conn {
+        conn.drop_connection();
+    }
+    Response::new(Body::empty())
+}
+
 impl Connected<IncomingStream<'_, EmuListener>> for ConnHandle {
     fn connect_info(stream: IncomingStream<'_, EmuListener>) -> Self {
         ConnHandle {
             dropped: stream.io().dropped.clone(),
         }
+    }
+}
+
+/// An emulator's server task: `app` served on `127.0.0.1` through
+/// [`EmuListener`], so handlers get a [`ConnHandle`] via `ConnectInfo`.
+/// Dropping it stops the server (without waiting).
+pub struct Server {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds `127.0.0.1:0`; returns the listener and its base URL,
+    /// `"http://127.0.0.1:PORT"` (no trailing slash).
+    pub async fn bind() -> io::Result<(TcpListener, String)> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        Ok((listener, url))
+    }
+
+    /// Serves `app` on `listener` on a tokio task of the current runtime.
+    pub fn spawn(listener: TcpListener, app: Router) -> Server {
+        let app = app.into_make_service_with_connect_info::<ConnHandle>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(EmuListener(listener), app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Server {
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops accepting connections, lets requests in flight finish (for up to
+    /// five seconds), and returns once the server task has ended.
+    pub async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Counts a request in flight for as long as it lives.
+pub struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    /// Counts one more request in `counter`; returns the guard and how many
+    /// requests are in flight now, this one included.
+    pub fn enter(counter: &'a AtomicU64) -> (Self, u64) {
+        let now = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        (InFlight(counter), now)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -221,5 +349,18 @@ mod tests {
             ]
         );
         assert_eq!(FaultPlan::<char>::default().next(), None);
+    }
+
+    #[test]
+    fn in_flight_counts_while_the_guard_lives() {
+        let counter = AtomicU64::new(0);
+        let (a, now) = InFlight::enter(&counter);
+        assert_eq!(now, 1);
+        let (b, now) = InFlight::enter(&counter);
+        assert_eq!(now, 2);
+        drop(a);
+        assert_eq!(counter.load(Ordering::SeqCst), 1);
+        drop(b);
+        assert_eq!(counter.load(Ordering::SeqCst), 0);
     }
 }

@@ -82,12 +82,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use recon_emulator_kit::Server;
 use serde_json::{Map, Value};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use server::{ConnHandle, EmuListener, Shared};
+use server::Shared;
 
 /// How an [`Emulator`] behaves.
 #[derive(Clone, Debug)]
@@ -269,16 +268,14 @@ pub struct Emulator {
     /// The token to present (`Authorization: Bearer <token>`).
     pub token: String,
     shared: Arc<Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    server: Server,
     others: Option<JoinHandle<()>>,
 }
 
 impl Emulator {
     /// Binds `127.0.0.1:0` and serves on a tokio task of the current runtime.
     pub async fn start(config: EmulatorConfig) -> std::io::Result<Emulator> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
+        let (listener, base_url) = Server::bind().await?;
         let token = config.token.clone();
         let others = (config.others_share > 0.0)
             .then(|| {
@@ -289,23 +286,14 @@ impl Emulator {
         let shared = Arc::new(Shared::new(config));
         let app = Router::new()
             .fallback(server::handle)
-            .with_state(shared.clone())
-            .into_make_service_with_connect_info::<ConnHandle>();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(EmuListener(listener), app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+            .with_state(shared.clone());
+        let server = Server::spawn(listener, app);
         let others = others.map(|n| tokio::spawn(other_apps(shared.clone(), n)));
         Ok(Emulator {
-            base_url: format!("http://{addr}"),
+            base_url,
             token,
             shared,
-            stop: Some(stop),
-            task: Some(task),
+            server,
             others,
         })
     }
@@ -435,18 +423,7 @@ impl Emulator {
         if let Some(others) = self.others.take() {
             others.abort();
         }
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
-        }
+        self.server.shutdown().await;
     }
 }
 
@@ -484,12 +461,10 @@ async fn other_apps(shared: Arc<Shared>, per_10s: u32) {
 }
 
 impl Drop for Emulator {
+    /// Stops the other apps' task; the server stops as `server` drops.
     fn drop(&mut self) {
         if let Some(others) = self.others.take() {
             others.abort();
-        }
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
         }
     }
 }

@@ -1,25 +1,15 @@
 //! The HTTP side: axum serving on a custom listener, one fallback handler that
 //! routes `/crm/v3/...` itself, auth, rate limiting and fault injection.
 //!
-//! # Dropping a connection
-//!
-//! As in the Stripe emulator: `FaultKind::DropConnection` must close the TCP
-//! connection without writing any HTTP response. axum's `serve` accepts any
-//! [`Listener`], so the emulator wraps `tokio::net::TcpListener` in
-//! [`EmuListener`], whose connections are [`ConnIo`]: a `TcpStream` plus a
-//! shared "dropped" flag, which reaches the handler through
-//! `ConnectInfo<ConnHandle>`. To drop, the handler sets the flag and returns;
-//! hyper's first attempt to write the response then fails before a single byte
-//! is written, hyper abandons the connection, and dropping it closes the
-//! socket.
+//! The listener, the server task and the `DropConnection` mechanism are
+//! `recon_emulator_kit`'s, shared by the three emulators.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
@@ -29,7 +19,10 @@ use super::faults::{FaultPlan, Limits, Policy, RateHeaders};
 use super::search::{self, QueryCache, MAX_RESULTS};
 use super::store::{self, canonical_type, iso_ms, Record, Store, TypeStore, ALWAYS};
 use super::{EmulatorConfig, EmulatorStats, Exchange, FaultKind};
-pub(crate) use recon_emulator_kit::{ConnHandle, EmuListener};
+use recon_emulator_kit::{
+    dropped_response, percent_decode, splitmix64, uuid_v4, ConnHandle, IdSeq, InFlight,
+    MALFORMED_JSON_BODY,
+};
 
 /// HubSpot's batch endpoints take at most 100 inputs.
 const MAX_BATCH: usize = 100;
@@ -60,16 +53,11 @@ pub(crate) struct Shared {
     pub cache: Mutex<QueryCache>,
     pub stats: Mutex<EmulatorStats>,
     in_flight: AtomicU64,
-    seq: AtomicU64,
-    salt: u64,
+    ids: IdSeq,
 }
 
 impl Shared {
     pub fn new(config: EmulatorConfig) -> Self {
-        let salt = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
         Shared {
             token: config.token,
             latency: config.latency,
@@ -91,8 +79,7 @@ impl Shared {
             cache: Mutex::new(QueryCache::default()),
             stats: Mutex::new(EmulatorStats::default()),
             in_flight: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
-            salt: splitmix64(salt),
+            ids: IdSeq::new(),
         }
     }
 
@@ -100,50 +87,10 @@ impl Shared {
     /// (`c033cdaa-2c40-4a64-ae48-b4cec88dad24`). A bijective mix of a
     /// per-emulator counter, so ids never repeat within an emulator.
     fn next_uuid(&self) -> String {
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let hi = splitmix64(n ^ self.salt);
-        let lo = splitmix64(hi ^ 0x5DEE_CE66_D1CE_5EED);
-        let hi = (hi & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_4000;
-        let lo = (lo & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000;
-        format!(
-            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-            hi >> 32,
-            (hi >> 16) & 0xFFFF,
-            hi & 0xFFFF,
-            lo >> 48,
-            lo & 0xFFFF_FFFF_FFFF
-        )
+        let hi = self.ids.next();
+        uuid_v4(hi, splitmix64(hi ^ 0x5DEE_CE66_D1CE_5EED))
     }
 }
-
-pub(crate) fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Counts a request in flight for as long as it lives.
-struct InFlight<'a>(&'a Shared);
-
-impl<'a> InFlight<'a> {
-    fn enter(shared: &'a Shared) -> Self {
-        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut stats = shared.stats.lock().unwrap();
-        stats.requests += 1;
-        stats.max_in_flight = stats.max_in_flight.max(now);
-        InFlight(shared)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Listener and connections (as in the Stripe emulator)
 
 // ---------------------------------------------------------------------------
 // Replies
@@ -294,27 +241,6 @@ enum Route {
     Unknown,
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(v) = hex {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl Route {
     fn parse(method: &Method, path: &str) -> Route {
         let Some(rest) = path.strip_prefix("/crm/v3/") else {
@@ -346,12 +272,14 @@ impl Route {
 }
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let _in_flight = InFlight::enter(&shared);
+    let (_in_flight, in_flight) = InFlight::enter(&shared.in_flight);
+    {
+        let mut stats = shared.stats.lock().unwrap();
+        stats.requests += 1;
+        stats.max_in_flight = stats.max_in_flight.max(in_flight);
+    }
     let cid = shared.next_uuid();
-    let conn = req
-        .extensions()
-        .get::<ConnectInfo<ConnHandle>>()
-        .map(|c| c.0.clone());
+    let conn = ConnHandle::of(&req);
     let (parts, body) = req.into_parts();
     let route = Route::parse(&parts.method, parts.uri.path());
     let is_search = matches!(route, Route::Search(_));
@@ -374,12 +302,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             r.rate = Some(h);
             Plan::Reply(r)
         }
-        Some(FaultKind::ServerError) => Plan::Reply(error(
-            500,
-            "INTERNAL_ERROR",
-            "internal error",
-            &cid,
-        )),
+        Some(FaultKind::ServerError) => {
+            Plan::Reply(error(500, "INTERNAL_ERROR", "internal error", &cid))
+        }
         Some(FaultKind::Unavailable) => Plan::Reply(error(
             503,
             "SERVICE_UNAVAILABLE",
@@ -388,8 +313,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         )),
         Some(FaultKind::MalformedJson) => Plan::Reply(Reply {
             status: 200,
-            body: b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>"
-                .to_vec(),
+            body: MALFORMED_JSON_BODY.to_vec(),
             rate: None,
         }),
         Some(FaultKind::Slow(extra)) => {
@@ -427,11 +351,8 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     }
 
     if matches!(fault, Some(FaultKind::DropConnection)) {
-        if let Some(conn) = conn {
-            conn.drop_connection();
-        }
         // Never written: the connection's I/O now fails. Not counted in by_status.
-        return Response::new(Body::empty());
+        return dropped_response(conn);
     }
 
     let mut reply = match plan {

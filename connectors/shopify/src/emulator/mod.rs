@@ -60,11 +60,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use recon_emulator_kit::Server;
 
-use server::{ConnHandle, EmuListener, Shared};
+use server::Shared;
 
 /// How an [`Emulator`] behaves.
 #[derive(Clone, Debug)]
@@ -222,35 +220,22 @@ pub struct Emulator {
     /// The token to present in `X-Shopify-Access-Token`.
     pub token: String,
     shared: Arc<Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    server: Server,
 }
 
 impl Emulator {
     /// Binds `127.0.0.1:0` and serves on a tokio task of the current runtime.
     pub async fn start(config: EmulatorConfig) -> std::io::Result<Emulator> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let base_url = format!("http://{addr}");
+        let (listener, base_url) = Server::bind().await?;
         let shared = Arc::new(Shared::new(&config, base_url.clone()));
         let app = Router::new()
             .fallback(server::handle)
-            .with_state(shared.clone())
-            .into_make_service_with_connect_info::<ConnHandle>();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(EmuListener(listener), app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+            .with_state(shared.clone());
         Ok(Emulator {
             base_url,
             token: config.token,
             shared,
-            stop: Some(stop),
-            task: Some(task),
+            server: Server::spawn(listener, app),
         })
     }
 
@@ -310,25 +295,6 @@ impl Emulator {
     /// Stops accepting connections, lets requests in flight finish (for up to
     /// five seconds), and returns once the server task has ended.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
-        }
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.server.shutdown().await;
     }
 }

@@ -1,25 +1,13 @@
 //! The HTTP side: axum serving on a custom listener, one fallback handler that
 //! routes itself, auth, the cost bucket and fault injection.
 //!
-//! # Dropping a connection
-//!
-//! `FaultKind::DropConnection` must close the TCP connection without writing any
-//! HTTP response. axum's `serve` accepts any [`Listener`], so the emulator wraps
-//! `tokio::net::TcpListener` in [`EmuListener`], whose connections are
-//! [`ConnIo`]: a `TcpStream` plus a shared "dropped" flag. The same flag reaches
-//! the handler through `ConnectInfo<ConnHandle>` (the [`Connected`] impl takes it
-//! from the accepted `ConnIo`). To drop, the handler sets the flag and returns;
-//! hyper's first attempt to write the response then fails with
-//! `ConnectionAborted` before a single byte is written, hyper abandons the
-//! connection, and dropping it closes the socket. The client sees the connection
-//! close with no response at all. (The same design as the Stripe emulator.)
+//! The listener, the server task and the `DropConnection` mechanism are
+//! `recon_emulator_kit`'s, shared by the three emulators.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
@@ -30,7 +18,9 @@ use super::faults::{CostBucket, FaultPlan};
 use super::graphql;
 use super::store::{Bulk, Store};
 use super::{BulkOutcome, EmulatorConfig, EmulatorStats, FaultKind};
-pub(crate) use recon_emulator_kit::{ConnHandle, EmuListener};
+use recon_emulator_kit::{
+    dropped_response, splitmix64, uuid_v4, ConnHandle, IdSeq, MALFORMED_JSON_BODY,
+};
 
 // ---------------------------------------------------------------------------
 // Shared state
@@ -48,16 +38,11 @@ pub(crate) struct Shared {
     /// See `EmulatorConfig::access_scopes`.
     pub access_scopes: Vec<String>,
     pub stats: Mutex<EmulatorStats>,
-    request_seq: AtomicU64,
-    request_salt: u64,
+    request_ids: IdSeq,
 }
 
 impl Shared {
     pub fn new(config: &EmulatorConfig, base_url: String) -> Self {
-        let salt = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
         Shared {
             token: config.token.clone(),
             latency: config.latency,
@@ -77,28 +62,15 @@ impl Shared {
             }),
             access_scopes: config.access_scopes.clone(),
             stats: Mutex::new(EmulatorStats::default()),
-            request_seq: AtomicU64::new(0),
-            request_salt: splitmix64(salt),
+            request_ids: IdSeq::new(),
         }
     }
 
     /// A UUID-shaped id (Shopify's `X-Request-Id` values are UUIDs), unique
     /// within an emulator: a bijective mix of a counter.
     fn next_request_id(&self) -> String {
-        let n = self.request_seq.fetch_add(1, Ordering::Relaxed);
-        let a = splitmix64(n ^ self.request_salt);
-        let b = splitmix64(a);
-        // Version 4, variant 10xx, like a random UUID.
-        let hi = (a & !0xF000) | 0x4000;
-        let lo = (b & !(0xC000u64 << 48)) | (0x8000u64 << 48);
-        format!(
-            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-            hi >> 32,
-            (hi >> 16) & 0xFFFF,
-            hi & 0xFFFF,
-            lo >> 48,
-            lo & 0xFFFF_FFFF_FFFF
-        )
+        let a = self.request_ids.next();
+        uuid_v4(a, splitmix64(a))
     }
 
     /// The earliest creation time (ns) of an order the app may see: 60 days
@@ -126,16 +98,6 @@ impl Shared {
         })
     }
 }
-
-pub(crate) fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-// ---------------------------------------------------------------------------
-// Listener and connections
 
 // ---------------------------------------------------------------------------
 // Replies
@@ -222,10 +184,7 @@ fn missing_query() -> Reply {
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     shared.stats.lock().unwrap().requests += 1;
     let request_id = shared.next_request_id();
-    let conn = req
-        .extensions()
-        .get::<ConnectInfo<ConnHandle>>()
-        .map(|c| c.0.clone());
+    let conn = ConnHandle::of(&req);
 
     // The fault is decided on arrival, in arrival order.
     let fault = shared.faults.lock().unwrap().next();
@@ -235,8 +194,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         Some(FaultKind::ServerError) => Some(server_error(&request_id)),
         Some(FaultKind::Unavailable) => Some(unavailable()),
         Some(FaultKind::MalformedJson) => Some(Reply {
-            body: b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>"
-                .to_vec(),
+            body: MALFORMED_JSON_BODY.to_vec(),
             ..Reply::json(200, &Json::Null)
         }),
         Some(FaultKind::Slow(extra)) => {
@@ -272,11 +230,8 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     }
 
     let Some(mut reply) = reply else {
-        if let Some(conn) = conn {
-            conn.drop_connection();
-        }
         // Never written: the connection's I/O now fails. Not counted in by_status.
-        return Response::new(Body::empty());
+        return dropped_response(conn);
     };
     if matches!(fault, Some(FaultKind::TruncatedJson)) {
         reply.status = 200;

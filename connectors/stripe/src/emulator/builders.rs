@@ -10,16 +10,13 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
-use super::server::{push_base62, splitmix64};
+use recon_emulator_kit::{fnv1a64, splitmix64};
+
+use super::server::push_base62;
 
 /// FNV-1a, then mixed: a stable hash of an id.
 fn hash(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    splitmix64(h)
+    splitmix64(fnv1a64(s.as_bytes()))
 }
 
 /// `prefix` + 14 base62 characters derived from `seed`.

@@ -1,25 +1,14 @@
 //! The HTTP side: axum serving on a custom listener, one fallback handler that
 //! routes `/v1/...` itself, auth, rate limiting and fault injection.
 //!
-//! # Dropping a connection
-//!
-//! `FaultKind::DropConnection` must close the TCP connection without writing any
-//! HTTP response. axum's `serve` accepts any [`Listener`], so the emulator wraps
-//! `tokio::net::TcpListener` in [`EmuListener`], whose connections are
-//! [`ConnIo`]: a `TcpStream` plus a shared "dropped" flag. The same flag reaches
-//! the handler through `ConnectInfo<ConnHandle>` (the [`Connected`] impl takes it
-//! from the accepted `ConnIo`). To drop, the handler sets the flag and returns;
-//! hyper's first attempt to write the response then fails with
-//! `ConnectionAborted` before a single byte is written, hyper abandons the
-//! connection, and dropping it closes the socket. The client sees the connection
-//! close with no response at all.
+//! The listener, the server task and the `DropConnection` mechanism are
+//! `recon_emulator_kit`'s, shared by the three emulators.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
@@ -28,7 +17,10 @@ use serde_json::{json, Value};
 use super::faults::{FaultPlan, Limiter, RateLimiter, WindowCounter};
 use super::store::{Found, ListQuery, MissingCursor, Store};
 use super::{EmulatorConfig, EmulatorStats, FaultKind, ObjectKind, RateLimitMode};
-pub(crate) use recon_emulator_kit::{ConnHandle, EmuListener};
+use recon_emulator_kit::{
+    base64_decode, dropped_response, percent_decode, splitmix64, ConnHandle, IdSeq, InFlight,
+    MALFORMED_JSON_BODY,
+};
 
 // ---------------------------------------------------------------------------
 // Shared state
@@ -41,16 +33,11 @@ pub(crate) struct Shared {
     pub limiter: Option<Mutex<Limiter>>,
     pub stats: Mutex<EmulatorStats>,
     in_flight: AtomicU64,
-    request_seq: AtomicU64,
-    request_salt: u64,
+    request_ids: IdSeq,
 }
 
 impl Shared {
     pub fn new(config: &EmulatorConfig) -> Self {
-        let salt = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
         Shared {
             api_key: config.api_key.clone(),
             latency: config.latency,
@@ -70,8 +57,7 @@ impl Shared {
             }),
             stats: Mutex::new(EmulatorStats::default()),
             in_flight: AtomicU64::new(0),
-            request_seq: AtomicU64::new(0),
-            request_salt: splitmix64(salt),
+            request_ids: IdSeq::new(),
         }
     }
 
@@ -79,21 +65,13 @@ impl Shared {
     /// characters encode a bijective mix of a per-emulator counter, so ids never
     /// repeat within an emulator.
     fn next_request_id(&self) -> String {
-        let n = self.request_seq.fetch_add(1, Ordering::Relaxed);
-        let mixed = splitmix64(n ^ self.request_salt);
+        let mixed = self.request_ids.next();
         let mut id = String::with_capacity(18);
         id.push_str("req_");
         push_base62(&mut id, mixed, 11);
         push_base62(&mut id, splitmix64(mixed), 3);
         id
     }
-}
-
-pub(crate) fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Appends exactly `width` base62 digits of `v` (least significant first).
@@ -104,28 +82,6 @@ pub(crate) fn push_base62(out: &mut String, mut v: u64, width: usize) {
         v /= 62;
     }
 }
-
-/// Counts a request in flight for as long as it lives.
-struct InFlight<'a>(&'a Shared);
-
-impl<'a> InFlight<'a> {
-    fn enter(shared: &'a Shared) -> Self {
-        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut stats = shared.stats.lock().unwrap();
-        stats.requests += 1;
-        stats.max_in_flight = stats.max_in_flight.max(now);
-        InFlight(shared)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Listener and connections
 
 // ---------------------------------------------------------------------------
 // Replies
@@ -276,32 +232,6 @@ fn presented_key(headers: &HeaderMap) -> Option<String> {
     }
 }
 
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    fn val(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let s = s.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for &c in s {
-        acc = (acc << 6) | val(c)?;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
 /// `None` when authorized, else Stripe's 401.
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Option<Reply> {
     let message = match presented_key(headers) {
@@ -316,12 +246,14 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Option<Reply> {
 // Routing
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let _in_flight = InFlight::enter(&shared);
+    let (_in_flight, in_flight) = InFlight::enter(&shared.in_flight);
+    {
+        let mut stats = shared.stats.lock().unwrap();
+        stats.requests += 1;
+        stats.max_in_flight = stats.max_in_flight.max(in_flight);
+    }
     let request_id = shared.next_request_id();
-    let conn = req
-        .extensions()
-        .get::<ConnectInfo<ConnHandle>>()
-        .map(|c| c.0.clone());
+    let conn = ConnHandle::of(&req);
 
     // Everything that depends on arrival order is decided now.
     let fault = shared.faults.lock().unwrap().next();
@@ -337,8 +269,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         Some(FaultKind::Unavailable) => Plan::Reply(unavailable()),
         Some(FaultKind::MalformedJson) => Plan::Reply(Reply {
             status: 200,
-            body: b"<html><head><title>502 Bad Gateway</title></head><body>upstream error</body></html>"
-                .to_vec(),
+            body: MALFORMED_JSON_BODY.to_vec(),
             should_retry: false,
         }),
         Some(FaultKind::Slow(extra)) => {
@@ -363,11 +294,8 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     }
 
     if matches!(fault, Some(FaultKind::DropConnection)) {
-        if let Some(conn) = conn {
-            conn.drop_connection();
-        }
         // Never written: the connection's I/O now fails. Not counted in by_status.
-        return Response::new(Body::empty());
+        return dropped_response(conn);
     }
 
     let mut reply = match plan {
@@ -416,27 +344,6 @@ fn build(reply: Reply, request_id: &str) -> Response {
         h.insert("stripe-should-retry", HeaderValue::from_static("true"));
     }
     res
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(v) = hex {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn route(shared: &Shared, method: &Method, uri: &axum::http::Uri) -> Reply {
