@@ -33,7 +33,7 @@ use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::config::BackfillMode;
-use crate::pipeline::backfill::{apply, lock, start_run, Ledger};
+use crate::pipeline::backfill::{apply, breach, lock, start_run, Ledger};
 use crate::pipeline::RunPlan;
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
@@ -221,40 +221,15 @@ fn check_against_store(
         );
     }
     let n = file.lines.len() as u64;
-    let ratio = n as f64 / saved.source_records.max(1) as f64;
-    let why = if n > run.max_records {
-        Some(format!(
-            "{n} records exceed backfill.max_records = {} by {}",
-            run.max_records,
-            n - run.max_records
-        ))
-    } else if saved.source_records > 0 && ratio > run.max_ratio {
-        Some(format!(
-            "{n} records are {:.1}% of the window's {} source records, above backfill.max_ratio = {:.1}%",
-            ratio * 100.0,
-            saved.source_records,
-            run.max_ratio * 100.0
-        ))
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        // Rounded up to 3 decimals, as `recon run` suggests, so that the
-        // suggested apply passes.
-        let source = u128::from(saved.source_records).max(1);
-        let milli = (u128::from(n) * 1000).div_ceil(source).min(1000);
-        let needed = format!("{}.{:03}", milli / 1000, milli % 1000);
-        let suggested_ratio = if run.max_ratio >= needed.parse::<f64>().unwrap_or(1.0) {
-            run.max_ratio.to_string()
-        } else {
-            needed
-        };
+    if let Some(b) = breach(n, saved.source_records, run.max_records, run.max_ratio) {
         bail!(
-            "job `{}`: safety limit: plan {path} was not applied, nothing was written: {why}. \
-             Review the plan, then apply it with --max-records {} --max-ratio {suggested_ratio} \
+            "job `{}`: safety limit: plan {path} was not applied, nothing was written: {}. \
+             Review the plan, then apply it with --max-records {} --max-ratio {} \
              (or raise the limits in the config)",
             head.job,
-            n.max(run.max_records)
+            b.why,
+            b.records,
+            b.ratio
         );
     }
     Ok(saved)
@@ -324,7 +299,6 @@ async fn write_and_report(
 ) -> Result<(Status, serde_json::Value, PathBuf)> {
     let run_id = ledger.plan_id;
     let job = &plan.job.name;
-    let schema = &plan.spec.schema;
     // Checked before the target is touched: a destination that cannot take
     // the reports fails here, with nothing written.
     let dir_path = plan
@@ -332,14 +306,70 @@ async fn write_and_report(
         .clone()
         .unwrap_or_else(|| plan.job.reports.join(job).join(run_id));
     let mut dir = ReportDir::prepare(&dir_path)?;
+    let Written {
+        rows,
+        skipped,
+        done,
+        failed,
+    } = write_items(plan, ledger, items).await?;
+    write_backfill_csv(&mut dir, &rows)?;
+    let status = if failed > 0 {
+        Status::Discrepancies
+    } else {
+        Status::Clean
+    };
+    let summary = json!({
+        "job": job,
+        "run_id": run_id,
+        "plan": file.path.display().to_string(),
+        "plan_id": head.plan_id,
+        "plan_sha256": file.sha256,
+        "window": { "start": format_timestamp(head.window.start), "end": format_timestamp(head.window.end) },
+        "planned": items.len(),
+        "skipped": skipped,
+        "backfilled": done,
+        "backfill_failed": failed,
+        "exit_status": status.code(),
+    });
+    let mut text = serde_json::to_vec_pretty(&summary)?;
+    text.push(b'\n');
+    dir.write_all("summary.json", &text)?;
+    let path = dir.commit()?;
+    println!(
+        "plan {}: {} items, {} skipped (already present), {} written, {} failed",
+        file.path.display(),
+        items.len(),
+        skipped,
+        done,
+        failed
+    );
+    println!("reports: {}", path.display());
+    Ok((status, summary, path))
+}
+
+/// What writing a plan's items did.
+struct Written {
+    /// `backfill.csv`: skipped items first, then written ones in plan order.
+    rows: Vec<BackfillRow>,
+    /// Inserts skipped because the key is already in the target.
+    skipped: usize,
+    /// Items created or updated.
+    done: u64,
+    /// Items the target refused.
+    failed: u64,
+}
+
+/// Builds the target, skips inserts whose key has appeared since the dry
+/// run, and writes the rest through the ledger.
+async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Result<Written> {
+    let job = &plan.job.name;
     let cx = BuildContext {
-        schema,
+        schema: &plan.spec.schema,
         time_field: plan.time_field,
     };
     let target = plan.job.job.target.connector().build_target(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
     target.check_idempotent().await?;
-    // Re-check: an insert whose key has appeared since the dry run is skipped.
     let insert_keys: Vec<String> = items
         .iter()
         .filter(|i| i.action == Action::Insert)
@@ -363,55 +393,29 @@ async fn write_and_report(
     } else {
         apply(ledger, target.as_ref(), &work).await?
     };
-    let (mut done, mut failed) = (0u64, 0u64);
-    let mut rows: Vec<BackfillRow> = skipped
-        .iter()
-        .map(|i| BackfillRow {
-            key: i.record.key.clone(),
-            action: Action::Insert,
-            outcome: BackfillOutcome::Skipped,
-            error: "already present in the target".into(),
-        })
-        .collect();
+    let mut written = Written {
+        rows: skipped
+            .iter()
+            .map(|i| BackfillRow {
+                key: i.record.key.clone(),
+                action: Action::Insert,
+                outcome: BackfillOutcome::Skipped,
+                error: "already present in the target".into(),
+            })
+            .collect(),
+        skipped: skipped.len(),
+        done: 0,
+        failed: 0,
+    };
     for ((r, m), o) in work.iter().zip(&outcomes) {
         match o {
-            WriteOutcome::Failed(_) => failed += 1,
-            WriteOutcome::Created | WriteOutcome::Updated => done += 1,
+            WriteOutcome::Failed(_) => written.failed += 1,
+            WriteOutcome::Created | WriteOutcome::Updated => written.done += 1,
             WriteOutcome::Unchanged => {}
         }
-        rows.push(BackfillRow::new(&r.key, Action::from(*m), o));
+        written
+            .rows
+            .push(BackfillRow::new(&r.key, Action::from(*m), o));
     }
-    write_backfill_csv(&mut dir, &rows)?;
-    let status = if failed > 0 {
-        Status::Discrepancies
-    } else {
-        Status::Clean
-    };
-    let summary = json!({
-        "job": job,
-        "run_id": run_id,
-        "plan": file.path.display().to_string(),
-        "plan_id": head.plan_id,
-        "plan_sha256": file.sha256,
-        "window": { "start": format_timestamp(head.window.start), "end": format_timestamp(head.window.end) },
-        "planned": items.len(),
-        "skipped": skipped.len(),
-        "backfilled": done,
-        "backfill_failed": failed,
-        "exit_status": status.code(),
-    });
-    let mut text = serde_json::to_vec_pretty(&summary)?;
-    text.push(b'\n');
-    dir.write_all("summary.json", &text)?;
-    let path = dir.commit()?;
-    println!(
-        "plan {}: {} items, {} skipped (already present), {} written, {} failed",
-        file.path.display(),
-        items.len(),
-        skipped.len(),
-        done,
-        failed
-    );
-    println!("reports: {}", path.display());
-    Ok((status, summary, path))
+    Ok(written)
 }

@@ -54,11 +54,7 @@ struct Story {
 }
 
 #[cfg(feature = "demo")]
-async fn build_ledger(
-    db: &Path,
-    charges: &[(String, i64, &str, &str, i64)],
-    story: &mut Story,
-) -> Result<()> {
+async fn build_ledger(db: &Path, charges: &[Charge], story: &mut Story) -> Result<()> {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
     let url = format!("sqlite://{}?mode=rwc", db.display());
@@ -187,21 +183,14 @@ pub fn run(args: DemoArgs) -> Result<Status> {
     runtime.block_on(demo(out))
 }
 
+/// A planted charge: ID, amount in minor units, currency, status, created.
 #[cfg(feature = "demo")]
-async fn demo(out: PathBuf) -> Result<Status> {
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let work = out.join("work");
-    if work.exists() {
-        std::fs::remove_dir_all(&work)
-            .with_context(|| format!("cannot clear {}", work.display()))?;
-    }
-    std::fs::create_dir_all(&work)?;
-    let emulator = Emulator::start(EmulatorConfig::default())
-        .await
-        .context("starting the Stripe emulator on 127.0.0.1")?;
+type Charge = (String, i64, &'static str, &'static str, i64);
 
-    // Charges over the last 24 hours, newest last; the last few minutes old.
-    let now = jiff::Timestamp::now().as_second();
+/// Charges over the 24 hours before `now`, newest last; the last few
+/// minutes old.
+#[cfg(feature = "demo")]
+fn charges(now: i64) -> Vec<Charge> {
     let mut rng = Lcg(0x5eed);
     let mut charges = Vec::with_capacity(CHARGES);
     for i in 0..CHARGES {
@@ -224,6 +213,47 @@ async fn demo(out: PathBuf) -> Result<Status> {
         );
         charges.push((id, amount, cur, status, now - age));
     }
+    charges
+}
+
+/// The three runs a newcomer sees: dry run, apply, rerun.
+#[cfg(feature = "demo")]
+async fn steps(config: &Path, out: &Path) -> Result<Status> {
+    let mut last = Status::Clean;
+    for (name, dry_run) in [("1-dry-run", true), ("2-apply", false), ("3-rerun", false)] {
+        println!(
+            "== {name}{}",
+            if dry_run { " (changes nothing)" } else { "" }
+        );
+        let plan = RunPlan::from_args(&RunArgs {
+            config: config.to_path_buf(),
+            job: None,
+            window: None,
+            dry_run,
+            out: Some(out.join(name)),
+            max_records: None,
+            max_ratio: None,
+        })?;
+        last = execute(plan).await?;
+        println!("exit status {}\n", last.code());
+    }
+    Ok(last)
+}
+
+#[cfg(feature = "demo")]
+async fn demo(out: PathBuf) -> Result<Status> {
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let work = out.join("work");
+    if work.exists() {
+        std::fs::remove_dir_all(&work)
+            .with_context(|| format!("cannot clear {}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work)?;
+    let emulator = Emulator::start(EmulatorConfig::default())
+        .await
+        .context("starting the Stripe emulator on 127.0.0.1")?;
+
+    let charges = charges(jiff::Timestamp::now().as_second());
     for (id, amount, cur, status, created) in &charges {
         emulator.insert(
             ObjectKind::Charge,
@@ -262,24 +292,7 @@ async fn demo(out: PathBuf) -> Result<Status> {
         story.duplicates,
         story.pending
     );
-    let mut last = Status::Clean;
-    for (name, dry_run) in [("1-dry-run", true), ("2-apply", false), ("3-rerun", false)] {
-        println!(
-            "== {name}{}",
-            if dry_run { " (changes nothing)" } else { "" }
-        );
-        let plan = RunPlan::from_args(&RunArgs {
-            config: config.clone(),
-            job: None,
-            window: None,
-            dry_run,
-            out: Some(out.join(name)),
-            max_records: None,
-            max_ratio: None,
-        })?;
-        last = execute(plan).await?;
-        println!("exit status {}\n", last.code());
-    }
+    let last = steps(&config, &out).await?;
     emulator.shutdown().await;
     println!(
         "The reports are in {}/{{1-dry-run,2-apply,3-rerun}}; reports/README.md explains every column.",

@@ -1,17 +1,16 @@
 //! `recon diff SOURCE TARGET`: an ad-hoc diff of two export files.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use recon_core::{Field, FieldKind, Schema, ValueRef};
-use recon_file::{AmountFormat, FileReader, FileSpec, ReadError};
+use recon_core::{Field, FieldKind, Schema};
+use recon_file::{AmountFormat, FileReader, FileSpec};
 
 use crate::cli::{AmountFormatArg, DiffArgs};
-use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
-
-use crate::diff::{DiffEngine, DiffOutcome, DiffSpec, RecordBatch, Tolerance};
+use crate::diff::{DiffEngine, DiffOutcome, DiffSpec, Tolerance};
+use crate::pipeline::feed::{feed_files, Side};
 use crate::report::{write_diff_reports, ReportDir, RunMeta};
 use crate::Status;
 
@@ -53,125 +52,25 @@ impl DiffPlan {
         if key.is_empty() {
             bail!("--key is empty; name the column holding the external ID");
         }
-        let mut compare: Vec<String> = Vec::new();
-        for c in args
-            .compare
-            .iter()
-            .map(|c| c.trim())
-            .filter(|c| !c.is_empty())
-        {
-            if c == key {
-                bail!(
-                    "--compare lists the key column `{key}`; the key is always matched, remove it"
-                );
-            }
-            if !compare.iter().any(|x| x == c) {
-                compare.push(c.to_string());
-            }
-        }
+        let compare = compare_list(&args, &key)?;
         let amount = args.amount.clone().or_else(|| {
             compare
                 .iter()
                 .any(|c| c == "amount")
                 .then(|| "amount".to_string())
         });
-
-        let mut tolerances: HashMap<String, Tolerance> = HashMap::new();
-        for t in args.tolerance.iter().filter(|t| !t.is_empty()) {
-            let Some((field, value)) = t.split_once('=') else {
-                bail!("--tolerance `{t}`: expected FIELD=N (minor units) or FIELD=Ns (seconds)");
-            };
-            let field = field.trim();
-            if !compare.iter().any(|c| c == field) {
-                bail!("--tolerance `{t}`: `{field}` is not a compared field; add it to --compare");
-            }
-            let value = value.trim();
-            let (number, seconds) = match value.strip_suffix('s') {
-                Some(n) => (n, true),
-                None => (value, false),
-            };
-            let n: i64 = number.parse().ok().filter(|n| *n >= 0).with_context(|| {
-                format!("--tolerance `{t}`: `{value}` is not a non-negative whole number")
-            })?;
-            tolerances.insert(
-                field.to_string(),
-                if seconds {
-                    Tolerance::Seconds(n)
-                } else {
-                    Tolerance::Units(n)
-                },
-            );
-        }
-        for ts in args.timestamps.iter().filter(|t| !t.is_empty()) {
-            if !compare.iter().any(|c| c == ts) {
-                bail!("--timestamps `{ts}` is not a compared field; add it to --compare");
-            }
-        }
-
-        let mut fields = Vec::new();
-        let mut tols = Vec::new();
-        for name in &compare {
-            let tol = tolerances.get(name).copied();
-            let kind = if Some(name) == amount.as_ref() {
-                if matches!(tol, Some(Tolerance::Seconds(_))) {
-                    bail!("--tolerance for the amount `{name}` is in minor units; drop the `s`");
-                }
-                FieldKind::Money
-            } else if name == &args.currency {
-                if tol.is_some() {
-                    bail!("--tolerance on the currency `{name}` makes no sense; remove it");
-                }
-                FieldKind::Currency
-            } else if args.timestamps.contains(name) || matches!(tol, Some(Tolerance::Seconds(_))) {
-                if matches!(tol, Some(Tolerance::Units(_))) {
-                    bail!("--tolerance for the timestamp `{name}` is in seconds: write {name}=Ns");
-                }
-                FieldKind::Timestamp
-            } else if matches!(tol, Some(Tolerance::Units(_))) {
-                FieldKind::Integer
-            } else {
-                FieldKind::Text
-            };
-            fields.push(Field {
-                name: name.clone(),
-                kind,
-                compared: true,
-            });
-            tols.push(tol);
-        }
-        if let Some(a) = &amount {
-            if !compare.contains(a) {
-                // Read for the per-currency totals only.
-                fields.push(Field {
-                    name: a.clone(),
-                    kind: FieldKind::Money,
-                    compared: false,
-                });
-                tols.push(None);
-            }
-        }
-        let schema = Schema { fields };
-        let has_money = schema.money_field().is_some();
-
-        let side = |path: &PathBuf,
-                    flag: &str,
-                    renames: &[String],
-                    format: AmountFormatArg|
-         -> Result<FileSpec> {
-            let renames = parse_renames(flag, renames)?;
-            let column = |name: &str| {
-                renames
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_else(|| name.to_string())
-            };
-            Ok(FileSpec {
-                path: path.clone(),
-                key_column: column(&key),
-                columns: schema.fields.iter().map(|f| column(&f.name)).collect(),
-                currency_column: has_money.then(|| column(&args.currency)),
-                amount_format: amount_format(format),
-            })
+        let tolerances = tolerances(&args, &compare)?;
+        let spec = diff_spec(&args, &compare, amount.as_ref(), &tolerances)?;
+        let side = |path: &PathBuf, flag: &str, renames: &[String], format: AmountFormatArg| {
+            file_spec(
+                &spec.schema,
+                &key,
+                &args.currency,
+                path,
+                flag,
+                renames,
+                format,
+            )
         };
         let source = side(
             &args.source,
@@ -188,115 +87,150 @@ impl DiffPlan {
         Ok(DiffPlan {
             source,
             target,
-            spec: DiffSpec {
-                schema,
-                tolerances: tols,
-            },
+            spec,
             out: args.out,
         })
     }
 }
 
-/// Records per batch handed from the reader thread to the engine.
-const BATCH: usize = 8192;
-
-/// What the reader thread sends.
-enum Message {
-    /// A batch of source records, and an estimate of the source's size.
-    Source(RecordBatch, Option<usize>),
-    /// A batch of target records.
-    Target(RecordBatch),
-}
-
-/// Which rows of a file to keep (e.g. those inside a run's window).
-pub(crate) type RowFilter<'a> = &'a (dyn Fn(&[ValueRef<'_>]) -> bool + Sync);
-
-/// Parses one file into batches on the calling thread, sending each full batch.
-fn read_side(
-    reader: &mut FileReader,
-    spec: &DiffSpec,
-    source_side: bool,
-    tx: &SyncSender<Message>,
-    free: &Receiver<RecordBatch>,
-    keep: Option<RowFilter<'_>>,
-) -> Result<()> {
-    let fresh = |free: &Receiver<RecordBatch>| {
-        let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
-        b.clear();
-        b
-    };
-    let mut first = true;
-    loop {
-        let mut batch = fresh(free);
-        let done = reader.for_each_while(|key, values, _| -> Result<bool> {
-            if keep.is_none_or(|k| k(values)) {
-                batch.push(key, values)?;
-            }
-            Ok(batch.len() < BATCH)
-        });
-        let done = match done {
-            Ok(done) => done,
-            Err(ReadError::Connector(e)) => return Err(e.into()),
-            Err(ReadError::Caller(e)) => return Err(e),
-        };
-        if !batch.is_empty() {
-            let msg = if source_side {
-                // Estimate the source's size from the first batch's bytes per
-                // row, so that the engine sizes its index once.
-                let (read, total) = reader.progress();
-                let estimate = (first && read > 0)
-                    .then(|| (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize);
-                Message::Source(batch, estimate)
-            } else {
-                Message::Target(batch)
-            };
-            first = false;
-            // The engine stops listening only after failing itself.
-            tx.send(msg)
-                .map_err(|_| anyhow::anyhow!("diff engine stopped"))?;
+/// The compared columns, in order, without repeats or the key.
+fn compare_list(args: &DiffArgs, key: &str) -> Result<Vec<String>> {
+    let mut compare: Vec<String> = Vec::new();
+    for c in args
+        .compare
+        .iter()
+        .map(|c| c.trim())
+        .filter(|c| !c.is_empty())
+    {
+        if c == key {
+            bail!("--compare lists the key column `{key}`; the key is always matched, remove it");
         }
-        if done {
-            return Ok(());
+        if !compare.iter().any(|x| x == c) {
+            compare.push(c.to_string());
         }
     }
+    for ts in args.timestamps.iter().filter(|t| !t.is_empty()) {
+        if !compare.iter().any(|c| c == ts) {
+            bail!("--timestamps `{ts}` is not a compared field; add it to --compare");
+        }
+    }
+    Ok(compare)
 }
 
-/// Feeds one file to the engine through the same two stages as `recon
-/// diff`: a reader thread parses, filters and encodes batches, the calling
-/// thread indexes (source) or probes (target) them. `recon run` uses it for
-/// file sides, so a job over exports runs at the speed of `recon diff`.
-pub(crate) fn feed_file(
-    engine: &mut DiffEngine,
-    mut reader: FileReader,
-    source_side: bool,
-    keep: Option<RowFilter<'_>>,
-) -> Result<()> {
-    let spec = engine.spec().clone();
-    std::thread::scope(|scope| -> Result<()> {
-        let (tx, rx) = sync_channel::<Message>(4);
-        let (free_tx, free_rx) = channel::<RecordBatch>();
-        let spec = &spec;
-        let handle = scope.spawn(move || -> Result<()> {
-            read_side(&mut reader, spec, source_side, &tx, &free_rx, keep)
-        });
-        for msg in rx {
-            match msg {
-                Message::Source(batch, estimate) => {
-                    if let Some(n) = estimate {
-                        engine.reserve_source(n);
-                    }
-                    engine.add_source_batch(&batch)?;
-                    let _ = free_tx.send(batch);
-                }
-                Message::Target(batch) => {
-                    engine.add_target_batch(&batch);
-                    let _ = free_tx.send(batch);
-                }
-            }
+/// `--tolerance FIELD=N` (minor units) or `FIELD=Ns` (seconds), by field.
+fn tolerances(args: &DiffArgs, compare: &[String]) -> Result<HashMap<String, Tolerance>> {
+    let mut tolerances: HashMap<String, Tolerance> = HashMap::new();
+    for t in args.tolerance.iter().filter(|t| !t.is_empty()) {
+        let Some((field, value)) = t.split_once('=') else {
+            bail!("--tolerance `{t}`: expected FIELD=N (minor units) or FIELD=Ns (seconds)");
+        };
+        let field = field.trim();
+        if !compare.iter().any(|c| c == field) {
+            bail!("--tolerance `{t}`: `{field}` is not a compared field; add it to --compare");
         }
-        handle
-            .join()
-            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
+        let value = value.trim();
+        let (number, seconds) = match value.strip_suffix('s') {
+            Some(n) => (n, true),
+            None => (value, false),
+        };
+        let n: i64 = number.parse().ok().filter(|n| *n >= 0).with_context(|| {
+            format!("--tolerance `{t}`: `{value}` is not a non-negative whole number")
+        })?;
+        let tolerance = if seconds {
+            Tolerance::Seconds(n)
+        } else {
+            Tolerance::Units(n)
+        };
+        tolerances.insert(field.to_string(), tolerance);
+    }
+    Ok(tolerances)
+}
+
+/// The kind of a compared column, from the flags and its tolerance.
+fn kind_of(
+    args: &DiffArgs,
+    name: &String,
+    amount: Option<&String>,
+    tol: Option<Tolerance>,
+) -> Result<FieldKind> {
+    Ok(if Some(name) == amount {
+        if matches!(tol, Some(Tolerance::Seconds(_))) {
+            bail!("--tolerance for the amount `{name}` is in minor units; drop the `s`");
+        }
+        FieldKind::Money
+    } else if name == &args.currency {
+        if tol.is_some() {
+            bail!("--tolerance on the currency `{name}` makes no sense; remove it");
+        }
+        FieldKind::Currency
+    } else if args.timestamps.contains(name) || matches!(tol, Some(Tolerance::Seconds(_))) {
+        if matches!(tol, Some(Tolerance::Units(_))) {
+            bail!("--tolerance for the timestamp `{name}` is in seconds: write {name}=Ns");
+        }
+        FieldKind::Timestamp
+    } else if matches!(tol, Some(Tolerance::Units(_))) {
+        FieldKind::Integer
+    } else {
+        FieldKind::Text
+    })
+}
+
+/// The fields (compared ones, then an uncompared amount read for the
+/// per-currency totals) and their tolerances.
+fn diff_spec(
+    args: &DiffArgs,
+    compare: &[String],
+    amount: Option<&String>,
+    tolerances: &HashMap<String, Tolerance>,
+) -> Result<DiffSpec> {
+    let mut fields = Vec::new();
+    let mut tols = Vec::new();
+    for name in compare {
+        let tol = tolerances.get(name).copied();
+        fields.push(Field {
+            name: name.clone(),
+            kind: kind_of(args, name, amount, tol)?,
+            compared: true,
+        });
+        tols.push(tol);
+    }
+    if let Some(a) = amount.filter(|a| !compare.contains(a)) {
+        fields.push(Field {
+            name: a.clone(),
+            kind: FieldKind::Money,
+            compared: false,
+        });
+        tols.push(None);
+    }
+    Ok(DiffSpec {
+        schema: Schema { fields },
+        tolerances: tols,
+    })
+}
+
+/// How to read one side's file: its columns after `--*-rename`.
+fn file_spec(
+    schema: &Schema,
+    key: &str,
+    currency: &str,
+    path: &Path,
+    flag: &str,
+    renames: &[String],
+    format: AmountFormatArg,
+) -> Result<FileSpec> {
+    let renames = parse_renames(flag, renames)?;
+    let column = |name: &str| {
+        renames
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| name.to_string())
+    };
+    Ok(FileSpec {
+        path: path.to_path_buf(),
+        key_column: column(key),
+        columns: schema.fields.iter().map(|f| column(&f.name)).collect(),
+        currency_column: schema.money_field().is_some().then(|| column(currency)),
+        amount_format: amount_format(format),
     })
 }
 
@@ -306,53 +240,22 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     let started_at = jiff::Timestamp::now();
     // Open both before reading either, so a wrong column on the target is
     // reported at once rather than after the whole source is read.
-    let mut source = FileReader::open(plan.source.clone(), &plan.spec.schema)?;
-    let mut target = FileReader::open(plan.target.clone(), &plan.spec.schema)?;
+    let source = FileReader::open(plan.source.clone(), &plan.spec.schema)?;
+    let target = FileReader::open(plan.target.clone(), &plan.spec.schema)?;
     let mut dir = ReportDir::create(&plan.out)?;
     let mut engine = DiffEngine::new(plan.spec.clone());
-    let mut source_ms = 0;
-    // Two stages on two threads: one parses and encodes, the other indexes
-    // and probes. Batches travel through a short queue and come back for reuse.
-    let spec = &plan.spec;
-    std::thread::scope(|scope| -> Result<()> {
-        let (tx, rx) = sync_channel::<Message>(4);
-        let (free_tx, free_rx) = channel::<RecordBatch>();
-        let reader = scope.spawn(move || -> Result<()> {
-            read_side(&mut source, spec, true, &tx, &free_rx, None)?;
-            read_side(&mut target, spec, false, &tx, &free_rx, None)
-        });
-        let mut source_done = false;
-        for msg in rx {
-            match msg {
-                Message::Source(batch, estimate) => {
-                    if let Some(n) = estimate {
-                        engine.reserve_source(n);
-                    }
-                    engine.add_source_batch(&batch)?;
-                    let _ = free_tx.send(batch);
-                }
-                Message::Target(batch) => {
-                    if !source_done {
-                        source_done = true;
-                        source_ms = started.elapsed().as_millis();
-                        tracing::debug!(
-                            message = "Source side indexed.",
-                            ms = source_ms,
-                            peak_rss_mib = crate::memory::peak_rss_mib()
-                        );
-                    }
-                    engine.add_target_batch(&batch);
-                    let _ = free_tx.send(batch);
-                }
-            }
-        }
-        reader
-            .join()
-            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
-    })?;
-    if source_ms == 0 {
-        source_ms = started.elapsed().as_millis();
-    }
+    // Two stages on two threads: one parses and encodes both files in
+    // turn, the other indexes (source) and probes (target).
+    let source_done = feed_files(
+        &mut engine,
+        vec![(source, Side::Source, None), (target, Side::Target, None)],
+    )?;
+    let source_ms = source_done.unwrap_or_else(|| started.elapsed()).as_millis();
+    tracing::debug!(
+        message = "Source side indexed.",
+        ms = source_ms,
+        peak_rss_mib = crate::memory::peak_rss_mib()
+    );
     let target_ms = started.elapsed().as_millis() - source_ms;
     tracing::debug!(
         message = "Target side probed.",

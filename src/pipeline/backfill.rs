@@ -63,13 +63,57 @@ pub struct Guard {
     pub trouble: Option<String>,
 }
 
-/// Checks the plan against `max_records` and `max_ratio`: a plan over a
-/// limit is not written; plan.jsonl is kept for review and the message
-/// suggests the limits that would let it through.
-pub fn guard(plan: &RunPlan, items: usize, source_records: u64) -> Guard {
+/// A plan over a safety limit: why, and the limits that would let it through.
+pub struct Breach {
+    /// Which limit, with the figures.
+    pub why: String,
+    /// The `--max-records` that would pass.
+    pub records: u64,
+    /// The `--max-ratio` that would pass, rounded up to 3 decimals.
+    pub ratio: String,
+}
+
+/// Checks `items` against `max_records` and `max_ratio` (share of the
+/// window's `source_records`).
+pub fn breach(items: u64, source_records: u64, max_records: u64, max_ratio: f64) -> Option<Breach> {
     let ratio = items as f64 / source_records.max(1) as f64;
-    let over_count = items as u64 > plan.max_records;
-    let over_ratio = source_records > 0 && ratio > plan.max_ratio;
+    let why = if items > max_records {
+        format!(
+            "{items} records exceed backfill.max_records = {max_records} by {}",
+            items - max_records
+        )
+    } else if source_records > 0 && ratio > max_ratio {
+        format!(
+            "{items} records are {:.1}% of the window's {source_records} source records, above backfill.max_ratio = {:.1}%",
+            ratio * 100.0,
+            max_ratio * 100.0
+        )
+    } else {
+        return None;
+    };
+    // The suggested ratio is rounded UP to 3 decimals (exact integer
+    // arithmetic), so that the suggested rerun passes: 103 of 2000 is
+    // 0.0515 and suggests 0.052, never 0.051. A configured ratio that
+    // already allows the plan is kept as written (`{}` round-trips).
+    let source = u128::from(source_records).max(1);
+    let milli = (u128::from(items) * 1000).div_ceil(source).min(1000);
+    let needed = format!("{}.{:03}", milli / 1000, milli % 1000);
+    let ratio = if max_ratio >= needed.parse::<f64>().unwrap_or(1.0) {
+        max_ratio.to_string()
+    } else {
+        needed
+    };
+    Some(Breach {
+        why,
+        records: items.max(max_records),
+        ratio,
+    })
+}
+
+/// Checks the plan against the safety limits: a plan over a limit is not
+/// written; plan.jsonl is kept for review and the message suggests the
+/// limits that would let it through.
+pub fn guard(plan: &RunPlan, items: usize, source_records: u64) -> Guard {
     if plan.dry_run || items == 0 {
         return Guard {
             write: false,
@@ -77,42 +121,21 @@ pub fn guard(plan: &RunPlan, items: usize, source_records: u64) -> Guard {
             trouble: None,
         };
     }
-    if !(over_count || over_ratio) {
+    let Some(b) = breach(
+        items as u64,
+        source_records,
+        plan.max_records,
+        plan.max_ratio,
+    ) else {
         return Guard {
             write: true,
             plan_file: false,
             trouble: None,
         };
-    }
-    let why = if over_count {
-        format!(
-            "{items} records exceed backfill.max_records = {} by {}",
-            plan.max_records,
-            items as u64 - plan.max_records
-        )
-    } else {
-        format!(
-            "{items} records are {:.1}% of the window's {source_records} source records, above backfill.max_ratio = {:.1}%",
-            ratio * 100.0,
-            plan.max_ratio * 100.0
-        )
-    };
-    // The suggested ratio is rounded UP to 3 decimals (exact integer
-    // arithmetic), so that the suggested rerun passes: 103 of 2000 is
-    // 0.0515 and suggests 0.052, never 0.051. A configured ratio that
-    // already allows the plan is kept as written (`{}` round-trips).
-    let source = (source_records as u128).max(1);
-    let milli = ((items as u128 * 1000).div_ceil(source)).min(1000);
-    let needed = format!("{}.{:03}", milli / 1000, milli % 1000);
-    let suggested_ratio = if plan.max_ratio >= needed.parse::<f64>().unwrap_or(1.0) {
-        plan.max_ratio.to_string()
-    } else {
-        needed
     };
     let msg = format!(
-        "job `{}`: safety limit: the backfill was stopped before writing anything: {why}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {suggested_ratio} (or raise the limits in the config)",
-        plan.job.name,
-        items.max(plan.max_records as usize),
+        "job `{}`: safety limit: the backfill was stopped before writing anything: {}. Review plan.jsonl, then rerun with --max-records {} --max-ratio {} (or raise the limits in the config)",
+        plan.job.name, b.why, b.records, b.ratio
     );
     Guard {
         write: false,

@@ -18,6 +18,7 @@
 //! report.
 
 pub mod backfill;
+pub mod feed;
 pub mod finish;
 pub mod history;
 mod job;

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use futures_util::TryStreamExt;
 use recon_core::{BuildContext, Record, Source, Target, Value, ValueRef, Window};
 
+use super::feed::{feed_files, Side};
 use super::RunPlan;
 use crate::config::{EndpointConfig, UnplacedPolicy};
 use crate::diff::{equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch};
@@ -139,8 +140,12 @@ async fn feed(
             }
             None => true,
         };
-        let feed =
-            || crate::commands::diff::feed_file(engine, reader, source_side, Some(&in_window));
+        let side = if source_side {
+            Side::Source
+        } else {
+            Side::Target
+        };
+        let feed = || feed_files(engine, vec![(reader, side, Some(&in_window))]).map(|_| ());
         // The reader thread and this one work at full speed; other tasks
         // (the lock's heartbeat) move to another worker meanwhile.
         return match tokio::runtime::Handle::current().runtime_flavor() {

@@ -321,7 +321,7 @@ async fn start_run_marks_crashed_runs(url: String) {
     let status = |id: &str| {
         runs.iter()
             .find(|r| r.id == id)
-            .map(|r| (r.status.clone(), r.error.clone()))
+            .map(|r| (r.status, r.error.clone()))
             .unwrap()
     };
     assert_eq!(status(&first).0, "crashed");

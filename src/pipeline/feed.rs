@@ -1,0 +1,131 @@
+//! The batched engine feed `recon diff` and `recon run` share: a reader
+//! thread parses, filters and encodes file rows into batches, the calling
+//! thread indexes (source) or probes (target) them. Batches travel through
+//! a short queue and come back for reuse, so no record is ever owned.
+
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use recon_core::ValueRef;
+use recon_file::{FileReader, ReadError};
+
+use crate::diff::{DiffEngine, DiffSpec, RecordBatch};
+
+/// Records per batch handed from the reader thread to the engine.
+const BATCH: usize = 8192;
+
+/// Which side a file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The source of truth: indexed.
+    Source,
+    /// The target: probed against the source.
+    Target,
+}
+
+/// Which rows of a file to keep (e.g. those inside a run's window).
+pub type RowFilter<'a> = &'a (dyn Fn(&[ValueRef<'_>]) -> bool + Sync);
+
+/// One file to feed, its side, and its row filter.
+pub type FileFeed<'a> = (FileReader, Side, Option<RowFilter<'a>>);
+
+/// What the reader thread sends.
+enum Message {
+    /// A batch of source records, and an estimate of the source's size.
+    Source(RecordBatch, Option<usize>),
+    /// A batch of target records.
+    Target(RecordBatch),
+}
+
+/// Feeds files to the engine, in order, through the two stages. Returns
+/// how long after the call the source side was done, when a target side
+/// followed it.
+pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<Option<Duration>> {
+    let started = Instant::now();
+    let spec = engine.spec().clone();
+    let mut source_done = None;
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = sync_channel::<Message>(4);
+        let (free_tx, free_rx) = channel::<RecordBatch>();
+        let spec = &spec;
+        let handle = scope.spawn(move || -> Result<()> {
+            for (mut reader, side, keep) in files {
+                read_side(&mut reader, spec, side, &tx, &free_rx, keep)?;
+            }
+            Ok(())
+        });
+        for msg in rx {
+            match msg {
+                Message::Source(batch, estimate) => {
+                    if let Some(n) = estimate {
+                        engine.reserve_source(n);
+                    }
+                    engine.add_source_batch(&batch)?;
+                    let _ = free_tx.send(batch);
+                }
+                Message::Target(batch) => {
+                    source_done.get_or_insert_with(|| started.elapsed());
+                    engine.add_target_batch(&batch);
+                    let _ = free_tx.send(batch);
+                }
+            }
+        }
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
+    })?;
+    Ok(source_done)
+}
+
+/// Parses one file into batches on the calling thread, sending each full batch.
+fn read_side(
+    reader: &mut FileReader,
+    spec: &DiffSpec,
+    side: Side,
+    tx: &SyncSender<Message>,
+    free: &Receiver<RecordBatch>,
+    keep: Option<RowFilter<'_>>,
+) -> Result<()> {
+    let fresh = |free: &Receiver<RecordBatch>| {
+        let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
+        b.clear();
+        b
+    };
+    let mut first = true;
+    loop {
+        let mut batch = fresh(free);
+        let done = reader.for_each_while(|key, values, _| -> Result<bool> {
+            if keep.is_none_or(|k| k(values)) {
+                batch.push(key, values)?;
+            }
+            Ok(batch.len() < BATCH)
+        });
+        let done = match done {
+            Ok(done) => done,
+            Err(ReadError::Connector(e)) => return Err(e.into()),
+            Err(ReadError::Caller(e)) => return Err(e),
+        };
+        if !batch.is_empty() {
+            let msg = match side {
+                // Estimate the source's size from the first batch's bytes
+                // per row, so that the engine sizes its index once.
+                Side::Source => {
+                    let (read, total) = reader.progress();
+                    let estimate = (first && read > 0).then(|| {
+                        (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize
+                    });
+                    Message::Source(batch, estimate)
+                }
+                Side::Target => Message::Target(batch),
+            };
+            first = false;
+            // The engine stops listening only after failing itself.
+            tx.send(msg)
+                .map_err(|_| anyhow::anyhow!("diff engine stopped"))?;
+        }
+        if done {
+            return Ok(());
+        }
+    }
+}
