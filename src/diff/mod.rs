@@ -257,6 +257,10 @@ pub struct DiffOutcome {
     pub orphans: Records,
     /// Records differing in compared fields, sorted by key.
     pub mismatches: Vec<Mismatch>,
+    /// The source record of each mismatch the engine found, sorted by
+    /// key: what an upsert writes, kept encoded in the source's arena (8
+    /// bytes per mismatch), so a repair needs no second source fetch.
+    pub mismatch_sources: Records,
     /// IDs occurring more than once on a side, sorted by key.
     pub duplicates: Vec<Duplicate>,
     /// Totals of every source row.
@@ -512,6 +516,7 @@ impl DiffEngine {
                 target_count,
             });
         }
+        let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
         for pending in self.mismatches {
             // A key that later turned out duplicated is reported as a duplicate only.
             if !self.source_dups.contains_key(&pending.offset) {
@@ -519,8 +524,13 @@ impl DiffEngine {
                     key: key_string(&arena, pending.offset),
                     fields: pending.diffs,
                 });
+                mismatch_offsets.push(pending.offset);
             }
         }
+        let arena = Arc::new(arena);
+        // Keys are distinct within one index, so an unstable sort is exact.
+        mismatch_offsets.sort_unstable_by(|&a, &b| key_at(&arena, a).cmp(key_at(&arena, b)));
+        out.mismatch_sources = Records::encoded(arena.clone(), mismatch_offsets, kinds.clone());
         out.gaps = sorted_records(arena, slots, &kinds);
 
         // Target side: every key not in the source, once or more.
@@ -545,7 +555,7 @@ impl DiffEngine {
                 target_count: self.orphan_dups.get(&offset).copied().unwrap_or(2),
             });
         }
-        out.orphans = sorted_records(arena, slots, &kinds);
+        out.orphans = sorted_records(Arc::new(arena), slots, &kinds);
         out.target_records = seen_in_target + orphan_keys;
         out.mismatches.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
@@ -555,14 +565,14 @@ impl DiffEngine {
 
 /// The records at these entries of `arena`, sorted by key. `entries` (the
 /// table's own vector) becomes the list of offsets.
-fn sorted_records(arena: Vec<u8>, mut entries: Vec<u64>, kinds: &Arc<[FieldKind]>) -> Records {
+fn sorted_records(arena: Arc<Vec<u8>>, mut entries: Vec<u64>, kinds: &Arc<[FieldKind]>) -> Records {
     for e in entries.iter_mut() {
         *e &= OFFSET_MASK;
     }
     // Keys are distinct within one index, so an unstable sort is exact.
     entries.sort_unstable_by(|&a, &b| key_at(&arena, a).cmp(key_at(&arena, b)));
     entries.shrink_to_fit();
-    Records::encoded(Arc::new(arena), entries, kinds.clone())
+    Records::encoded(arena, entries, kinds.clone())
 }
 
 fn as_string(key: &[u8]) -> String {

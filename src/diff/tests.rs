@@ -322,3 +322,30 @@ proptest! {
         prop_assert_eq!(out.target_totals, sums(&target));
     }
 }
+
+#[test]
+fn mismatches_keep_their_whole_source_record_for_repair() {
+    // "m" and "k" differ (in a compared field, and the uncompared note is
+    // carried along whole); "d" differs but is duplicated in the source, so
+    // it is a duplicate only and has no repair record.
+    let mut m_source = rec("m", 100, "usd", "succeeded");
+    m_source.values[2] = Value::Text("source note".into());
+    let source = vec![
+        m_source.clone(),
+        rec("k", 700, "eur", "succeeded"),
+        rec("d", 1, "usd", "succeeded"),
+        rec("d", 1, "usd", "succeeded"),
+        rec("same", 5, "usd", "succeeded"),
+    ];
+    let target = vec![
+        rec("m", 100, "usd", "refunded"),
+        rec("k", 701, "eur", "succeeded"),
+        rec("d", 2, "usd", "succeeded"),
+        rec("same", 5, "usd", "succeeded"),
+    ];
+    let out = run(DiffSpec::exact(schema()), &source, &target);
+    let keys: Vec<&str> = out.mismatches.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(keys, ["k", "m"]);
+    let repairs: Vec<Record> = out.mismatch_sources.iter().map(|r| r.into_owned()).collect();
+    assert_eq!(repairs, vec![rec("k", 700, "eur", "succeeded"), m_source]);
+}

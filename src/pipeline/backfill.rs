@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use anyhow::{anyhow, bail, Context, Result};
-use recon_core::{ConnectorError, Record, Source, Target, WriteMode, WriteOutcome};
+use recon_core::{ConnectorError, Record, Target, WriteMode, WriteOutcome};
 
 use super::RunPlan;
 use crate::config::BackfillMode;
@@ -22,17 +22,14 @@ const WRITES_IN_FLIGHT: usize = 2;
 /// One item of a backfill plan: the source's record and how to write it.
 pub type Item = (Record, WriteMode);
 
-/// The backfill plan: gaps, and mismatches when repairing (their source
-/// records looked up by key, in one batch).
-pub async fn plan_items(
-    plan: &RunPlan,
-    outcome: &DiffOutcome,
-    source: &dyn Source,
-) -> Result<Vec<Item>> {
+/// The backfill plan: gaps, and mismatches when repairing. A mismatch's
+/// source record is the one the diff read (or the edge lookup found), so
+/// no second source fetch is made.
+pub fn plan_items(plan: &RunPlan, outcome: &DiffOutcome, confirmed: &[Record]) -> Vec<Item> {
     let mode = plan.job.job.backfill.mode;
     let mut items: Vec<Item> = Vec::new();
     if mode == BackfillMode::Off {
-        return Ok(items);
+        return items;
     }
     items.extend(
         outcome
@@ -40,17 +37,12 @@ pub async fn plan_items(
             .iter()
             .map(|r| (r.into_owned(), WriteMode::Insert)),
     );
-    if mode == BackfillMode::Upsert && !outcome.mismatches.is_empty() {
-        let keys: Vec<String> = outcome.mismatches.iter().map(|m| m.key.clone()).collect();
-        let found = source.lookup(&keys).await.with_context(|| {
-            format!(
-                "job `{}`: looking up the source records of mismatches",
-                plan.job.name
-            )
-        })?;
-        items.extend(found.into_iter().map(|r| (r, WriteMode::Upsert)));
+    if mode == BackfillMode::Upsert {
+        let engine = outcome.mismatch_sources.iter().map(|r| r.into_owned());
+        let found = confirmed.iter().cloned();
+        items.extend(engine.chain(found).map(|r| (r, WriteMode::Upsert)));
     }
-    Ok(items)
+    items
 }
 
 /// What the safety limits allow.

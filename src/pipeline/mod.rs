@@ -128,7 +128,7 @@ async fn run_locked(
     let mut outcome = read.outcome;
     let confirmed = read::confirm_edges(&mut outcome, &sides, &plan.spec).await?;
     let pending = pending(plan, &mut outcome, now)?;
-    let items = backfill::plan_items(plan, &outcome, sides.source.as_ref()).await?;
+    let items = backfill::plan_items(plan, &outcome, &confirmed.mismatch_sources);
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
     let (delta, outcomes) =
         history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now).await?;

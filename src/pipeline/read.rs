@@ -208,6 +208,9 @@ pub async fn unplaced_records(plan: &RunPlan, sides: &Sides) -> Result<Vec<Unpla
 pub struct Confirmed {
     /// Gaps and orphans dismissed because a lookup found the record.
     pub dismissed: u64,
+    /// The source record of each mismatch a lookup found: what an upsert
+    /// writes (the engine keeps those of the mismatches it found).
+    pub mismatch_sources: Vec<Record>,
     /// Warnings about a side whose window read looks wrong.
     pub notes: Vec<String>,
 }
@@ -230,12 +233,13 @@ pub async fn confirm_edges(
         .await
         .context("confirming orphans by key in the source")?;
     let mut dismissed = 0;
+    let mut sources = Vec::new();
     // Lists stay in their compact form unless a lookup found something.
     if !in_target.is_empty() {
         let mut kept = Vec::new();
         for g in std::mem::take(&mut outcome.gaps) {
             match in_target.get(&g.key) {
-                Some(t) => settle(spec, outcome, &g, t),
+                Some(t) => settle(spec, outcome, &g, t, &mut sources),
                 None => kept.push(g),
             }
         }
@@ -246,7 +250,7 @@ pub async fn confirm_edges(
         let mut kept = Vec::new();
         for o in std::mem::take(&mut outcome.orphans) {
             match in_source.get(&o.key) {
-                Some(s) => settle(spec, outcome, s, &o),
+                Some(s) => settle(spec, outcome, s, &o, &mut sources),
                 None => kept.push(o),
             }
         }
@@ -255,7 +259,11 @@ pub async fn confirm_edges(
     }
     outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
     let notes = empty_read_notes(outcome, gaps_read, orphans_read, sides);
-    Ok(Confirmed { dismissed, notes })
+    Ok(Confirmed {
+        dismissed,
+        mismatch_sources: sources,
+        notes,
+    })
 }
 
 /// The records a side holds for `keys`, by key. A side read whole holds
@@ -268,8 +276,15 @@ async fn lookup(side: &dyn Source, keys: &[String]) -> Result<HashMap<String, Re
     Ok(found.into_iter().map(|r| (r.key.clone(), r)).collect())
 }
 
-/// A pair found by lookup is a match or a mismatch.
-fn settle(spec: &DiffSpec, outcome: &mut DiffOutcome, source: &Record, target: &Record) {
+/// A pair found by lookup is a match or a mismatch (whose source record
+/// is kept for the backfill).
+fn settle(
+    spec: &DiffSpec,
+    outcome: &mut DiffOutcome,
+    source: &Record,
+    target: &Record,
+    sources: &mut Vec<Record>,
+) {
     let diffs = compare_pair(spec, source, target);
     if diffs.is_empty() {
         outcome.matched += 1;
@@ -278,6 +293,7 @@ fn settle(spec: &DiffSpec, outcome: &mut DiffOutcome, source: &Record, target: &
             key: source.key.clone(),
             fields: diffs,
         });
+        sources.push(source.clone());
     }
 }
 
