@@ -35,7 +35,11 @@
 //!   connection errors, truncated bodies and 2xx bodies that are not valid
 //!   JSON for the expected type. 401 and 403 never are; other 4xx are not.
 //!   A provider's hint header (`Stripe-Should-Retry: true|false`) overrides
-//!   the status-based decision (see [`Provider::should_retry`]).
+//!   the status-based decision (see [`Provider::should_retry`]), and a body
+//!   the provider's error-body hook marks final is not retried.
+//! - **Provider hooks.** Each provider reads its own error bodies
+//!   ([`Provider::error_body`]; [`default_error_body`] reads the common
+//!   shapes).
 //! - **Retry budgets.** A 429 means "slow down", not "broken": it is retried
 //!   until the client has made no progress (no successful response on any
 //!   clone) for `rate_limit_patience` (default 15 minutes), then the call
@@ -402,7 +406,8 @@ impl Limiter {
 }
 
 /// Who is on the other end: its name for messages, the header carrying its
-/// request ID, and its optional retry hint header.
+/// request ID, its optional retry hint header, and the hook that reads its
+/// error bodies. Cheap to copy; connectors declare it as a `const`.
 #[derive(Clone, Copy, Debug)]
 pub struct Provider {
     /// Name used in errors and logs (`Stripe`).
@@ -412,23 +417,38 @@ pub struct Provider {
     /// Response header whose `true`/`false` overrides the retry decision
     /// (`Stripe-Should-Retry`).
     pub should_retry_header: Option<&'static str>,
-    /// Top-level JSON fields of an error body that make an otherwise
-    /// retryable status final: HubSpot's 429 with `policyName: DAILY` means
-    /// the day's quota is spent, and retrying for hours would only hide it.
-    pub final_when: &'static [(&'static str, &'static str)],
+    /// Reads a non-2xx body: the message and code shown in errors, and
+    /// whether the body makes an otherwise retryable status final (HubSpot's
+    /// 429 with `policyName: DAILY`: the day's quota is spent, and retrying
+    /// for hours would only hide it). `None` when the body says nothing
+    /// readable. [`default_error_body`] reads the common shapes.
+    pub error_body: fn(&[u8]) -> Option<ProviderError>,
 }
+
+/// What a provider's error body says (see [`Provider::error_body`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProviderError {
+    /// The human-readable message (Stripe: `error.message`).
+    pub message: Option<String>,
+    /// A machine-readable code (Stripe: `error.code`), shown next to the
+    /// status and as the `last` failure of retried calls.
+    pub code: Option<String>,
+    /// The body makes a retryable status final: retrying cannot help.
+    pub is_final: bool,
+}
+
 impl Provider {
-    /// Whether the error body carries one of [`Provider::final_when`].
-    pub fn is_final_body(&self, body: Option<&[u8]>) -> bool {
-        if self.final_when.is_empty() {
-            return false;
+    /// A provider named `name` whose request IDs come in
+    /// `request_id_header`, without a retry hint header, whose error bodies
+    /// are read by [`default_error_body`]. Override fields with
+    /// `Provider { error_body: …, ..Provider::new(…) }`.
+    pub const fn new(name: &'static str, request_id_header: &'static str) -> Provider {
+        Provider {
+            name,
+            request_id_header,
+            should_retry_header: None,
+            error_body: default_error_body,
         }
-        let Some(v) = body.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()) else {
-            return false;
-        };
-        self.final_when
-            .iter()
-            .any(|(field, value)| v.get(field).and_then(|x| x.as_str()) == Some(value))
     }
 
     /// The retry classifier for HTTP responses: 429, 500, 502, 503 and 504
@@ -493,8 +513,8 @@ pub enum HttpError {
         message: String,
     },
     /// Any other final non-2xx response (400, 404, 409…). Not retried.
-    /// `message` and `body_code` come from the provider's JSON error body
-    /// when it has one (Stripe: `error.message`, `error.code`).
+    /// `message` and `body_code` are what the provider's error-body hook
+    /// read ([`Provider::error_body`]; Stripe: `error.message`, `error.code`).
     #[error("{provider} {endpoint} returned {status}{}: {message} ({})", BodyCode(.body_code), RequestId(.request_id))]
     Status {
         provider: &'static str,
@@ -1006,16 +1026,18 @@ impl HttpClient {
             };
         }
 
-        let body = body.ok();
-        let (message, body_code) = error_body(body.as_deref());
-        let message = self.scrub(message.unwrap_or_else(|| {
+        let said = body
+            .ok()
+            .and_then(|b| (inner.provider.error_body)(&b))
+            .unwrap_or_default();
+        let message = self.scrub(said.message.unwrap_or_else(|| {
             reqwest::StatusCode::from_u16(status)
                 .ok()
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("no error message")
                 .to_string()
         }));
-        let body_code = body_code.map(|c| self.scrub(c));
+        let body_code = said.code.map(|c| self.scrub(c));
         if status == 401 || status == 403 {
             return Outcome::Fatal(HttpError::Unauthorized {
                 provider,
@@ -1025,9 +1047,7 @@ impl HttpClient {
                 message,
             });
         }
-        if inner.provider.should_retry(status, &headers)
-            && !inner.provider.is_final_body(body.as_deref())
-        {
+        if inner.provider.should_retry(status, &headers) && !said.is_final {
             let last = match &body_code {
                 Some(code) => format!("{status} {code}"),
                 None => status.to_string(),
@@ -1097,26 +1117,29 @@ fn root_cause(e: &reqwest::Error) -> String {
     }
 }
 
-/// Message and code from a JSON error body: Stripe's
-/// `{"error": {"message", "code"}}` (code falls back to `type`), a plain
-/// `{"error": "…"}` or `{"errors": "…"}` (Shopify), or top-level
-/// `message`/`code`/`category` (HubSpot).
-fn error_body(body: Option<&[u8]>) -> (Option<String>, Option<String>) {
-    let Some(json) = body.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()) else {
-        return (None, None);
-    };
+/// The error-body hook of providers without their own: the common JSON
+/// shapes. `{"error": {"message", "code"}}` (the code falls back to
+/// `type`), OAuth 2.0's `{"error": "code", "error_description": "…"}`, a
+/// plain `{"error": "…"}`, or top-level `message` and `code`. Never final.
+pub fn default_error_body(body: &[u8]) -> Option<ProviderError> {
+    let json = serde_json::from_slice::<serde_json::Value>(body).ok()?;
     let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
-    match json.get("error") {
+    let (message, code) = match json.get("error") {
         Some(err @ serde_json::Value::Object(_)) => (
             text(err.get("message")),
             text(err.get("code")).or_else(|| text(err.get("type"))),
         ),
-        Some(serde_json::Value::String(s)) => (Some(s.clone()), text(json.get("code"))),
-        _ => (
-            text(json.get("message")).or_else(|| text(json.get("errors"))),
-            text(json.get("code")).or_else(|| text(json.get("category"))),
-        ),
-    }
+        Some(serde_json::Value::String(s)) => match text(json.get("error_description")) {
+            Some(description) => (Some(description), Some(s.clone())),
+            None => (Some(s.clone()), text(json.get("code"))),
+        },
+        _ => (text(json.get("message")), text(json.get("code"))),
+    };
+    (message.is_some() || code.is_some()).then_some(ProviderError {
+        message,
+        code,
+        is_final: false,
+    })
 }
 
 /// `Retry-After` as seconds (`1`, `2.0`) or an HTTP date; a past date is 0.
@@ -1145,10 +1168,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const STRIPE: Provider = Provider {
-        final_when: &[],
-        name: "Stripe",
-        request_id_header: "Request-Id",
         should_retry_header: Some("Stripe-Should-Retry"),
+        ..Provider::new("Stripe", "Request-Id")
     };
 
     const KEY: &str = "sk_test_51TopSecretKeyValue";
@@ -2224,11 +2245,100 @@ mod tests {
         assert!(!STRIPE.should_retry(503, &no));
         assert!(!STRIPE.should_retry(401, &yes));
         let plain = Provider {
-            final_when: &[],
             should_retry_header: None,
             ..STRIPE
         };
         assert!(!plain.should_retry(409, &yes));
+    }
+
+    /// A provider answering `[{"errorCode", "message"}]` (Salesforce's
+    /// shape), where `QUOTA_SPENT` makes a retryable status final.
+    fn array_error_body(body: &[u8]) -> Option<ProviderError> {
+        let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let first = json.get(0)?;
+        let text = |k: &str| first.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+        Some(ProviderError {
+            message: text("message"),
+            code: text("errorCode"),
+            is_final: text("errorCode").as_deref() == Some("QUOTA_SPENT"),
+        })
+    }
+
+    const ARRAY: Provider = Provider {
+        error_body: array_error_body,
+        ..Provider::new("Arrays", "X-Request-Id")
+    };
+
+    #[tokio::test]
+    async fn error_bodies_are_read_by_the_providers_hook() {
+        let (base, count) = serve(|n, _| match n {
+            0 => reply(503, r#"[{"errorCode":"BUSY","message":"try later"}]"#),
+            _ => reply(
+                429,
+                r#"[{"errorCode":"QUOTA_SPENT","message":"no more today"}]"#,
+            ),
+        })
+        .await;
+        let c = HttpClient::new(ARRAY, fast(6), vec![], vec![]).unwrap();
+        let e = c
+            .get_json::<Charge>(&format!("{base}/v1/things"), &[])
+            .await
+            .unwrap_err();
+        // The 503 was retried; the 429 the hook marks final was not.
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            e.to_string(),
+            "Arrays GET /v1/things returned 429 (QUOTA_SPENT): no more today (no request ID)"
+        );
+        // The default reads none of that: the status's reason instead.
+        let (base, _) = serve(|_, _| reply(400, r#"[{"errorCode":"BAD","message":"m"}]"#)).await;
+        let plain = Provider::new("Plain", "X-Request-Id");
+        let e = HttpClient::new(plain, fast(1), vec![], vec![])
+            .unwrap()
+            .get_json::<Charge>(&format!("{base}/v1/things"), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Plain GET /v1/things returned 400: Bad Request (no request ID)"
+        );
+    }
+
+    #[test]
+    fn default_error_body_reads_the_common_shapes() {
+        let read = |body: &str| default_error_body(body.as_bytes());
+        let said = |message: Option<&str>, code: Option<&str>| {
+            Some(ProviderError {
+                message: message.map(str::to_owned),
+                code: code.map(str::to_owned),
+                is_final: false,
+            })
+        };
+        assert_eq!(
+            read(
+                r#"{"error":{"message":"No such charge","code":"resource_missing","type":"invalid_request_error"}}"#
+            ),
+            said(Some("No such charge"), Some("resource_missing"))
+        );
+        assert_eq!(
+            read(r#"{"error":{"message":"down","type":"api_error"}}"#),
+            said(Some("down"), Some("api_error"))
+        );
+        assert_eq!(
+            read(r#"{"error":"invalid_client","error_description":"invalid client credentials"}"#),
+            said(Some("invalid client credentials"), Some("invalid_client"))
+        );
+        assert_eq!(
+            read(r#"{"error":"Not allowed","code":"E1"}"#),
+            said(Some("Not allowed"), Some("E1"))
+        );
+        assert_eq!(
+            read(r#"{"message":"Bad input","code":"VALIDATION"}"#),
+            said(Some("Bad input"), Some("VALIDATION"))
+        );
+        assert_eq!(read(r#"{"status":"error"}"#), None);
+        assert_eq!(read("<html>502</html>"), None);
+        assert_eq!(read(""), None);
     }
 
     #[test]

@@ -44,7 +44,10 @@ use std::time::Duration;
 
 use futures_core::stream::BoxStream;
 use futures_util::{stream, StreamExt};
-use recon_core::http::{HttpClient, HttpError, HttpPolicy, LimitHeaders, Provider, ResponseMeta};
+use recon_core::http::{
+    default_error_body, HttpClient, HttpError, HttpPolicy, LimitHeaders, Provider, ProviderError,
+    ResponseMeta,
+};
 use recon_core::{
     AmountFormat, ConnectorError, Currency, FieldKind, Location, Money, Page, Record, Schema,
     Secret, Source, Target, Value, Window, WriteMode, WriteOutcome,
@@ -57,19 +60,36 @@ pub const HUBSPOT: Provider = Provider {
     name: "HubSpot",
     request_id_header: "X-HubSpot-Correlation-Id",
     should_retry_header: None,
-    final_when: &[("policyName", "DAILY")],
+    error_body: |body| hubspot_error_body(body, &["DAILY"]),
 };
 
 /// The search client's identity: a 429 of `TEN_SECONDLY_ROLLING` also comes
 /// back to the connector, which holds every request for the window's
 /// interval (search answers carry no rate-limit headers to say so).
 const HUBSPOT_SEARCH: Provider = Provider {
-    final_when: &[
-        ("policyName", "DAILY"),
-        ("policyName", "TEN_SECONDLY_ROLLING"),
-    ],
+    error_body: |body| hubspot_error_body(body, &["DAILY", "TEN_SECONDLY_ROLLING"]),
     ..HUBSPOT
 };
+
+/// HubSpot's error body, `{"status": "error", "message", "category",
+/// "policyName"?, …}`: the code is `code` or else `category`, and a
+/// `policyName` among `final_policies` makes the answer final. Other bodies
+/// are read the common way.
+fn hubspot_error_body(body: &[u8], final_policies: &[&str]) -> Option<ProviderError> {
+    let Ok(Json::Object(json)) = serde_json::from_slice::<Json>(body) else {
+        return default_error_body(body);
+    };
+    let text = |key: &str| json.get(key).and_then(Json::as_str).map(str::to_owned);
+    let said = ProviderError {
+        message: text("message"),
+        code: text("code").or_else(|| text("category")),
+        is_final: text("policyName").is_some_and(|p| final_policies.contains(&p.as_str())),
+    };
+    if said == ProviderError::default() {
+        return default_error_body(body);
+    }
+    Some(said)
+}
 
 /// HubSpot's rate-limit headers, read by the shared HTTP policy.
 const LIMIT_HEADERS: LimitHeaders = LimitHeaders {

@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use futures_core::stream::BoxStream;
 use futures_util::{stream, StreamExt};
-use recon_core::http::{HttpClient, HttpError, HttpPolicy, Provider};
+use recon_core::http::{
+    default_error_body, HttpClient, HttpError, HttpPolicy, Provider, ProviderError,
+};
 use recon_core::{
     ConnectorError, Currency, FieldKind, Location, Money, Page, Record, Schema, Secret, Source,
     Value, Window,
@@ -49,8 +51,27 @@ pub const SHOPIFY: Provider = Provider {
     name: "Shopify",
     request_id_header: "X-Request-Id",
     should_retry_header: None,
-    final_when: &[],
+    error_body: shopify_error_body,
 };
+
+/// Shopify's error body as the HTTP status reports it: `{"errors": "…"}`
+/// (`[API] Invalid API key or access token …`, `Not Found`). Other bodies
+/// are read the common way. (GraphQL errors in a 200 answer are the
+/// source's to read.)
+fn shopify_error_body(body: &[u8]) -> Option<ProviderError> {
+    let Ok(Json::Object(json)) = serde_json::from_slice::<Json>(body) else {
+        return default_error_body(body);
+    };
+    let text = |key: &str| json.get(key).and_then(Json::as_str).map(str::to_owned);
+    match text("errors") {
+        Some(errors) => Some(ProviderError {
+            message: text("message").or(Some(errors)),
+            code: text("code"),
+            is_final: false,
+        }),
+        None => default_error_body(body),
+    }
+}
 
 /// The order fields recon selects, by canonical name.
 const FIELDS: &[&str] = &[

@@ -16,19 +16,48 @@ use std::sync::{Arc, Mutex};
 
 use futures_core::stream::BoxStream;
 use futures_util::{stream, StreamExt, TryStreamExt};
-use recon_core::http::{HttpClient, HttpError, HttpPolicy, Provider};
+use recon_core::http::{
+    default_error_body, HttpClient, HttpError, HttpPolicy, Provider, ProviderError,
+};
 use recon_core::{ConnectorError, Page, Record, Schema, Secret, Source, Window};
 
 use crate::models::{created_of, to_record, FieldPaths, ListPage, StripeObject};
 
 /// Stripe's documented identity for the HTTP policy: request IDs come in
-/// `Request-Id`, and `Stripe-Should-Retry` overrides the retry decision.
+/// `Request-Id`, `Stripe-Should-Retry` overrides the retry decision, and
+/// error bodies are read by `stripe_error_body`.
 pub const STRIPE: Provider = Provider {
-    final_when: &[],
     name: "Stripe",
     request_id_header: "Request-Id",
     should_retry_header: Some("Stripe-Should-Retry"),
+    error_body: stripe_error_body,
 };
+
+/// Stripe's error body, `{"error": {"message", "code", "type", …}}`: the
+/// code falls back to the error's `type` (`api_error`,
+/// `invalid_request_error`), which every Stripe error has. Any other body (a
+/// proxy's) is read the common way.
+fn stripe_error_body(body: &[u8]) -> Option<ProviderError> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        error: Error,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        message: Option<String>,
+        code: Option<String>,
+        #[serde(rename = "type")]
+        kind: Option<String>,
+    }
+    match serde_json::from_slice::<Body>(body) {
+        Ok(Body { error }) => Some(ProviderError {
+            message: error.message,
+            code: error.code.or(error.kind),
+            is_final: false,
+        }),
+        Err(_) => default_error_body(body),
+    }
+}
 
 /// The API version recon was written against, sent as `Stripe-Version` so
 /// that an account's default version cannot change the shapes it reads.
