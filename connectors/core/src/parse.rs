@@ -1,9 +1,24 @@
-//! Typed parsing of text shared by every connector and the binary: one
-//! duration syntax for every setting.
+//! Typed parsing of text shared by every connector and the binary:
+//!
+//! - [`duration`]: the one duration syntax of every setting (`24h`, `1h30m`).
+//! - [`timestamp`]: one timestamp parser; [`TimestampRules`] names what
+//!   genuinely differs between sources (the unit of a bare integer, whether
+//!   a date and time without offset or a date alone is read as UTC), with a
+//!   preset per source.
+//! - [`value`] / [`value_ref`]: text to a [`Value`] of a [`FieldKind`]
+//!   (whole numbers, currency codes, amounts by [`AmountFormat`],
+//!   timestamps by rules).
+//!
+//! Errors say what is wrong with the text; each caller places them (file
+//! and line, table and column, HubSpot object and property, plan line).
 
-use jiff::SignedDuration;
+use jiff::civil::{Date, DateTime, Time};
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
 
 use crate::error::ConnectorError;
+use crate::money::{Currency, Money, MoneyError};
+use crate::record::{AmountFormat, FieldKind, Value, ValueRef};
 
 /// A duration that could not be parsed: the text and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -96,4 +111,874 @@ pub fn positive_duration(text: &str, setting: &str) -> Result<std::time::Duratio
                 "{setting} = \"{text}\": must be longer than zero, e.g. \"15m\""
             ))
         })
+}
+
+/// What a bare integer (`1764374399`, `-5`) counts when read as a timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Unix seconds (files, SQL integer and time columns, Stripe).
+    Seconds,
+    /// Unix milliseconds (HubSpot).
+    Milliseconds,
+}
+
+impl std::fmt::Display for Unit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unit::Seconds => "seconds",
+            Unit::Milliseconds => "milliseconds",
+        })
+    }
+}
+
+/// Which timestamp forms a source writes, besides RFC 3339.
+///
+/// An instant with an offset is always accepted: RFC 3339 such as
+/// `2026-11-28T23:59:59Z` or `2026-11-28T18:59:59-05:00`, as jiff reads
+/// it (ISO 8601: a space instead of `T`, fractional seconds, a bracketed
+/// zone after the offset). Text without an offset names no instant by
+/// itself, so each rule below that reads one as UTC is a decision about a
+/// source, taken where the source is known to mean UTC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimestampRules {
+    /// The unit of a bare integer with an optional sign; `None` refuses
+    /// integers.
+    pub integers: Option<Unit>,
+    /// Whether a date and time without offset (`2026-11-28 23:59:59`,
+    /// `2026-11-28T23:59:59`, fractional seconds allowed) is read as UTC.
+    /// Never with a bracketed zone (`…[Europe/Paris]`): that is not UTC.
+    pub naive_is_utc: bool,
+    /// Whether a date alone (`2026-11-28`) is read as midnight UTC. A date
+    /// with a time is never cut to its date.
+    pub date_is_midnight_utc: bool,
+}
+
+impl TimestampRules {
+    /// RFC 3339 only: plan lines (written by recon in UTC) and Shopify's
+    /// `DateTime` scalars.
+    pub const RFC3339: TimestampRules = TimestampRules {
+        integers: None,
+        naive_is_utc: false,
+        date_is_midnight_utc: false,
+    };
+
+    /// Export files: Unix seconds or RFC 3339. A file says nothing about
+    /// its zone, so text without an offset is refused rather than guessed.
+    pub const FILE: TimestampRules = TimestampRules {
+        integers: Some(Unit::Seconds),
+        ..TimestampRules::RFC3339
+    };
+
+    /// SQL values read as text: Unix seconds (integer columns, and time
+    /// columns, which are read as epoch seconds), RFC 3339, and text
+    /// without an offset as UTC, the session zone recon sets at connect
+    /// (`YYYY-MM-DD HH:MM:SS`, or a date alone at midnight).
+    pub const SQL: TimestampRules = TimestampRules {
+        integers: Some(Unit::Seconds),
+        naive_is_utc: true,
+        date_is_midnight_utc: true,
+    };
+
+    /// HubSpot: datetime properties in Unix milliseconds or RFC 3339, date
+    /// properties as `YYYY-MM-DD`, which HubSpot stores at midnight UTC.
+    pub const HUBSPOT: TimestampRules = TimestampRules {
+        integers: Some(Unit::Milliseconds),
+        naive_is_utc: false,
+        date_is_midnight_utc: true,
+    };
+
+    /// What these rules accept, for messages: `Unix seconds or RFC 3339
+    /// such as 2026-11-28T23:59:59Z`.
+    pub fn expected(&self) -> String {
+        let mut forms: Vec<String> = Vec::with_capacity(4);
+        if let Some(unit) = self.integers {
+            forms.push(format!("Unix {unit}"));
+        }
+        forms.push("RFC 3339 such as 2026-11-28T23:59:59Z".to_string());
+        if self.naive_is_utc {
+            forms.push("YYYY-MM-DD HH:MM:SS in UTC".to_string());
+        }
+        if self.date_is_midnight_utc {
+            forms.push("a date YYYY-MM-DD (midnight UTC)".to_string());
+        }
+        match forms.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => forms.concat(),
+        }
+    }
+}
+
+/// Text that is not a timestamp under the rules it was read with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimestampError {
+    /// Not in any form the rules accept.
+    #[error("`{text}` is not a timestamp; expected {}", rules.expected())]
+    Form {
+        /// The text as given.
+        text: String,
+        /// The rules it was read with.
+        rules: TimestampRules,
+    },
+    /// A Unix time outside the years -9999 to 9999.
+    #[error("`{value}` Unix {unit} is out of range (years -9999 to 9999)")]
+    Range {
+        /// The number as given.
+        value: i64,
+        /// Its unit.
+        unit: Unit,
+    },
+}
+
+/// The instant `n` seconds or milliseconds after the Unix epoch (before it
+/// when negative).
+pub fn unix(n: i64, unit: Unit) -> Result<Timestamp, TimestampError> {
+    match unit {
+        Unit::Seconds => Timestamp::from_second(n),
+        Unit::Milliseconds => Timestamp::from_millisecond(n),
+    }
+    .map_err(|_| TimestampError::Range { value: n, unit })
+}
+
+/// Parses a timestamp by `rules` (surrounding whitespace ignored): a bare
+/// integer in the rules' unit, RFC 3339 with an offset, and, as the rules
+/// allow, a date and time without offset or a date alone as UTC.
+pub fn timestamp(text: &str, rules: TimestampRules) -> Result<Timestamp, TimestampError> {
+    let t = text.trim();
+    if let Some(unit) = rules.integers {
+        if let Ok(n) = t.parse::<i64>() {
+            return unix(n, unit);
+        }
+    }
+    if let Ok(ts) = t.parse::<Timestamp>() {
+        return Ok(ts);
+    }
+    let refused = || TimestampError::Form {
+        text: text.to_string(),
+        rules,
+    };
+    // jiff's civil parsers ignore a bracketed zone, and its date parser
+    // drops a time: neither may be read as UTC or as midnight.
+    if t.contains('[') {
+        return Err(refused());
+    }
+    let has_time = t.bytes().any(|b| matches!(b, b'T' | b't' | b' '));
+    let civil = if has_time {
+        rules
+            .naive_is_utc
+            .then(|| t.parse::<DateTime>().ok())
+            .flatten()
+    } else {
+        rules
+            .date_is_midnight_utc
+            .then(|| t.parse::<Date>().ok())
+            .flatten()
+            .map(|d| d.to_datetime(Time::midnight()))
+    };
+    civil
+        .and_then(|dt| TimeZone::UTC.to_timestamp(dt).ok())
+        .ok_or_else(refused)
+}
+
+/// How a source writes amounts and timestamps, for [`value`] and
+/// [`value_ref`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueRules {
+    /// Amounts in minor or major units.
+    pub amounts: AmountFormat,
+    /// Which timestamp forms are accepted.
+    pub timestamps: TimestampRules,
+}
+
+/// Text that is not a value of its field's kind. The message says what is
+/// wrong; the caller says where, most simply with [`ValueError::message`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// An integer field holds something else (the text as given).
+    #[error("`{0}` is not a whole number")]
+    Integer(String),
+    /// A currency field holds no known code, or an amount is malformed.
+    #[error(transparent)]
+    Money(MoneyError),
+    /// The currency beside an amount is not a known code.
+    #[error(transparent)]
+    AmountCurrency(MoneyError),
+    /// An amount has no currency beside it (the amount as given).
+    #[error("amount `{0}` has no currency")]
+    NoCurrency(String),
+    /// A timestamp field holds no timestamp.
+    #[error(transparent)]
+    Timestamp(#[from] TimestampError),
+}
+
+impl ValueError {
+    /// The message for a value of `field`, a `noun` such as `column` or
+    /// `property`, whose amounts take their currency from `currency`: an
+    /// error in that currency is put on it.
+    pub fn message(&self, noun: &str, field: &str, currency: &str) -> String {
+        match self {
+            ValueError::AmountCurrency(e) => {
+                format!("{noun} `{currency}` (currency of `{field}`): {e}")
+            }
+            ValueError::NoCurrency(_) => {
+                format!("{noun} `{field}`: {self}; fill the currency {noun} `{currency}`")
+            }
+            other => format!("{noun} `{field}`: {other}"),
+        }
+    }
+}
+
+/// A whole number, surrounding whitespace ignored.
+pub fn integer(text: &str) -> Result<i64, ValueError> {
+    text.trim()
+        .parse()
+        .map_err(|_| ValueError::Integer(text.to_string()))
+}
+
+/// An amount in `currency`, in minor (`2999`) or major (`29.99`) units,
+/// converted exactly.
+pub fn money(text: &str, currency: Currency, format: AmountFormat) -> Result<Money, MoneyError> {
+    match format {
+        AmountFormat::Minor => Money::parse_minor(text, currency),
+        AmountFormat::Major => Money::parse_major(text, currency),
+    }
+}
+
+/// Text as a value of `kind`, borrowing text values. Which text means null
+/// is the caller's decision; this reads what is not null. An amount takes
+/// its currency from `amount_currency` (absent or empty: an error), a code
+/// read by `currency` (a cache, or [`Currency::parse`]), as are currency
+/// fields.
+pub fn value_ref<'a>(
+    text: &'a str,
+    kind: FieldKind,
+    amount_currency: Option<&str>,
+    rules: ValueRules,
+    mut currency: impl FnMut(&str) -> Result<Currency, MoneyError>,
+) -> Result<ValueRef<'a>, ValueError> {
+    Ok(match kind {
+        FieldKind::Text => ValueRef::Text(text),
+        FieldKind::Integer => ValueRef::Integer(integer(text)?),
+        FieldKind::Currency => ValueRef::Currency(currency(text).map_err(ValueError::Money)?),
+        FieldKind::Money => {
+            let code = match amount_currency {
+                Some(c) if !c.is_empty() => c,
+                _ => return Err(ValueError::NoCurrency(text.to_string())),
+            };
+            let c = currency(code).map_err(ValueError::AmountCurrency)?;
+            ValueRef::Money(money(text, c, rules.amounts).map_err(ValueError::Money)?)
+        }
+        FieldKind::Timestamp => ValueRef::Timestamp(timestamp(text, rules.timestamps)?),
+    })
+}
+
+/// Owned text as a value of `kind` (text values keep their string); see
+/// [`value_ref`].
+pub fn value(
+    text: String,
+    kind: FieldKind,
+    amount_currency: Option<&str>,
+    rules: ValueRules,
+) -> Result<Value, ValueError> {
+    match kind {
+        FieldKind::Text => Ok(Value::Text(text)),
+        _ => value_ref(&text, kind, amount_currency, rules, Currency::parse)
+            .map(|v| v.to_owned_value()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn usd() -> Currency {
+        Currency::parse("USD").unwrap()
+    }
+
+    // ---- durations -------------------------------------------------------
+
+    #[test]
+    fn duration_accepts_units_largest_first() {
+        let s = SignedDuration::from_secs;
+        for (text, want) in [
+            ("24h", s(86_400)),
+            ("90m", s(5_400)),
+            ("2d", s(172_800)),
+            ("30s", s(30)),
+            ("1h30m", s(5_400)),
+            ("1d2h3m4s", s(93_784)),
+            ("0s", s(0)),
+            ("0d", s(0)),
+            (" 5m ", s(300)),
+            ("2H", s(7_200)),
+            ("36500d", s(36_500 * 86_400)),
+        ] {
+            assert_eq!(duration(text), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn duration_refusals_say_why() {
+        for (text, reason) in [
+            ("", "it is empty"),
+            ("  ", "it is empty"),
+            ("5", "`5` has no unit"),
+            ("h", "expected a number before `h`"),
+            ("-1h", "negative durations are not allowed"),
+            ("5x", "unknown unit `x`"),
+            (
+                "1.5h",
+                "fractions are not supported (write 1h30m, not 1.5h)",
+            ),
+            (
+                "1,5h",
+                "fractions are not supported (write 1h30m, not 1.5h)",
+            ),
+            (
+                "30m1h",
+                "units must go from largest to smallest, each at most once",
+            ),
+            (
+                "1h1h",
+                "units must go from largest to smallest, each at most once",
+            ),
+            ("1h 30m", "expected a number before ` 30m`"),
+            (
+                "36501d",
+                "it is too large; the maximum is 36500d (100 years)",
+            ),
+            (
+                "36500d1s",
+                "it is too large; the maximum is 36500d (100 years)",
+            ),
+            (
+                "99999999999999999999h",
+                "it is too large; the maximum is 36500d (100 years)",
+            ),
+        ] {
+            let e = duration(text).unwrap_err();
+            assert_eq!(e.reason, reason, "{text:?}");
+            assert_eq!(e.text, text.trim());
+            assert_eq!(
+                e.to_string(),
+                format!("bad duration `{}`: {reason}", text.trim())
+            );
+        }
+    }
+
+    #[test]
+    fn positive_duration_refuses_zero_and_names_the_setting() {
+        assert_eq!(
+            positive_duration("15m", "x").unwrap(),
+            std::time::Duration::from_secs(900)
+        );
+        let e = positive_duration("0s", "Stripe rate_limit_patience").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Stripe rate_limit_patience = \"0s\": must be longer than zero, e.g. \"15m\""
+        );
+        let e = positive_duration("1.5h", "HubSpot rate_limit_patience").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "HubSpot rate_limit_patience = \"1.5h\": fractions are not supported (write 1h30m, not 1.5h)"
+        );
+    }
+
+    // ---- timestamps ------------------------------------------------------
+
+    #[test]
+    fn unix_seconds_and_milliseconds_either_side_of_the_epoch() {
+        assert_eq!(
+            unix(1_764_374_399, Unit::Seconds),
+            Ok(ts("2025-11-28T23:59:59Z"))
+        );
+        assert_eq!(unix(-1, Unit::Seconds), Ok(ts("1969-12-31T23:59:59Z")));
+        assert_eq!(
+            unix(1_764_374_399_500, Unit::Milliseconds),
+            Ok(ts("2025-11-28T23:59:59.5Z"))
+        );
+        assert_eq!(
+            unix(-1_500, Unit::Milliseconds),
+            Ok(ts("1969-12-31T23:59:58.5Z"))
+        );
+        assert_eq!(
+            unix(999_999_999_999, Unit::Seconds)
+                .unwrap_err()
+                .to_string(),
+            "`999999999999` Unix seconds is out of range (years -9999 to 9999)"
+        );
+        assert_eq!(
+            unix(i64::MIN, Unit::Milliseconds).unwrap_err(),
+            TimestampError::Range {
+                value: i64::MIN,
+                unit: Unit::Milliseconds
+            }
+        );
+    }
+
+    #[test]
+    fn every_preset_reads_rfc3339_with_an_offset() {
+        for rules in [
+            TimestampRules::RFC3339,
+            TimestampRules::FILE,
+            TimestampRules::SQL,
+            TimestampRules::HUBSPOT,
+        ] {
+            for (text, want) in [
+                ("2026-11-28T23:59:59Z", "2026-11-28T23:59:59Z"),
+                (" 2026-11-28T23:59:59Z\n", "2026-11-28T23:59:59Z"),
+                ("2026-11-28T18:59:59-05:00", "2026-11-28T23:59:59Z"),
+                ("2026-11-28 23:59:59+00:00", "2026-11-28T23:59:59Z"),
+                ("2026-11-28T23:59:59.25Z", "2026-11-28T23:59:59.25Z"),
+                ("2026-11-28t23:59:59z", "2026-11-28T23:59:59Z"),
+                (
+                    "2026-11-29T00:59:59+01:00[Europe/Paris]",
+                    "2026-11-28T23:59:59Z",
+                ),
+                ("1969-07-20T20:17:40Z", "1969-07-20T20:17:40Z"),
+            ] {
+                assert_eq!(timestamp(text, rules), Ok(ts(want)), "{rules:?} {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn integers_are_read_in_the_rules_unit_or_refused() {
+        let file = TimestampRules::FILE;
+        assert_eq!(
+            timestamp("1764374399", file),
+            Ok(ts("2025-11-28T23:59:59Z"))
+        );
+        assert_eq!(
+            timestamp(" 1764374399 ", file),
+            Ok(ts("2025-11-28T23:59:59Z"))
+        );
+        assert_eq!(timestamp("-86400", file), Ok(ts("1969-12-31T00:00:00Z")));
+        assert_eq!(timestamp("0", file), Ok(Timestamp::UNIX_EPOCH));
+        assert_eq!(timestamp("+60", file), Ok(ts("1970-01-01T00:01:00Z")));
+        assert_eq!(
+            timestamp("1764374399", TimestampRules::SQL),
+            Ok(ts("2025-11-28T23:59:59Z"))
+        );
+        let hubspot = TimestampRules::HUBSPOT;
+        assert_eq!(
+            timestamp("1764374399000", hubspot),
+            Ok(ts("2025-11-28T23:59:59Z"))
+        );
+        assert_eq!(timestamp("-1000", hubspot), Ok(ts("1969-12-31T23:59:59Z")));
+        // Out of range is said so, not "not a timestamp".
+        assert_eq!(
+            timestamp("253402300800", file).unwrap_err().to_string(),
+            "`253402300800` Unix seconds is out of range (years -9999 to 9999)"
+        );
+        assert_eq!(
+            timestamp("9999999999999999", hubspot)
+                .unwrap_err()
+                .to_string(),
+            "`9999999999999999` Unix milliseconds is out of range (years -9999 to 9999)"
+        );
+        // Plan lines and Shopify never hold integers.
+        assert_eq!(
+            timestamp("1764374399", TimestampRules::RFC3339)
+                .unwrap_err()
+                .to_string(),
+            "`1764374399` is not a timestamp; expected RFC 3339 such as 2026-11-28T23:59:59Z"
+        );
+        // More digits than an i64 holds is not a number of seconds.
+        assert!(matches!(
+            timestamp("99999999999999999999", file),
+            Err(TimestampError::Form { .. })
+        ));
+    }
+
+    #[test]
+    fn a_date_alone_is_midnight_utc_only_where_the_rules_say_so() {
+        let midnight = Ok(ts("2026-11-28T00:00:00Z"));
+        assert_eq!(timestamp("2026-11-28", TimestampRules::HUBSPOT), midnight);
+        assert_eq!(timestamp("2026-11-28", TimestampRules::SQL), midnight);
+        assert_eq!(timestamp(" 2026-11-28 ", TimestampRules::SQL), midnight);
+        // A file's date is digits and dashes but not Unix seconds: refused
+        // with the forms a file may use, never read as a number.
+        assert_eq!(
+            timestamp("2026-11-28", TimestampRules::FILE).unwrap_err().to_string(),
+            "`2026-11-28` is not a timestamp; expected Unix seconds or RFC 3339 such as 2026-11-28T23:59:59Z"
+        );
+        assert!(timestamp("2026-11-28", TimestampRules::RFC3339).is_err());
+        assert!(timestamp("2026-02-30", TimestampRules::HUBSPOT).is_err());
+    }
+
+    #[test]
+    fn naive_date_times_are_utc_only_where_the_rules_say_so() {
+        let sql = TimestampRules::SQL;
+        let want = Ok(ts("2026-11-28T23:59:59Z"));
+        assert_eq!(timestamp("2026-11-28 23:59:59", sql), want);
+        assert_eq!(timestamp("2026-11-28T23:59:59", sql), want);
+        assert_eq!(
+            timestamp("2026-11-28 23:59:59.5", sql),
+            Ok(ts("2026-11-28T23:59:59.5Z"))
+        );
+        assert_eq!(
+            timestamp("2026-11-28 23:59", sql),
+            Ok(ts("2026-11-28T23:59:00Z"))
+        );
+        // A bracketed zone is not UTC, and without an offset it names no
+        // instant here: refused rather than read as UTC.
+        assert_eq!(
+            timestamp("2026-11-28T23:59:59[Europe/Paris]", sql)
+                .unwrap_err()
+                .to_string(),
+            "`2026-11-28T23:59:59[Europe/Paris]` is not a timestamp; expected Unix seconds, \
+             RFC 3339 such as 2026-11-28T23:59:59Z, YYYY-MM-DD HH:MM:SS in UTC \
+             or a date YYYY-MM-DD (midnight UTC)"
+        );
+        // HubSpot reads dates, but a date with a time is not cut to
+        // midnight (10 hours lost), nor read as UTC.
+        for text in ["2026-11-28T10:00:00", "2026-11-28 10:00:00"] {
+            assert_eq!(
+                timestamp(text, TimestampRules::HUBSPOT)
+                    .unwrap_err()
+                    .to_string(),
+                format!(
+                    "`{text}` is not a timestamp; expected Unix milliseconds, \
+                     RFC 3339 such as 2026-11-28T23:59:59Z or a date YYYY-MM-DD (midnight UTC)"
+                )
+            );
+        }
+        for rules in [TimestampRules::FILE, TimestampRules::RFC3339] {
+            assert!(
+                timestamp("2026-11-28 23:59:59", rules).is_err(),
+                "{rules:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn refusals_keep_the_text_as_given_and_list_the_accepted_forms() {
+        for text in [
+            "",
+            "  ",
+            "soon",
+            "1-2",
+            "--5",
+            "28/11/2026",
+            "2026-11-28T25:00:00Z",
+            "12:00",
+        ] {
+            for rules in [
+                TimestampRules::FILE,
+                TimestampRules::SQL,
+                TimestampRules::HUBSPOT,
+            ] {
+                assert_eq!(
+                    timestamp(text, rules),
+                    Err(TimestampError::Form {
+                        text: text.to_string(),
+                        rules
+                    }),
+                    "{text:?}"
+                );
+            }
+        }
+        assert_eq!(
+            TimestampRules::RFC3339.expected(),
+            "RFC 3339 such as 2026-11-28T23:59:59Z"
+        );
+        assert_eq!(
+            TimestampRules::FILE.expected(),
+            "Unix seconds or RFC 3339 such as 2026-11-28T23:59:59Z"
+        );
+        assert_eq!(
+            TimestampRules::HUBSPOT.expected(),
+            "Unix milliseconds, RFC 3339 such as 2026-11-28T23:59:59Z or a date YYYY-MM-DD (midnight UTC)"
+        );
+        assert_eq!(
+            TimestampRules::SQL.expected(),
+            "Unix seconds, RFC 3339 such as 2026-11-28T23:59:59Z, YYYY-MM-DD HH:MM:SS in UTC or a date YYYY-MM-DD (midnight UTC)"
+        );
+    }
+
+    /// The parsers each connector had before this module, verbatim.
+    mod before {
+        use jiff::Timestamp;
+
+        pub fn file(text: &str) -> Option<Timestamp> {
+            let t = text.trim();
+            if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                return Timestamp::from_second(t.parse().ok()?).ok();
+            }
+            t.parse::<Timestamp>().ok()
+        }
+
+        pub fn sql(text: &str) -> Option<Timestamp> {
+            let t = text.trim();
+            if let Ok(secs) = t.parse::<i64>() {
+                return Timestamp::from_second(secs).ok();
+            }
+            if let Ok(ts) = t.parse::<Timestamp>() {
+                return Some(ts);
+            }
+            t.parse::<jiff::civil::DateTime>()
+                .ok()
+                .and_then(|dt| jiff::tz::TimeZone::UTC.to_timestamp(dt).ok())
+        }
+
+        pub fn hubspot(t: &str) -> Option<Timestamp> {
+            let t = t.trim();
+            if let Ok(ms) = t.parse::<i64>() {
+                return Timestamp::from_millisecond(ms).ok();
+            }
+            if let Ok(ts) = t.parse::<Timestamp>() {
+                return Some(ts);
+            }
+            t.parse::<jiff::civil::Date>().ok().and_then(|d| {
+                jiff::tz::TimeZone::UTC
+                    .to_timestamp(d.to_datetime(jiff::civil::Time::midnight()))
+                    .ok()
+            })
+        }
+
+        pub fn plan(t: &str) -> Option<Timestamp> {
+            t.parse::<Timestamp>().ok()
+        }
+    }
+
+    type Before = fn(&str) -> Option<Timestamp>;
+
+    #[test]
+    fn each_preset_accepts_what_its_connector_accepted_before_except_the_fixed_cases() {
+        let corpus = [
+            "",
+            " ",
+            "0",
+            "-0",
+            "1764374399",
+            " 1764374399 ",
+            "-1764374399",
+            "1764374399000",
+            "253402300800",
+            "99999999999999999999",
+            "+60",
+            "1-2",
+            "--5",
+            "-",
+            "2026-11-28",
+            "20261128",
+            "2026-11-28T23:59:59Z",
+            "2026-11-28T23:59:59.123456789Z",
+            "2026-11-28T18:59:59-05:00",
+            "2026-11-28 23:59:59+00:00",
+            "2026-11-28T23:59:59",
+            "2026-11-28 23:59:59",
+            "2026-11-28 23:59:59.5",
+            "2026-11-28T23:59",
+            "2026-11-28T23:59:59[Europe/Paris]",
+            "2026-11-29T00:59:59+01:00[Europe/Paris]",
+            "2026-11-28[Europe/Paris]",
+            "2026-02-30",
+            "soon",
+            "28/11/2026",
+            "12:00",
+        ];
+        // (rules, before, texts the new parser deliberately reads differently)
+        let presets: [(TimestampRules, Before, &[&str]); 4] = [
+            // `+60`: any integer now, as SQL and HubSpot already read it.
+            (TimestampRules::FILE, before::file, &["+60"]),
+            // A bracketed zone without offset was read as UTC.
+            (
+                TimestampRules::SQL,
+                before::sql,
+                &[
+                    "2026-11-28T23:59:59[Europe/Paris]",
+                    "2026-11-28[Europe/Paris]",
+                ],
+            ),
+            // jiff's date parser dropped a time: `…T23:59:59` became midnight.
+            (
+                TimestampRules::HUBSPOT,
+                before::hubspot,
+                &[
+                    "2026-11-28T23:59:59",
+                    "2026-11-28 23:59:59",
+                    "2026-11-28 23:59:59.5",
+                    "2026-11-28T23:59",
+                    "2026-11-28T23:59:59[Europe/Paris]",
+                    "2026-11-28[Europe/Paris]",
+                ],
+            ),
+            (TimestampRules::RFC3339, before::plan, &[]),
+        ];
+        for (rules, old, changed) in presets {
+            for text in corpus {
+                let new = timestamp(text, rules).ok();
+                if changed.contains(&text) {
+                    assert_ne!(new, old(text), "{rules:?} {text:?} was meant to change");
+                } else {
+                    assert_eq!(new, old(text), "{rules:?} {text:?}");
+                }
+            }
+        }
+    }
+
+    // ---- values ----------------------------------------------------------
+
+    const MINOR: ValueRules = ValueRules {
+        amounts: AmountFormat::Minor,
+        timestamps: TimestampRules::FILE,
+    };
+    const MAJOR: ValueRules = ValueRules {
+        amounts: AmountFormat::Major,
+        timestamps: TimestampRules::HUBSPOT,
+    };
+
+    fn read<'a>(
+        text: &'a str,
+        kind: FieldKind,
+        currency: Option<&str>,
+        rules: ValueRules,
+    ) -> Result<ValueRef<'a>, ValueError> {
+        value_ref(text, kind, currency, rules, Currency::parse)
+    }
+
+    #[test]
+    fn integers_are_whole_numbers_with_whitespace_ignored() {
+        assert_eq!(integer(" 42 "), Ok(42));
+        assert_eq!(integer("-7"), Ok(-7));
+        assert_eq!(integer(&i64::MAX.to_string()), Ok(i64::MAX));
+        for text in ["4.0", "1e3", "", "x", "9223372036854775808"] {
+            let e = integer(text).unwrap_err();
+            assert_eq!(e, ValueError::Integer(text.to_string()));
+            assert_eq!(e.to_string(), format!("`{text}` is not a whole number"));
+        }
+    }
+
+    #[test]
+    fn money_by_amount_format() {
+        let usd = usd();
+        assert_eq!(
+            money("2999", usd, AmountFormat::Minor),
+            Ok(Money::from_minor(2999, usd))
+        );
+        assert_eq!(
+            money("29.99", usd, AmountFormat::Major),
+            Ok(Money::from_minor(2999, usd))
+        );
+        assert_eq!(
+            money("-5", usd, AmountFormat::Major),
+            Ok(Money::from_minor(-500, usd))
+        );
+        assert!(matches!(
+            money("29.99", usd, AmountFormat::Minor),
+            Err(MoneyError::NotMinorUnits(_))
+        ));
+        assert!(money("29.999", usd, AmountFormat::Major).is_err());
+    }
+
+    #[test]
+    fn each_kind_reads_its_text() {
+        let usd = usd();
+        assert_eq!(
+            read(" a ", FieldKind::Text, None, MINOR),
+            Ok(ValueRef::Text(" a "))
+        );
+        assert_eq!(
+            read("12", FieldKind::Integer, None, MINOR),
+            Ok(ValueRef::Integer(12))
+        );
+        assert_eq!(
+            read("usd", FieldKind::Currency, None, MINOR),
+            Ok(ValueRef::Currency(usd))
+        );
+        assert_eq!(
+            read("2999", FieldKind::Money, Some("usd"), MINOR),
+            Ok(ValueRef::Money(Money::from_minor(2999, usd)))
+        );
+        assert_eq!(
+            read("29.99", FieldKind::Money, Some("USD"), MAJOR),
+            Ok(ValueRef::Money(Money::from_minor(2999, usd)))
+        );
+        assert_eq!(
+            read("1764374399", FieldKind::Timestamp, None, MINOR),
+            Ok(ValueRef::Timestamp(ts("2025-11-28T23:59:59Z")))
+        );
+        assert_eq!(
+            read("1764374399000", FieldKind::Timestamp, None, MAJOR),
+            Ok(ValueRef::Timestamp(ts("2025-11-28T23:59:59Z")))
+        );
+    }
+
+    #[test]
+    fn owned_values_keep_their_text() {
+        let text = String::from("succeeded");
+        let ptr = text.as_ptr();
+        match value(text, FieldKind::Text, None, MINOR) {
+            Ok(Value::Text(t)) => assert_eq!(t.as_ptr(), ptr),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            value("29.99".into(), FieldKind::Money, Some("usd"), MAJOR),
+            Ok(Value::Money(Money::from_minor(2999, usd())))
+        );
+        assert_eq!(
+            value("x".into(), FieldKind::Integer, None, MINOR),
+            Err(ValueError::Integer("x".into()))
+        );
+    }
+
+    #[test]
+    fn the_currency_reader_is_the_callers() {
+        let mut calls = Vec::new();
+        let eur = Currency::parse("EUR").unwrap();
+        let v = value_ref("5", FieldKind::Money, Some("whatever"), MINOR, |c: &str| {
+            calls.push(c.to_string());
+            Ok(eur)
+        });
+        assert_eq!(v, Ok(ValueRef::Money(Money::from_minor(5, eur))));
+        assert_eq!(calls, ["whatever"]);
+    }
+
+    #[test]
+    fn value_errors_are_placed_by_the_caller() {
+        let m = |r: Result<ValueRef<'_>, ValueError>| {
+            r.unwrap_err().message("column", "amount", "currency")
+        };
+        assert_eq!(
+            m(read("5.5", FieldKind::Integer, None, MINOR)),
+            "column `amount`: `5.5` is not a whole number"
+        );
+        assert_eq!(
+            m(read("xyz", FieldKind::Currency, None, MINOR)),
+            "column `amount`: unknown currency code `xyz`; expected an ISO 4217 code such as USD, EUR, JPY"
+        );
+        for currency in [None, Some("")] {
+            assert_eq!(
+                read("5", FieldKind::Money, currency, MINOR),
+                Err(ValueError::NoCurrency("5".into()))
+            );
+            assert_eq!(
+                m(read("5", FieldKind::Money, currency, MINOR)),
+                "column `amount`: amount `5` has no currency; fill the currency column `currency`"
+            );
+        }
+        assert_eq!(
+            m(read("5", FieldKind::Money, Some("zzz"), MINOR)),
+            "column `currency` (currency of `amount`): unknown currency code `zzz`; expected an ISO 4217 code such as USD, EUR, JPY"
+        );
+        assert_eq!(
+            m(read("5.5", FieldKind::Money, Some("usd"), MINOR)),
+            format!(
+                "column `amount`: {}",
+                MoneyError::NotMinorUnits("5.5".into())
+            )
+        );
+        assert_eq!(
+            read("soon", FieldKind::Timestamp, None, MAJOR)
+                .unwrap_err()
+                .message("property", "closedate", "deal_currency_code"),
+            "property `closedate`: `soon` is not a timestamp; expected Unix milliseconds, \
+             RFC 3339 such as 2026-11-28T23:59:59Z or a date YYYY-MM-DD (midnight UTC)"
+        );
+    }
 }
