@@ -23,7 +23,6 @@ use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
 pub use settings::FileSettings;
 pub use source::FileSource;
 
-pub use convert::parse_timestamp;
 use convert::{convert, Cell, CurrencyCache};
 
 /// The two export formats, chosen by file extension.
