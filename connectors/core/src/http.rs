@@ -39,7 +39,9 @@
 //!   the provider's error-body hook marks final is not retried.
 //! - **Provider hooks.** Each provider reads its own error bodies
 //!   ([`Provider::error_body`]; [`default_error_body`] reads the common
-//!   shapes).
+//!   shapes) and supplies its credentials ([`Auth`]): a fixed key
+//!   ([`StaticAuth`]) or an access token fetched again after a 401
+//!   ([`RefreshableToken`]), the request then retried once.
 //! - **Retry budgets.** A 429 means "slow down", not "broken": it is retried
 //!   until the client has made no progress (no successful response on any
 //!   clone) for `rate_limit_patience` (default 15 minutes), then the call
@@ -49,7 +51,8 @@
 //! - **Backoff.** `random(0 ..= min(max_backoff, base_backoff * 2^retry))`,
 //!   at least `Retry-After` when the response carries one.
 //! - **Secrets.** Secret headers are marked sensitive, never logged, and
-//!   scrubbed from any error message a server echoes back.
+//!   scrubbed from any error message a server echoes back; refreshed tokens
+//!   too (and they are registered with [`crate::register_secret`]).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -475,6 +478,228 @@ impl Provider {
     }
 }
 
+/// The credentials one request is sent with: secret headers, and the
+/// generation they belong to (it changes with every refresh, so a 401 to a
+/// request sent with old credentials does not refresh them twice).
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    generation: u64,
+    headers: Arc<[(String, Secret)]>,
+}
+
+impl Credentials {
+    /// `headers` (name, secret value) of generation `generation`.
+    pub fn new(generation: u64, headers: Vec<(String, Secret)>) -> Credentials {
+        Credentials {
+            generation,
+            headers: headers.into(),
+        }
+    }
+
+    /// Which credentials these are.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The headers to send; their values are marked sensitive, never logged
+    /// or shown.
+    pub fn headers(&self) -> &[(String, Secret)] {
+        &self.headers
+    }
+}
+
+/// How a provider authenticates: the hook the client asks for the auth
+/// headers of every request, and asks to refresh them once when a request
+/// is refused with 401. [`StaticAuth`] is a fixed key; [`RefreshableToken`]
+/// an access token fetched again when it expires (OAuth 2.0 client
+/// credentials).
+#[async_trait::async_trait]
+pub trait Auth: Send + Sync {
+    /// The credentials for the next request (a token not yet fetched is
+    /// fetched here).
+    async fn credentials(&self) -> Result<Credentials, HttpError>;
+
+    /// A request sent with `stale` was refused with 401: get new
+    /// credentials (unless others already replaced `stale`) and return
+    /// `true` to retry the request once with them, or `false` when these
+    /// credentials cannot be refreshed and the 401 is final.
+    async fn refresh(&self, stale: &Credentials) -> Result<bool, HttpError>;
+
+    /// Every secret value these credentials have held, to scrub from any
+    /// message a server echoes back.
+    fn secrets(&self) -> Vec<Secret>;
+}
+
+/// Fixed secret headers (an API key, a private app token); a 401 is final.
+#[derive(Clone, Debug)]
+pub struct StaticAuth {
+    credentials: Credentials,
+}
+
+impl StaticAuth {
+    /// Sends `headers` (name, secret value) with every request.
+    pub fn new(headers: Vec<(String, Secret)>) -> StaticAuth {
+        StaticAuth {
+            credentials: Credentials::new(0, headers),
+        }
+    }
+
+    /// `Authorization: Bearer <token>`.
+    pub fn bearer(token: &Secret) -> StaticAuth {
+        StaticAuth::new(vec![(
+            "Authorization".into(),
+            Secret::new(format!("Bearer {}", token.expose())),
+        )])
+    }
+}
+
+#[async_trait::async_trait]
+impl Auth for StaticAuth {
+    async fn credentials(&self) -> Result<Credentials, HttpError> {
+        Ok(self.credentials.clone())
+    }
+
+    async fn refresh(&self, _stale: &Credentials) -> Result<bool, HttpError> {
+        Ok(false)
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        self.credentials
+            .headers()
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+}
+
+/// Where a [`RefreshableToken`] gets its access tokens (OAuth 2.0 client
+/// credentials: a `POST` to the provider's token endpoint).
+#[async_trait::async_trait]
+pub trait TokenSource: Send + Sync {
+    /// A new access token. Called for the first request and after a 401,
+    /// one call at a time; the token is registered as a secret.
+    async fn fetch(&self) -> Result<Secret, HttpError>;
+}
+
+/// An access token sent as `<header>: <prefix><token>`, fetched from its
+/// [`TokenSource`] before the first request and again when a request is
+/// refused with 401 (the token expired or was revoked). Concurrent 401s of
+/// the same token fetch one new token: refreshes go one at a time, and a
+/// request refused with a token already replaced just retries with the new
+/// one. Share one (`Arc`) between the clients of an account.
+pub struct RefreshableToken {
+    header: String,
+    prefix: String,
+    source: Box<dyn TokenSource>,
+    current: Mutex<Option<Credentials>>,
+    /// Held while fetching: one refresh at a time.
+    refreshing: tokio::sync::Mutex<()>,
+    /// Every token and header value issued, to scrub from messages (a
+    /// server may echo an old one).
+    issued: Mutex<Vec<Secret>>,
+}
+
+impl fmt::Debug for RefreshableToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefreshableToken")
+            .field("header", &self.header)
+            .field(
+                "generation",
+                &self.current_credentials().map(|c| c.generation()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl RefreshableToken {
+    /// `<header>: <prefix><token>`, tokens from `source`.
+    pub fn new(
+        header: impl Into<String>,
+        prefix: impl Into<String>,
+        source: impl TokenSource + 'static,
+    ) -> RefreshableToken {
+        RefreshableToken {
+            header: header.into(),
+            prefix: prefix.into(),
+            source: Box::new(source),
+            current: Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
+            issued: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `Authorization: Bearer <token>`, tokens from `source`.
+    pub fn bearer(source: impl TokenSource + 'static) -> RefreshableToken {
+        RefreshableToken::new("Authorization", "Bearer ", source)
+    }
+
+    fn current_credentials(&self) -> Option<Credentials> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Fetches a token unless credentials other than `stale` (`None`: any)
+    /// are in place by the time it is this caller's turn.
+    async fn renew(&self, stale: Option<u64>) -> Result<Credentials, HttpError> {
+        let _turn = self.refreshing.lock().await;
+        let now = self.current_credentials();
+        if let Some(now) = &now {
+            if stale != Some(now.generation()) {
+                return Ok(now.clone());
+            }
+        }
+        let token = self.source.fetch().await?;
+        crate::register_secret(token.expose());
+        let value = Secret::new(format!("{}{}", self.prefix, token.expose()));
+        let credentials = Credentials::new(
+            now.map_or(1, |c| c.generation() + 1),
+            vec![(self.header.clone(), value.clone())],
+        );
+        self.issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            // The whole header value first: scrubbed whole, not around
+            // the token.
+            .extend([value, token]);
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(credentials.clone());
+        Ok(credentials)
+    }
+}
+
+#[async_trait::async_trait]
+impl Auth for RefreshableToken {
+    async fn credentials(&self) -> Result<Credentials, HttpError> {
+        match self.current_credentials() {
+            Some(c) => Ok(c),
+            None => self.renew(None).await,
+        }
+    }
+
+    async fn refresh(&self, stale: &Credentials) -> Result<bool, HttpError> {
+        self.renew(Some(stale.generation())).await.map(|_| true)
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        self.issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A secret header as sent: the value marked sensitive. The error names the
+/// header, never the value.
+fn secret_header(name: &str, secret: &Secret) -> Result<(HeaderName, HeaderValue), String> {
+    let header = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("invalid header name {name:?}"))?;
+    let mut value = HeaderValue::from_str(secret.expose())
+        .map_err(|_| format!("invalid value for secret header {name} (value not shown)"))?;
+    value.set_sensitive(true);
+    Ok((header, value))
+}
+
 /// Status, request ID and headers of the response that succeeded.
 #[derive(Clone, Debug)]
 pub struct ResponseMeta {
@@ -503,14 +728,17 @@ pub struct HttpStats {
 /// URL path, no query, no host) and the request ID; never a secret.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    /// 401 or 403: bad or insufficient credentials. Never retried.
-    #[error("{provider} {endpoint} was refused with {status}: {message} ({})", RequestId(.request_id))]
+    /// 401 or 403: bad or insufficient credentials. Not retried, except
+    /// once after a 401 when the [`Auth`] hook refreshed the credentials
+    /// (`refreshed`: this 401 came after that).
+    #[error("{provider} {endpoint} was refused with {status}{}: {message} ({})", if *.refreshed { " again after refreshing the credentials" } else { "" }, RequestId(.request_id))]
     Unauthorized {
         provider: &'static str,
         endpoint: String,
         status: u16,
         request_id: Option<String>,
         message: String,
+        refreshed: bool,
     },
     /// Any other final non-2xx response (400, 404, 409…). Not retried.
     /// `message` and `body_code` are what the provider's error-body hook
@@ -594,8 +822,9 @@ struct Inner {
     /// Limiters of other clients this one also waits for: HubSpot's search
     /// calls obey their own per-second limit and the account's 10-second one.
     also: Vec<Arc<Limiter>>,
-    /// Values scrubbed from every message that could echo them.
-    secrets: Vec<Secret>,
+    /// The auth headers of every request, and the values scrubbed from
+    /// every message that could echo them.
+    auth: Arc<dyn Auth>,
     /// When the client was built; `progress` counts from it.
     born: Instant,
     /// Milliseconds from `born` to the last successful response.
@@ -646,12 +875,37 @@ impl Failure {
 }
 
 impl HttpClient {
-    /// A client sending `headers` and `secret_headers` on every request.
-    /// Secret header values are marked sensitive and never logged or shown.
+    /// A client sending `headers` and `secret_headers` on every request
+    /// (a [`StaticAuth`]). Secret header values are marked sensitive and
+    /// never logged or shown.
     pub fn new(
         provider: Provider,
         policy: HttpPolicy,
         secret_headers: Vec<(String, Secret)>,
+        headers: Vec<(String, String)>,
+    ) -> Result<HttpClient, HttpError> {
+        let client = HttpClient::with_auth(
+            provider,
+            policy,
+            Arc::new(StaticAuth::new(secret_headers.clone())),
+            headers,
+        )?;
+        for (name, secret) in &secret_headers {
+            secret_header(name, secret).map_err(|message| HttpError::Client {
+                provider: provider.name,
+                message,
+            })?;
+        }
+        Ok(client)
+    }
+
+    /// A client sending `headers` and the credentials of `auth` on every
+    /// request; after a 401 it asks `auth` to refresh them and retries the
+    /// request once (see [`RefreshableToken`]).
+    pub fn with_auth(
+        provider: Provider,
+        policy: HttpPolicy,
+        auth: Arc<dyn Auth>,
         headers: Vec<(String, String)>,
     ) -> Result<HttpClient, HttpError> {
         let fail = |message: String| HttpError::Client {
@@ -685,15 +939,6 @@ impl HttpClient {
                 .map_err(|_| fail(format!("invalid value for header {name}")))?;
             map.insert(header_name(name)?, value);
         }
-        for (name, secret) in &secret_headers {
-            let mut value = HeaderValue::from_str(secret.expose()).map_err(|_| {
-                fail(format!(
-                    "invalid value for secret header {name} (value not shown)"
-                ))
-            })?;
-            value.set_sensitive(true);
-            map.insert(header_name(name)?, value);
-        }
         let client = reqwest::Client::builder()
             .default_headers(map)
             .timeout(policy.timeout)
@@ -707,7 +952,7 @@ impl HttpClient {
                 client,
                 limiter,
                 also: Vec::new(),
-                secrets: secret_headers.into_iter().map(|(_, s)| s).collect(),
+                auth,
                 born: Instant::now(),
                 progress: Arc::new(AtomicU64::new(0)),
                 requests: AtomicU64::new(0),
@@ -728,7 +973,7 @@ impl HttpClient {
             client: shared.client.clone(),
             limiter: shared.limiter.clone(),
             also: shared.also.clone(),
-            secrets: shared.secrets.clone(),
+            auth: shared.auth.clone(),
             born: shared.born,
             progress: shared.progress.clone(),
             requests: AtomicU64::new(0),
@@ -841,8 +1086,11 @@ impl HttpClient {
         let mut failures = 0u32;
         let mut throttles = 0u32;
         let mut attempt = 0u32;
+        // The credentials were refreshed after a 401 (once per call).
+        let mut refreshed = false;
         loop {
             attempt += 1;
+            let credentials = inner.auth.credentials().await?;
             inner.limiter.acquire().await;
             for other in &inner.also {
                 other.acquire().await;
@@ -855,13 +1103,39 @@ impl HttpClient {
                 attempt,
                 "Sending request."
             );
-            let request = build(inner.client.request(method.clone(), parsed.clone()));
+            let mut request = build(inner.client.request(method.clone(), parsed.clone()));
+            for (name, secret) in credentials.headers() {
+                let (name, value) = secret_header(name, secret)
+                    .map_err(|message| HttpError::Client { provider, message })?;
+                request = request.header(name, value);
+            }
             let failure = match self.attempt::<T>(request, &endpoint).await {
                 Outcome::Done(value, meta) => {
                     self.note_progress();
                     return Ok((value, meta));
                 }
-                Outcome::Fatal(e) => return Err(e),
+                Outcome::Fatal(mut e) => {
+                    if let HttpError::Unauthorized {
+                        status: 401,
+                        refreshed: after_refresh,
+                        ..
+                    } = &mut e
+                    {
+                        *after_refresh = refreshed;
+                        if !refreshed && inner.auth.refresh(&credentials).await? {
+                            refreshed = true;
+                            tracing::info!(
+                                provider,
+                                endpoint = endpoint.as_str(),
+                                attempt,
+                                "Credentials refused (401); refreshed them, retrying once."
+                            );
+                            inner.retries.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
+                    return Err(e);
+                }
                 Outcome::Retry(failure) => failure,
             };
             let wait = if failure.throttle {
@@ -1045,6 +1319,7 @@ impl HttpClient {
                 status,
                 request_id,
                 message,
+                refreshed: false,
             });
         }
         if inner.provider.should_retry(status, &headers) && !said.is_final {
@@ -1070,10 +1345,11 @@ impl HttpClient {
         })
     }
 
-    /// `text` with every secret header value (and the token after a scheme
-    /// such as `Bearer `) replaced by `***`, in case a server echoed it.
+    /// `text` with every secret header value the auth hook has held (and
+    /// the token after a scheme such as `Bearer `) replaced by `***`, in
+    /// case a server echoed it.
     fn scrub(&self, mut text: String) -> String {
-        for secret in &self.inner.secrets {
+        for secret in &self.inner.auth.secrets() {
             let value = secret.expose();
             let token = value.rsplit(' ').next().unwrap_or(value);
             for needle in [value, token] {
@@ -2302,6 +2578,244 @@ mod tests {
             e.to_string(),
             "Plain GET /v1/things returned 400: Bad Request (no request ID)"
         );
+    }
+
+    const SALESFORCE: Provider = Provider {
+        error_body: array_error_body,
+        ..Provider::new("Salesforce", "X-Request-Id")
+    };
+
+    /// Access token number `n`.
+    fn token(n: usize) -> String {
+        format!("00Dx{n}!SessionTopSecret{n}")
+    }
+
+    /// A token source counting its fetches: token 1, 2, …; from fetch
+    /// `fail_from` on, the token endpoint refuses.
+    #[derive(Clone, Default)]
+    struct Tokens {
+        fetched: Arc<AtomicUsize>,
+        fail_from: Option<usize>,
+    }
+
+    impl Tokens {
+        fn fetched(&self) -> usize {
+            self.fetched.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl TokenSource for Tokens {
+        async fn fetch(&self) -> Result<Secret, HttpError> {
+            let n = self.fetched.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.fail_from.is_some_and(|from| n >= from) {
+                return Err(HttpError::Status {
+                    provider: "Salesforce",
+                    endpoint: "POST /services/oauth2/token".into(),
+                    status: 400,
+                    request_id: None,
+                    message: "invalid client credentials".into(),
+                    body_code: Some("invalid_client".into()),
+                });
+            }
+            Ok(Secret::new(token(n)))
+        }
+    }
+
+    /// A server accepting only `Bearer <valid>`, answering anything else
+    /// with Salesforce's 401 (echoing the header it got, as a careless
+    /// server might); returns the base URL, the request counter and the
+    /// Authorization headers seen.
+    async fn session_server(
+        valid: Arc<Mutex<String>>,
+    ) -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>) {
+        let auths = Arc::new(Mutex::new(Vec::new()));
+        let seen_auths = auths.clone();
+        let (base, count) = serve(move |_, seen| {
+            let auth = seen.authorization.clone().unwrap_or_default();
+            seen_auths.lock().unwrap().push(auth.clone());
+            if auth == format!("Bearer {}", valid.lock().unwrap()) {
+                reply(200, CHARGE)
+            } else {
+                let body = serde_json::json!([{
+                    "errorCode": "INVALID_SESSION_ID",
+                    "message": format!("Session expired or invalid: {auth}"),
+                }]);
+                reply(401, &body.to_string())
+            }
+        })
+        .await;
+        (base, count, auths)
+    }
+
+    #[tokio::test]
+    async fn an_expired_token_is_refreshed_once_and_the_request_retried() {
+        let valid = Arc::new(Mutex::new(token(2)));
+        let (base, count, auths) = session_server(valid.clone()).await;
+        let tokens = Tokens::default();
+        let auth = Arc::new(RefreshableToken::bearer(tokens.clone()));
+        let c = HttpClient::with_auth(SALESFORCE, fast(3), auth.clone(), vec![]).unwrap();
+        let url = format!("{base}/services/data/v60.0/query");
+
+        // Token 1 (fetched for the first request) has expired: 401, one
+        // refresh, the retry with token 2 succeeds.
+        let (charge, _) = c.get_json::<Charge>(&url, &[]).await.unwrap();
+        assert_eq!(charge.id, "ch_1");
+        assert_eq!(tokens.fetched(), 2);
+        assert_eq!(
+            *auths.lock().unwrap(),
+            [
+                format!("Bearer {}", token(1)),
+                format!("Bearer {}", token(2))
+            ]
+        );
+        assert_eq!(
+            c.stats(),
+            HttpStats {
+                requests: 2,
+                retries: 1,
+                ..HttpStats::default()
+            }
+        );
+        // The next request goes with token 2 at once.
+        c.get_json::<Charge>(&url, &[]).await.unwrap();
+        assert_eq!((count.load(Ordering::SeqCst), tokens.fetched()), (3, 2));
+
+        // Token 2 expires under 8 concurrent requests: one refresh serves
+        // them all (a 401 to a token already replaced just retries).
+        *valid.lock().unwrap() = token(3);
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, url) = (c.clone(), url.clone());
+                tokio::spawn(async move { c.get_json::<Charge>(&url, &[]).await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(tokens.fetched(), 3);
+        assert_eq!(auth.credentials().await.unwrap().generation(), 3);
+        let auths = auths.lock().unwrap();
+        let with = |n: usize| {
+            auths[3..]
+                .iter()
+                .filter(|a| **a == format!("Bearer {}", token(n)))
+                .count()
+        };
+        // Each request: at most one 401 with token 2, then token 3.
+        assert_eq!(with(3), 8);
+        assert_eq!(with(2) + with(3), auths.len() - 3);
+        assert!(with(2) <= 8);
+    }
+
+    #[tokio::test]
+    async fn a_refresh_that_does_not_help_is_tried_once() {
+        let logs = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(logs.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        // No token is ever valid (the connected app was revoked).
+        let (base, count, _) = session_server(Arc::new(Mutex::new(String::new()))).await;
+        let tokens = Tokens::default();
+        let auth = Arc::new(RefreshableToken::bearer(tokens.clone()));
+        let c = HttpClient::with_auth(SALESFORCE, fast(6), auth.clone(), vec![]).unwrap();
+        let e = c
+            .get_json::<Charge>(&format!("{base}/services/data/v60.0/query"), &[])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                HttpError::Unauthorized {
+                    status: 401,
+                    refreshed: true,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "Salesforce GET /services/data/v60.0/query was refused with 401 again after refreshing the credentials: Session expired or invalid: *** (no request ID)"
+        );
+        // One refresh, one retry, then final.
+        assert_eq!((count.load(Ordering::SeqCst), tokens.fetched()), (2, 2));
+        assert_eq!(c.stats().requests, 2);
+
+        let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        assert!(logs.contains("refreshed them, retrying once"), "{logs}");
+        let shown = [
+            e.to_string(),
+            format!("{e:?}"),
+            format!("{c:?}"),
+            format!("{auth:?}"),
+            format!("{:?}", auth.credentials().await.unwrap()),
+            logs,
+        ];
+        for n in [1, 2] {
+            // Registered as secrets: scrubbed from any message.
+            assert_eq!(crate::scrub(&token(n)), "***");
+            for text in &shown {
+                assert!(!text.contains(&token(n)), "token {n} in: {text}");
+                assert!(!text.contains("TopSecret"), "secret in: {text}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_refresh_is_the_error() {
+        let (base, count, _) = session_server(Arc::new(Mutex::new(String::new()))).await;
+        let tokens = Tokens {
+            fail_from: Some(2),
+            ..Tokens::default()
+        };
+        let auth = Arc::new(RefreshableToken::bearer(tokens.clone()));
+        let c = HttpClient::with_auth(SALESFORCE, fast(6), auth, vec![]).unwrap();
+        let e = c
+            .get_json::<Charge>(&format!("{base}/services/data/v60.0/query"), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Salesforce POST /services/oauth2/token returned 400 (invalid_client): invalid client credentials (no request ID)"
+        );
+        assert_eq!((count.load(Ordering::SeqCst), tokens.fetched()), (1, 2));
+    }
+
+    #[tokio::test]
+    async fn a_static_key_is_not_refreshed() {
+        let (base, count, auths) = session_server(Arc::new(Mutex::new(String::new()))).await;
+        let c = HttpClient::with_auth(
+            SALESFORCE,
+            fast(6),
+            Arc::new(StaticAuth::bearer(&Secret::new(KEY))),
+            vec![],
+        )
+        .unwrap();
+        let e = c
+            .get_json::<Charge>(&format!("{base}/services/data/v60.0/query"), &[])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                HttpError::Unauthorized {
+                    status: 401,
+                    refreshed: false,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "Salesforce GET /services/data/v60.0/query was refused with 401: Session expired or invalid: *** (no request ID)"
+        );
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert_eq!(*auths.lock().unwrap(), [format!("Bearer {KEY}")]);
     }
 
     #[test]
