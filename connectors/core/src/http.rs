@@ -61,7 +61,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
-use reqwest::{Method, RequestBuilder, Url};
+use reqwest::Url;
+/// The request method and builder of [`HttpClient::send_json`] and
+/// [`HttpClient::send_text`] (reqwest's), so that connectors need not
+/// depend on reqwest themselves.
+pub use reqwest::{Method, RequestBuilder};
 
 use crate::Secret;
 
@@ -884,19 +888,14 @@ impl HttpClient {
         secret_headers: Vec<(String, Secret)>,
         headers: Vec<(String, String)>,
     ) -> Result<HttpClient, HttpError> {
-        let client = HttpClient::with_auth(
-            provider,
-            policy,
-            Arc::new(StaticAuth::new(secret_headers.clone())),
-            headers,
-        )?;
         for (name, secret) in &secret_headers {
             secret_header(name, secret).map_err(|message| HttpError::Client {
                 provider: provider.name,
                 message,
             })?;
         }
-        Ok(client)
+        let auth = Arc::new(StaticAuth::new(secret_headers));
+        HttpClient::with_auth(provider, policy, auth, headers)
     }
 
     /// A client sending `headers` and the credentials of `auth` on every
@@ -994,7 +993,8 @@ impl HttpClient {
         url: &str,
         query: &[(String, String)],
     ) -> Result<(T, ResponseMeta), HttpError> {
-        self.call(Method::GET, url, |req| req.query(query)).await
+        self.send_json(Method::GET, url, |req| req.query(query))
+            .await
     }
 
     /// `POST url` with a JSON body, the response parsed as JSON into `T`,
@@ -1005,7 +1005,35 @@ impl HttpClient {
         url: &str,
         body: &serde_json::Value,
     ) -> Result<(T, ResponseMeta), HttpError> {
-        self.call(Method::POST, url, |req| req.json(body)).await
+        self.send_json(Method::POST, url, |req| req.json(body))
+            .await
+    }
+
+    /// `method url` with the request as `build` completes it (headers, a
+    /// JSON, form or text body: Salesforce's `PATCH` of sObject
+    /// Collections, a form-encoded OAuth token request), the response
+    /// parsed as JSON into `T`, under the policy. Retried like a GET: the
+    /// call must be idempotent.
+    pub async fn send_json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        url: &str,
+        build: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<(T, ResponseMeta), HttpError> {
+        let (JsonBody(value), meta) = self.call(method, url, build).await?;
+        Ok((value, meta))
+    }
+
+    /// Like [`HttpClient::send_json`], but the 2xx body is returned as
+    /// text, not parsed (CSV results of Salesforce's Bulk API 2.0); a body
+    /// that is not UTF-8 is retried like malformed JSON.
+    pub async fn send_text(
+        &self,
+        method: Method,
+        url: &str,
+        build: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<(String, ResponseMeta), HttpError> {
+        self.call(method, url, build).await
     }
 
     /// Totals since the client was created, over all its clones.
@@ -1065,7 +1093,7 @@ impl HttpClient {
     }
 
     /// The retry loop.
-    async fn call<T: serde::de::DeserializeOwned>(
+    async fn call<T: Decode>(
         &self,
         method: Method,
         url: &str,
@@ -1091,6 +1119,12 @@ impl HttpClient {
         loop {
             attempt += 1;
             let credentials = inner.auth.credentials().await?;
+            let mut request = build(inner.client.request(method.clone(), parsed.clone()));
+            for (name, secret) in credentials.headers() {
+                let (name, value) = secret_header(name, secret)
+                    .map_err(|message| HttpError::Client { provider, message })?;
+                request = request.header(name, value);
+            }
             inner.limiter.acquire().await;
             for other in &inner.also {
                 other.acquire().await;
@@ -1103,12 +1137,6 @@ impl HttpClient {
                 attempt,
                 "Sending request."
             );
-            let mut request = build(inner.client.request(method.clone(), parsed.clone()));
-            for (name, secret) in credentials.headers() {
-                let (name, value) = secret_header(name, secret)
-                    .map_err(|message| HttpError::Client { provider, message })?;
-                request = request.header(name, value);
-            }
             let failure = match self.attempt::<T>(request, &endpoint).await {
                 Outcome::Done(value, meta) => {
                     self.note_progress();
@@ -1208,11 +1236,7 @@ impl HttpClient {
     }
 
     /// One attempt, classified.
-    async fn attempt<T: serde::de::DeserializeOwned>(
-        &self,
-        request: RequestBuilder,
-        endpoint: &str,
-    ) -> Outcome<T> {
+    async fn attempt<T: Decode>(&self, request: RequestBuilder, endpoint: &str) -> Outcome<T> {
         let inner = &*self.inner;
         let provider = inner.provider.name;
         let started = Instant::now();
@@ -1275,13 +1299,7 @@ impl HttpClient {
                     })
                 }
             };
-            // An empty body (204) reads as `null`, so `()` and `Option` work.
-            let json: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-                b"null"
-            } else {
-                &bytes
-            };
-            return match serde_json::from_slice::<T>(json) {
+            return match T::decode(&bytes) {
                 Ok(value) => Outcome::Done(
                     value,
                     ResponseMeta {
@@ -1291,7 +1309,7 @@ impl HttpClient {
                     },
                 ),
                 Err(e) => Outcome::Retry(Failure {
-                    last: self.scrub(format!("malformed JSON: {e}")),
+                    last: self.scrub(e),
                     status: None,
                     request_id,
                     retry_after: None,
@@ -1359,6 +1377,35 @@ impl HttpClient {
             }
         }
         text
+    }
+}
+
+/// How a 2xx body becomes the caller's value; `Err` is retried like any
+/// malformed body.
+trait Decode: Sized {
+    fn decode(bytes: &[u8]) -> Result<Self, String>;
+}
+
+/// A body parsed as JSON into `T`.
+struct JsonBody<T>(T);
+
+impl<T: serde::de::DeserializeOwned> Decode for JsonBody<T> {
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        // An empty body (204) reads as `null`, so `()` and `Option` work.
+        let json: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"null"
+        } else {
+            bytes
+        };
+        serde_json::from_slice(json)
+            .map(JsonBody)
+            .map_err(|e| format!("malformed JSON: {e}"))
+    }
+}
+
+impl Decode for String {
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        String::from_utf8(bytes.to_vec()).map_err(|e| format!("body is not UTF-8: {e}"))
     }
 }
 
