@@ -28,9 +28,10 @@ use std::time::Duration;
 
 use futures_core::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
+use recon_core::parse::{self, TimestampRules, ValueRules};
 use recon_core::{
-    redact_url, AmountFormat, ConnectorError, Currency, FieldKind, Money, Page, Record, Schema,
-    Secret, Source, Target, Unplaced, Value, Window, WriteMode, WriteOutcome,
+    redact_url, AmountFormat, ConnectorError, FieldKind, Page, Record, Schema, Secret, Source,
+    Target, Unplaced, Value, Window, WriteMode, WriteOutcome,
 };
 use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::{AnyPool, Arguments, Row};
@@ -324,43 +325,21 @@ impl SqlTable {
         } else {
             None
         };
-        let location = || recon_core::Location(format!("{} row `{key}`", self.display));
+        let rules = ValueRules {
+            amounts: self.amount_format,
+            timestamps: TimestampRules::SQL,
+        };
+        let currency_column = self.cfg.currency_column.as_deref().unwrap_or("currency");
+        let bad = |i: usize, e: parse::ValueError| ConnectorError::Malformed {
+            location: recon_core::Location(format!("{} row `{key}`", self.display)),
+            message: e.message("column", &self.cfg.columns[i], currency_column),
+        };
         let mut values = Vec::with_capacity(n);
         for (i, field) in self.schema.fields.iter().enumerate() {
-            let raw = text(i + 1)?;
-            let column = &self.cfg.columns[i];
-            let bad = |m: String| ConnectorError::Malformed {
-                location: location(),
-                message: format!("column `{column}`: {m}"),
-            };
-            let v = match raw {
+            let v = match text(i + 1)? {
                 None => Value::Null,
-                Some(t) => match field.kind {
-                    FieldKind::Text => Value::Text(t),
-                    FieldKind::Integer => Value::Integer(
-                        t.trim()
-                            .parse()
-                            .map_err(|_| bad(format!("`{t}` is not a whole number")))?,
-                    ),
-                    FieldKind::Currency => {
-                        Value::Currency(Currency::parse(&t).map_err(|e| bad(e.to_string()))?)
-                    }
-                    FieldKind::Money => {
-                        let code = currency.as_deref().unwrap_or("");
-                        let c = Currency::parse(code).map_err(|e| bad(e.to_string()))?;
-                        Value::Money(
-                            match self.amount_format {
-                                AmountFormat::Minor => Money::parse_minor(&t, c),
-                                AmountFormat::Major => Money::parse_major(&t, c),
-                            }
-                            .map_err(|e| bad(e.to_string()))?,
-                        )
-                    }
-                    FieldKind::Timestamp => Value::Timestamp(
-                        parse_timestamp(&t)
-                            .ok_or_else(|| bad(format!("`{t}` is not a timestamp")))?,
-                    ),
-                },
+                Some(t) => parse::value(t, field.kind, currency.as_deref(), rules)
+                    .map_err(|e| bad(i, e))?,
             };
             values.push(v);
         }
@@ -435,20 +414,6 @@ impl SqlTable {
             _ => key.to_string(),
         }
     }
-}
-
-/// Unix seconds or RFC 3339 / `YYYY-MM-DD HH:MM:SS` (UTC).
-fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
-    let t = text.trim();
-    if let Ok(secs) = t.parse::<i64>() {
-        return jiff::Timestamp::from_second(secs).ok();
-    }
-    if let Ok(ts) = t.parse::<jiff::Timestamp>() {
-        return Some(ts);
-    }
-    t.parse::<jiff::civil::DateTime>()
-        .ok()
-        .and_then(|dt| jiff::tz::TimeZone::UTC.to_timestamp(dt).ok())
 }
 
 /// Column name → storage, for the table.
