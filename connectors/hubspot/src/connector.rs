@@ -48,9 +48,10 @@ use recon_core::http::{
     default_error_body, HttpClient, HttpError, HttpPolicy, LimitHeaders, Provider, ProviderError,
     ResponseMeta,
 };
+use recon_core::parse::{self, TimestampRules, ValueRules};
 use recon_core::{
-    AmountFormat, ConnectorError, Currency, FieldKind, Location, Money, Page, Record, Schema,
-    Secret, Source, Target, Value, Window, WriteMode, WriteOutcome,
+    AmountFormat, ConnectorError, Location, Page, Record, Schema, Secret, Source, Target, Value,
+    Window, WriteMode, WriteOutcome,
 };
 use serde_json::{json, Value as Json};
 
@@ -400,45 +401,26 @@ impl HubSpotObjects {
         let Some(key) = text(&self.cfg.id_property).map(|k| k.trim().to_string()) else {
             return Ok(None);
         };
-        let bad = |p: &str, m: String| ConnectorError::Malformed {
+        // HubSpot's `amount` is a decimal string in major units by default,
+        // so ISO 4217's exponent applies (no provider table of minor units,
+        // unlike Stripe's integers).
+        let rules = ValueRules {
+            amounts: self.cfg.amount_format,
+            timestamps: TimestampRules::HUBSPOT,
+        };
+        let cp = self.cfg.currency_property.as_deref().unwrap_or_default();
+        let code = text(cp);
+        let bad = |p: &str, e: parse::ValueError| ConnectorError::Malformed {
             location: Location(format!("HubSpot {} {id} ({key})", self.cfg.object_type)),
-            message: format!("property `{p}`: {m}"),
+            message: e.message("property", p, cp),
         };
         let mut values = Vec::with_capacity(self.schema.fields.len());
         for (f, p) in self.schema.fields.iter().zip(&self.cfg.properties) {
             let v = match text(p) {
                 None => Value::Null,
-                Some(t) => match f.kind {
-                    FieldKind::Text => Value::Text(t),
-                    FieldKind::Integer => Value::Integer(
-                        t.trim()
-                            .parse()
-                            .map_err(|_| bad(p, format!("`{t}` is not a whole number")))?,
-                    ),
-                    FieldKind::Currency => {
-                        Value::Currency(Currency::parse(&t).map_err(|e| bad(p, e.to_string()))?)
-                    }
-                    FieldKind::Timestamp => Value::Timestamp(
-                        parse_datetime(&t)
-                            .ok_or_else(|| bad(p, format!("`{t}` is not a date-time")))?,
-                    ),
-                    FieldKind::Money => {
-                        let cp = self.cfg.currency_property.clone().unwrap_or_default();
-                        let code = text(&cp)
-                            .ok_or_else(|| bad(&cp, "is empty; amounts need a currency".into()))?;
-                        let c = Currency::parse(&code).map_err(|e| bad(&cp, e.to_string()))?;
-                        // HubSpot's `amount` is a decimal string in major
-                        // units, so ISO 4217's exponent applies (no provider
-                        // table of minor units, unlike Stripe's integers).
-                        Value::Money(
-                            match self.cfg.amount_format {
-                                AmountFormat::Major => Money::parse_major(&t, c),
-                                AmountFormat::Minor => Money::parse_minor(&t, c),
-                            }
-                            .map_err(|e| bad(p, e.to_string()))?,
-                        )
-                    }
-                },
+                Some(t) => {
+                    parse::value(t, f.kind, code.as_deref(), rules).map_err(|e| bad(p, e))?
+                }
             };
             values.push(v);
         }
@@ -749,22 +731,6 @@ impl HubSpotObjects {
             },
         ))
     }
-}
-
-fn parse_datetime(t: &str) -> Option<jiff::Timestamp> {
-    let t = t.trim();
-    if let Ok(ms) = t.parse::<i64>() {
-        return jiff::Timestamp::from_millisecond(ms).ok();
-    }
-    if let Ok(ts) = t.parse::<jiff::Timestamp>() {
-        return Some(ts);
-    }
-    // A date property holds a day at midnight UTC.
-    t.parse::<jiff::civil::Date>().ok().and_then(|d| {
-        jiff::tz::TimeZone::UTC
-            .to_timestamp(d.to_datetime(jiff::civil::Time::midnight()))
-            .ok()
-    })
 }
 
 #[async_trait::async_trait]
