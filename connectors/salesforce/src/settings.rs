@@ -1,0 +1,244 @@
+//! `type = "salesforce"`: an sObject (standard or custom, e.g.
+//! `Payment__c`) keyed by an external ID field, as a job's target (or
+//! source).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use recon_core::parse::positive_duration;
+use recon_core::{
+    BuildContext, ConnectorConfig, ConnectorError, Currency, Expand, Secret, Source, Target,
+    TargetRole,
+};
+use serde::Deserialize;
+
+use crate::connector::{SalesforceAuth, SalesforceConfig, SalesforceObjects};
+
+/// Above this many records in a window (`SELECT COUNT()`), reads use a
+/// Bulk API 2.0 query job instead of paging `/query`.
+pub const DEFAULT_BULK_READ_THRESHOLD: u64 = 20_000;
+/// From this many records in one write call, writes use a Bulk API 2.0
+/// ingest job instead of sObject Collections (200 per call).
+pub const DEFAULT_BULK_WRITE_THRESHOLD: usize = 5_000;
+/// Records per write call of a backfill.
+pub const DEFAULT_BATCH_SIZE: usize = 10_000;
+/// Share of the org's remaining daily API calls one run may use.
+pub const DEFAULT_DAILY_SHARE: f64 = 0.5;
+/// The REST API version used unless another is set.
+pub const DEFAULT_API_VERSION: &str = "62.0";
+
+/// How recon authenticates: OAuth 2.0 client credentials (a connected or
+/// external client app with the client credentials flow enabled and a Run
+/// As user), or an access token the org issued.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// The app's consumer key; use `${SF_CLIENT_ID}`.
+    pub client_id: Option<Secret>,
+    /// The app's consumer secret; use `${SF_CLIENT_SECRET}`.
+    pub client_secret: Option<Secret>,
+    /// Token endpoint (default `{instance_url}/services/oauth2/token`, the
+    /// org's My Domain).
+    pub token_url: Option<String>,
+    /// A static access token instead of client credentials; use
+    /// `${SF_ACCESS_TOKEN}`. It is not refreshed: a 401 is final.
+    pub access_token: Option<Secret>,
+}
+
+/// The settings of a Salesforce endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SalesforceSettings {
+    /// The org's My Domain URL, `https://MyDomainName.my.salesforce.com`.
+    pub instance_url: String,
+    /// Client credentials or an access token.
+    pub auth: AuthSettings,
+    /// The sObject's API name (`Payment__c`).
+    pub object: String,
+    /// The external ID field records are keyed by (`Stripe_Charge_Id__c`);
+    /// it must be External ID and Unique.
+    pub external_id_field: String,
+    /// Canonical field → field API name; unlisted fields use their own name.
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+    /// Field holding amounts' currency in multi-currency orgs (default
+    /// `CurrencyIsoCode`).
+    pub currency_field: Option<String>,
+    /// The currency of a single-currency org (one without
+    /// `CurrencyIsoCode`): amounts are read in it, and others are refused.
+    pub currency: Option<String>,
+    /// Datetime or date field windows filter on (default: the field of the
+    /// job's time field when `fields` maps it, else `CreatedDate`).
+    pub date_field: Option<String>,
+    /// REST API version (default `62.0`).
+    pub api_version: Option<String>,
+    /// Above this many records in a window, read with a Bulk API 2.0 query
+    /// job (default 20000; 0: always).
+    pub bulk_read_threshold: Option<u64>,
+    /// From this many records in a write call, write with a Bulk API 2.0
+    /// ingest job (default 5000).
+    pub bulk_write_threshold: Option<usize>,
+    /// Records per write call of a backfill (default 10000).
+    pub batch_size: Option<usize>,
+    /// Records per `/query` page, 200..=2000 (`Sforce-Query-Options:
+    /// batchSize`; default 2000).
+    pub page_size: Option<u32>,
+    /// Share of the org's remaining daily API calls a run may use before
+    /// writing, 0 < share <= 1 (default 0.5).
+    pub daily_share: Option<f64>,
+    /// Requests per second at most (default 20).
+    pub requests_per_second: Option<u32>,
+    /// How long 429/503 answers may hold the run without a successful call
+    /// before it fails, e.g. `"30m"` (default 15m).
+    pub rate_limit_patience: Option<String>,
+    /// How long a Bulk API 2.0 job may take, e.g. `"1h"` (default 30m).
+    pub bulk_timeout: Option<String>,
+}
+
+fn trim_url(u: &str) -> String {
+    u.trim().trim_end_matches('/').to_string()
+}
+
+impl SalesforceSettings {
+    /// The client config for a job's fields.
+    pub fn client_config(&self, cx: BuildContext<'_>) -> Result<SalesforceConfig, ConnectorError> {
+        let bad = |m: String| ConnectorError::Config(format!("Salesforce {}: {m}", self.object));
+        let instance_url = trim_url(&self.instance_url);
+        if !(instance_url.starts_with("https://") || instance_url.starts_with("http://")) {
+            return Err(bad(format!(
+                "instance_url `{instance_url}` must be the org's My Domain URL, e.g. https://MyDomainName.my.salesforce.com"
+            )));
+        }
+        let a = &self.auth;
+        let auth = match (&a.access_token, &a.client_id, &a.client_secret) {
+            (Some(token), None, None) if a.token_url.is_none() => SalesforceAuth::AccessToken(token.clone()),
+            (None, Some(id), Some(secret)) => SalesforceAuth::ClientCredentials {
+                client_id: id.clone(),
+                client_secret: secret.clone(),
+                token_url: a.token_url.as_deref().map(trim_url).unwrap_or_else(|| {
+                    format!("{instance_url}/services/oauth2/token")
+                }),
+            },
+            _ => {
+                return Err(bad(
+                    "auth must be either { client_id, client_secret [, token_url] } (OAuth 2.0 client credentials) or { access_token }".into(),
+                ))
+            }
+        };
+        let mut cfg = SalesforceConfig::new(
+            &instance_url,
+            auth,
+            &self.object,
+            &self.external_id_field,
+            cx.names(&self.fields),
+        );
+        cfg.currency_field = cx.currency(self.currency_field.as_ref(), "CurrencyIsoCode");
+        if let Some(c) = &self.currency {
+            cfg.currency = Some(Currency::parse(c).map_err(|e| bad(format!("currency: {e}")))?);
+        }
+        // Windows filter on the field the job's time field is mapped to,
+        // unless another date field is named; else on CreatedDate.
+        match (&self.date_field, cx.time_field) {
+            (Some(d), _) => cfg.date_field = d.clone(),
+            (None, Some(t)) if self.fields.contains_key(&cx.schema.fields[t].name) => {
+                cfg.date_field = cfg.fields[t].clone();
+            }
+            _ => {}
+        }
+        if let Some(v) = &self.api_version {
+            let v = v.trim().trim_start_matches('v');
+            if v.split('.').count() != 2 || !v.split('.').all(|p| p.parse::<u32>().is_ok()) {
+                return Err(bad(format!(
+                    "api_version `{v}` is not a version such as 62.0"
+                )));
+            }
+            cfg.api_version = v.to_string();
+        }
+        if let Some(t) = self.bulk_read_threshold {
+            cfg.bulk_read_threshold = t;
+        }
+        if let Some(t) = self.bulk_write_threshold {
+            cfg.bulk_write_threshold = t.max(1);
+        }
+        if let Some(b) = self.batch_size {
+            if b == 0 {
+                return Err(bad("batch_size must be at least 1".into()));
+            }
+            cfg.batch_size = b;
+        }
+        if let Some(p) = self.page_size {
+            if !(200..=2000).contains(&p) {
+                return Err(bad(format!(
+                    "page_size = {p}: Salesforce takes a query batch size of 200 to 2000"
+                )));
+            }
+            cfg.page_size = p;
+        }
+        if let Some(s) = self.daily_share {
+            if !(s > 0.0 && s <= 1.0) {
+                return Err(bad(format!(
+                    "daily_share = {s}: must be more than 0 and at most 1 (the share of the org's remaining daily API calls a run may use)"
+                )));
+            }
+            cfg.daily_share = s;
+        }
+        if let Some(r) = self.requests_per_second {
+            cfg.requests_per_second = r.max(1);
+        }
+        if let Some(p) = &self.rate_limit_patience {
+            cfg.rate_limit_patience = positive_duration(p, "Salesforce rate_limit_patience")?;
+        }
+        if let Some(p) = &self.bulk_timeout {
+            cfg.bulk_timeout = positive_duration(p, "Salesforce bulk_timeout")?;
+        }
+        Ok(cfg)
+    }
+
+    fn build(&self, cx: BuildContext<'_>) -> Result<SalesforceObjects, ConnectorError> {
+        SalesforceObjects::new(self.client_config(cx)?, cx.schema)
+    }
+}
+
+/// The default of `bulk_timeout`.
+pub const DEFAULT_BULK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+#[async_trait::async_trait]
+impl ConnectorConfig for SalesforceSettings {
+    fn field_map(&self) -> Option<(&'static str, &BTreeMap<String, String>)> {
+        Some(("fields", &self.fields))
+    }
+
+    fn expand_env(&mut self, side: &str, expand: Expand<'_>) -> Result<(), ConnectorError> {
+        self.instance_url = expand(&self.instance_url, &format!("{side}.instance_url"))?;
+        let a = &mut self.auth;
+        for (name, secret) in [
+            ("client_id", &mut a.client_id),
+            ("client_secret", &mut a.client_secret),
+            ("access_token", &mut a.access_token),
+        ] {
+            if let Some(s) = secret {
+                *s = Secret::new(expand(s.expose(), &format!("{side}.auth.{name}"))?);
+            }
+        }
+        if let Some(u) = &mut a.token_url {
+            *u = expand(u, &format!("{side}.auth.token_url"))?;
+        }
+        Ok(())
+    }
+
+    fn target_role(&self) -> TargetRole {
+        TargetRole::Writable
+    }
+
+    async fn build_source(&self, cx: BuildContext<'_>) -> Result<Box<dyn Source>, ConnectorError> {
+        Ok(Box::new(self.build(cx)?))
+    }
+
+    async fn build_target(&self, cx: BuildContext<'_>) -> Result<Box<dyn Target>, ConnectorError> {
+        Ok(Box::new(self.build(cx)?))
+    }
+
+    fn kind(&self) -> &'static str {
+        "Salesforce"
+    }
+}
