@@ -39,6 +39,7 @@ use futures_util::{stream, StreamExt};
 use recon_core::http::{
     default_error_body, HttpClient, HttpError, HttpPolicy, Provider, ProviderError,
 };
+use recon_core::parse::{self, TimestampRules};
 use recon_core::{
     ConnectorError, Currency, FieldKind, Location, Money, Page, Record, Schema, Secret, Source,
     Value, Window,
@@ -496,10 +497,9 @@ impl ShopifySource {
         let time = |f: &str| -> Result<Option<jiff::Timestamp>, ConnectorError> {
             match node[f].as_str() {
                 None => Ok(None),
-                Some(t) => t
-                    .parse()
+                Some(t) => parse::timestamp(t, TimestampRules::RFC3339)
                     .map(Some)
-                    .map_err(|_| bad(f, format!("`{t}` is not a timestamp"))),
+                    .map_err(|e| bad(f, e.to_string())),
             }
         };
         let created = time("createdAt")?;
@@ -772,8 +772,9 @@ impl Source for ShopifySource {
                     } else {
                         "updatedAt"
                     };
-                    let last_at: Option<jiff::Timestamp> =
-                        last[field].as_str().and_then(|t| t.parse().ok());
+                    let last_at = last[field]
+                        .as_str()
+                        .and_then(|t| parse::timestamp(t, TimestampRules::RFC3339).ok());
                     match last_at {
                         Some(t) => {
                             let covered = (t.as_second() - window.start.as_second()).max(1) as f64;

@@ -6,6 +6,7 @@
 //! versions) but is strict about the ones it does: a wrong type is an error
 //! naming the object ID and the field, never a silent null.
 
+use recon_core::parse;
 use recon_core::{
     ConnectorError, Currency, FieldKind, Location, MinorUnits, Record, Schema, Value,
 };
@@ -210,7 +211,7 @@ pub fn to_record(
                     .as_i64()
                     .ok_or_else(|| bad(p, &format!("`{n}` is not a Unix timestamp")))?;
                 Value::Timestamp(
-                    jiff::Timestamp::from_second(secs).map_err(|e| bad(p, &e.to_string()))?,
+                    parse::unix(secs, parse::Unit::Seconds).map_err(|e| bad(p, &e.to_string()))?,
                 )
             }
             (FieldKind::Text, Some(serde_json::Value::String(s))) => Value::Text(s.clone()),
@@ -321,6 +322,28 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown currency code `zzz`"), "{e}");
+    }
+
+    #[test]
+    fn created_is_unix_seconds_either_side_of_the_epoch_within_range() {
+        let read = |created: serde_json::Value| {
+            to_record(
+                StripeObject::Charges,
+                &schema(),
+                &paths(StripeObject::Charges),
+                &json!({"id": "ch_5", "created": created, "amount": 1, "currency": "usd"}),
+            )
+        };
+        let r = read(json!(-60)).unwrap();
+        assert_eq!(
+            r.values[3],
+            Value::Timestamp("1969-12-31T23:59:00Z".parse().unwrap())
+        );
+        let e = read(json!(253_402_300_800_i64)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "Stripe charge ch_5: field `created` `253402300800` Unix seconds is out of range (years -9999 to 9999)"
+        );
     }
 
     #[test]
