@@ -41,7 +41,7 @@ use serde_json::{json, Map, Value};
 
 use super::server::{now_text, IngestResults, Reply, Shared};
 use super::soql;
-use super::store::{RecErr, WriteOp};
+use super::store::{RecErr, RowResult, WriteOp};
 use super::values::{now_ms, sf_id, Val};
 use recon_emulator_kit::{base64_decode, base64_encode};
 
@@ -155,7 +155,7 @@ struct IngestJob {
     state: IngestState,
     header: Vec<String>,
     /// Every uploaded row and, once processed, its outcome.
-    rows: Vec<(Vec<String>, Option<Result<(String, bool), RecErr>>)>,
+    rows: Vec<(Vec<String>, Option<RowResult>)>,
 }
 
 /// Every Bulk API 2.0 job.

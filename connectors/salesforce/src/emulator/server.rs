@@ -130,7 +130,7 @@ impl Shared {
     /// A new access token, `00D…!AQ…` like Salesforce's session ids.
     pub fn issue_token(&self) -> String {
         let a = splitmix64(self.ids.next());
-        let b = splitmix64(a ^ 0x5EED_0F_5A1E_5F0C);
+        let b = splitmix64(a ^ 0x5EED_0F5A_1E5F_0C17);
         let mut bytes = a.to_be_bytes().to_vec();
         bytes.extend_from_slice(&b.to_be_bytes());
         let tail: String = base64_encode(&bytes)
@@ -453,7 +453,8 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             Err(edge(414, "URI Too Long"))
         } else if uri_len + header_len > MAX_URI_AND_HEADERS {
             Err(edge(431, "Request Header Fields Too Large"))
-        } else if route.is_data() {
+        } else if route.is_data() && !matches!(fault, Some(FaultKind::DropConnection)) {
+            // A dropped request is never processed, so never counted.
             admit(&shared, &parts.headers)
         } else {
             Ok(None)
