@@ -5,10 +5,14 @@
 //!   decimals: JSON numbers are taken by their text (serde_json's
 //!   `arbitrary_precision`), CSV cells as written, exponents (`1.5E3`)
 //!   expanded digit by digit, never through `f64`; money goes through
-//!   [`Money::parse_major`]. A field's `scale` bounds what it can hold: an
-//!   amount with more significant decimals than the scale (KWD 1.234 into a
-//!   scale-2 field, which Salesforce would round to 1.23) is refused, never
-//!   rounded.
+//!   [`Money::parse_major`]. Amounts are written with their currency's
+//!   decimals, trailing zeros past the field's `scale` dropped. An amount
+//!   with more significant decimals than the scale (KWD 1.234 into a
+//!   scale-2 field) is written exactly all the same: Salesforce stores API
+//!   values as given and rounds only what its UI shows ("Round Off Decimal
+//!   Values of Currency Fields in the Salesforce UI and API", Salesforce
+//!   Help 000385689), so it reads back equal; [`beyond_scale`] lets the
+//!   writer warn that a user saving the record in the UI would round it.
 //! - **Datetimes** come as `2026-01-02T03:04:05.000+0000` (REST) or
 //!   `2026-01-02T03:04:05.000Z` (Bulk API 2.0 CSV) and are written as
 //!   `2026-01-02T03:04:05Z`; **dates** as `2026-01-02`, read as midnight
@@ -153,33 +157,37 @@ pub fn value_from_text(
     })
 }
 
-/// An amount as decimal text that `field` holds exactly: with the
-/// currency's decimals, trailing zeros past the field's scale dropped; an
-/// amount that needs more decimals than the scale is refused.
-pub fn money_text(m: Money, field: &FieldInfo) -> Result<String, String> {
+/// An amount as decimal text for `field`: with the currency's decimals,
+/// trailing zeros past the field's scale dropped (`500.00` JPY is `500`,
+/// KWD `1.230` into scale 2 is `1.23`); significant digits are never
+/// dropped (KWD `1.234` stays `1.234`).
+pub fn money_text(m: Money, field: &FieldInfo) -> String {
     let text = m.to_major_string();
     if !field.is_number() {
-        return Ok(text);
+        return text;
     }
     let scale = field.scale as usize;
     match text.split_once('.') {
         Some((i, f)) if f.len() > scale => {
-            if f[scale..].bytes().any(|b| b != b'0') {
-                return Err(format!(
-                    "{text} {} needs {} decimals, but {} has scale {scale}: Salesforce would round it; widen the field's decimal places",
-                    m.currency.code(),
-                    f.trim_end_matches('0').len(),
-                    field.name
-                ));
-            }
-            Ok(if scale == 0 {
+            let kept = f.trim_end_matches('0');
+            let kept = &f[..kept.len().max(scale)];
+            if kept.is_empty() {
                 i.to_string()
             } else {
-                format!("{i}.{}", &f[..scale])
-            })
+                format!("{i}.{kept}")
+            }
         }
-        _ => Ok(text),
+        _ => text,
     }
+}
+
+/// Whether `m` has more significant decimals than `field`'s scale (the
+/// UI shows it rounded).
+pub fn beyond_scale(m: Money, field: &FieldInfo) -> bool {
+    field.is_number()
+        && m.to_major_string()
+            .split_once('.')
+            .is_some_and(|(_, f)| f.trim_end_matches('0').len() > field.scale as usize)
 }
 
 /// How a value is written: `Some(text)`, or `None` for null. `number`
@@ -207,7 +215,7 @@ pub fn value_to_field(v: &Value, field: &FieldInfo) -> Result<Written, String> {
             boolean: false,
         },
         Value::Money(m) => Written {
-            text: Some(money_text(*m, field)?),
+            text: Some(money_text(*m, field)),
             number: field.is_number(),
             boolean: false,
         },
@@ -339,17 +347,21 @@ mod tests {
     }
 
     #[test]
-    fn money_is_written_at_the_field_scale_or_refused() {
+    fn money_is_written_exactly_without_zeros_past_the_scale() {
         let two = field("currency", 2);
         let m = |minor, c| Money::from_minor(minor, cur(c));
-        assert_eq!(money_text(m(2999, "USD"), &two).unwrap(), "29.99");
-        assert_eq!(money_text(m(500, "JPY"), &two).unwrap(), "500");
-        assert_eq!(money_text(m(1230, "KWD"), &two).unwrap(), "1.23");
-        let e = money_text(m(1234, "KWD"), &two).unwrap_err();
-        assert!(e.contains("scale 2") && e.contains("round"), "{e}");
+        assert_eq!(money_text(m(2999, "USD"), &two), "29.99");
+        assert_eq!(money_text(m(2990, "USD"), &two), "29.90");
+        assert_eq!(money_text(m(500, "JPY"), &two), "500");
+        assert_eq!(money_text(m(1230, "KWD"), &two), "1.23");
+        assert_eq!(money_text(m(1234, "KWD"), &two), "1.234");
+        assert!(beyond_scale(m(1234, "KWD"), &two));
+        assert!(!beyond_scale(m(1230, "KWD"), &two));
+        assert!(!beyond_scale(m(2999, "USD"), &two));
         let zero = field("currency", 0);
-        assert_eq!(money_text(m(1200, "USD"), &zero).unwrap(), "12");
-        assert!(money_text(m(1201, "USD"), &zero).is_err());
+        assert_eq!(money_text(m(1200, "USD"), &zero), "12");
+        assert_eq!(money_text(m(1201, "USD"), &zero), "12.01");
+        assert!(beyond_scale(m(1201, "USD"), &zero));
         let w = value_to_field(&Value::Money(m(2999, "USD")), &two).unwrap();
         assert_eq!(to_json(&w).to_string(), "29.99");
         let big = value_to_field(&Value::Money(m(i64::MAX, "USD")), &two).unwrap();

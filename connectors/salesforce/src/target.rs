@@ -53,7 +53,7 @@ use recon_core::{ConnectorError, Record, Source, Target, Value, WriteMode, Write
 use serde_json::{json, Map, Value as Json};
 
 use crate::connector::{write_error, Prepared, SalesforceObjects};
-use crate::convert::{to_json, value_to_field, Written};
+use crate::convert::{beyond_scale, to_json, value_to_field, Written};
 use crate::describe::{key_fix, key_problem};
 use crate::limits::check_share;
 use crate::soql;
@@ -496,6 +496,18 @@ impl Target for SalesforceObjects {
         }
         let p = self.prepared().await?;
         let rows: Vec<Result<Row, String>> = records.iter().map(|r| self.row_of(p, r)).collect();
+        let rounded = records
+            .iter()
+            .flat_map(|r| p.fields.iter().zip(&r.values))
+            .filter(|(f, v)| matches!(v, Value::Money(m) if beyond_scale(*m, f)))
+            .count();
+        if rounded > 0 {
+            tracing::warn!(
+                message = "Amounts with more decimals than their Salesforce field's scale: stored exactly, but shown rounded in the UI, and a user saving such a record there would round it.",
+                object = self.cfg.object.as_str(),
+                amounts = rounded
+            );
+        }
         let ok = rows.iter().filter(|r| r.is_ok()).count();
         let what = format!(
             "{} {} records into {}",
