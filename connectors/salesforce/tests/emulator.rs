@@ -769,7 +769,7 @@ async fn composite_upsert_creates_updates_and_refuses_per_record() {
             rec(json!({"Stripe_Charge_Id__c": "ch_new_2", "Invoice_Number__c": "inv-1"})),
             rec(json!({"Stripe_Charge_Id__c": "ch_new_3", "Amount__c": "twelve"})),
             rec(json!({"Amount__c": 5})),
-            rec(json!({"Stripe_Charge_Id__c": "ch_new_4", "Amount__c": 0.125, "Fee_Rate__c": 1e-3})),
+            rec(json!({"Stripe_Charge_Id__c": "ch_new_4", "Amount__c": 0.125, "Fee_Rate__c": 1e-3, "Charged_At__c": "2026-03-04T05:06:07.890+02:00"})),
             rec(json!({"Stripe_Charge_Id__c": "ch_new_5", "Amount__c": 12_345_678_901_234_567u64})),
         ],
     });
@@ -810,6 +810,13 @@ async fn composite_upsert_creates_updates_and_refuses_per_record() {
     assert!(r.text.contains(r#""Amount__c":12.30"#), "{}", r.text);
     assert!(r.text.contains(r#""Amount__c":0.125"#), "{}", r.text);
     assert!(r.text.contains(r#""Fee_Rate__c":0.0010"#), "{}", r.text);
+    // Datetimes are stored in UTC, to the second.
+    assert!(
+        r.text
+            .contains(r#""Charged_At__c":"2026-03-04T03:06:07.000+0000""#),
+        "{}",
+        r.text
+    );
     assert!(
         r.text
             .contains(r#""Charged_At__c":"2026-01-02T03:04:05.000+0000""#),

@@ -79,7 +79,11 @@
 //! entered, regardless of the field's decimal setting" (Salesforce Help
 //! 000385689, "Round Off Decimal Values of Currency Fields in the Salesforce
 //! UI and API") — so neither does the emulator; more integer digits than
-//! `precision - scale` is `NUMBER_OUTSIDE_VALID_RANGE`. Datetimes are written
+//! `precision - scale` is `NUMBER_OUTSIDE_VALID_RANGE` ("The maximum number
+//! of digits to the left of the decimal place is equal to precision minus
+//! scale", SOAP API "Primitive Data Types"). Datetimes hold whole seconds
+//! ("Regular dateTime fields are full timestamps with a precision of one
+//! second", ibid.; milliseconds written are dropped) and are written
 //! `2026-01-02T03:04:05.000+0000` in JSON and `…05.000Z` in Bulk CSV; dates
 //! `2026-01-02`. Numeric strings are accepted for number fields; a value that
 //! does not convert fails its record with `INVALID_TYPE_ON_FIELD_IN_RECORD`,
@@ -180,6 +184,10 @@
 //! * Upsert matching: Apex Developer Guide "Upserting Records"
 //!   <https://developer.salesforce.com/docs/atlas.en-us.apexcode.meta/apexcode/langCon_apex_dml_examples_upsert.htm>;
 //!   SOAP API `upsert()` <https://developer.salesforce.com/docs/atlas.en-us.api.meta/api/sforce_api_calls_upsert.htm>.
+//! * Types: SOAP API Developer Guide "Primitive Data Types"
+//!   <https://developer.salesforce.com/docs/atlas.en-us.api.meta/api/primitive_data_types.htm>
+//!   (the text quoted above as found in a public copy,
+//!   <https://salesforce-parth.blogspot.com/2015/07/primitive-data-types-salesforce.html>).
 //! * Decimals through the API: Salesforce Help 000385689
 //!   <https://help.salesforce.com/s/articleView?id=000385689&type=1>.
 //!

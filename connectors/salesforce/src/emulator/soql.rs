@@ -24,8 +24,8 @@
 //!   pattern only — `\_` and `\%` for a literal `_` or `%`. "If you use a
 //!   backslash character in any other context, an error occurs": any other
 //!   escape, and `\_`/`\%` outside `LIKE`, is `MALFORMED_QUERY`. `\b` is
-//!   backspace (U+0008; the English table says "Bell", the Java-style
-//!   escape and the Japanese table say backspace).
+//!   the bell character (U+0007), as the English table says ("Bell"; the
+//!   Japanese translation says backspace).
 //! * Dates and datetimes are unquoted ("Date Formats and Date Literals");
 //!   a datetime literal against a date field, a quoted value against a
 //!   number or date field, or a number against a text field is refused.
@@ -282,7 +282,7 @@ fn lex_string(src: &str, start: usize) -> Result<(StrLit, usize), (usize, String
                     'n' | 'N' => '\n',
                     'r' | 'R' => '\r',
                     't' | 'T' => '\t',
-                    'b' | 'B' => '\u{8}',
+                    'b' | 'B' => '\u{7}',
                     'f' | 'F' => '\u{c}',
                     '"' => '"',
                     '\'' => '\'',
@@ -1050,7 +1050,7 @@ mod tests {
         assert_eq!(lit(r#"'say \"hi\"'"#).unwrap().value, "say \"hi\"");
         assert_eq!(
             lit(r"'\n\N\r\R\t\T\b\B\f\F'").unwrap().value,
-            "\n\n\r\r\t\t\u{8}\u{8}\u{c}\u{c}"
+            "\n\n\r\r\t\t\u{7}\u{7}\u{c}\u{c}"
         );
         assert_eq!(lit(r"'caf\u00e9'").unwrap().value, "café");
         let l = lit(r"'Ter\%\_x%_'").unwrap();

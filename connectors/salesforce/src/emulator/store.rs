@@ -321,8 +321,10 @@ impl Object {
                 "false" | "0" => Ok(Val::Bool(false)),
                 _ => Err(bad_type(def, text)),
             },
+            // "Regular dateTime fields are full timestamps with a precision
+            // of one second" (SOAP API "Primitive Data Types").
             FieldType::Datetime => parse_datetime(text)
-                .map(Val::DateTime)
+                .map(|ms| Val::DateTime(whole_second(ms)))
                 .ok_or_else(|| bad_type(def, text)),
             FieldType::Date => parse_date(text)
                 .map(Val::Date)
@@ -342,6 +344,7 @@ impl Object {
         system: bool,
         now: i64,
     ) -> Vec<RowResult> {
+        let now = whole_second(now);
         let mut out: Vec<Option<RowResult>> = vec![None; rows.len()];
         // The same key twice in one batch fails every such row.
         if let WriteOp::Upsert(key) = op {
@@ -593,6 +596,11 @@ impl Object {
         }
         Value::Object(m)
     }
+}
+
+/// Milliseconds dropped: Salesforce datetimes hold whole seconds.
+fn whole_second(ms: i64) -> i64 {
+    ms - ms.rem_euclid(1000)
 }
 
 fn bad_type(def: &FieldDef, text: &str) -> RecErr {

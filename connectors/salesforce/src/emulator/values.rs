@@ -15,7 +15,11 @@
 //! * Datetimes are accepted as `yyyy-MM-ddTHH:mm:ss[.SSS](Z|±HH:mm|±HHmm)` (REST
 //!   API "Valid Date and DateTime Formats"; Bulk API 2.0 "Valid Date Format in
 //!   Records") and written back as REST JSON does,
-//!   `2026-01-02T03:04:05.000+0000`, or, in Bulk API CSV, with `Z`.
+//!   `2026-01-02T03:04:05.000+0000`, or, in Bulk API CSV, with `Z`. Stored
+//!   datetimes hold whole seconds ("Regular dateTime fields are full
+//!   timestamps with a precision of one second", SOAP API "Primitive Data
+//!   Types"); milliseconds given on write are dropped. SOQL datetime
+//!   literals keep theirs.
 //! * Record ids are 18 characters: a 3-character key prefix, 12 characters,
 //!   and the 3-character case-safe suffix computed as Salesforce does (one
 //!   character per 5-character chunk, bit *i* set when character *i* is an
