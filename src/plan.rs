@@ -21,8 +21,10 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use jiff::Timestamp;
+use recon_core::parse::{self, TimestampRules, ValueRules};
 use recon_core::{
-    format_timestamp, Currency, FieldKind, Money, Record, Schema, Value, Window, WriteMode,
+    format_timestamp, AmountFormat, Currency, FieldKind, Money, Record, Schema, Value, Window,
+    WriteMode,
 };
 use serde::{Deserialize, Serialize};
 
@@ -271,47 +273,37 @@ fn first_line_of(text: &str) -> String {
     }
 }
 
+/// The rules of plan values: recon writes timestamps as RFC 3339 in UTC;
+/// amounts are [`PlanMoney`], not text.
+const PLAN_RULES: ValueRules = ValueRules {
+    amounts: AmountFormat::Minor,
+    timestamps: TimestampRules::RFC3339,
+};
+
 /// A plan value typed as a field of `kind`.
 fn typed(kind: FieldKind, v: Option<&PlanValue>) -> Result<Value> {
-    let Some(v) = v else {
-        return Ok(Value::Null);
-    };
-    let text = || match v {
-        PlanValue::Text(s) => Ok(s.as_str()),
-        PlanValue::Money(_) => Err(anyhow!("expected text, found an amount")),
-    };
-    Ok(match kind {
-        FieldKind::Text => Value::Text(text()?.to_string()),
-        FieldKind::Integer => Value::Integer(text()?.parse().map_err(|_| {
-            anyhow!(
-                "expected a whole number, found `{}`",
-                text().unwrap_or_default()
-            )
-        })?),
-        FieldKind::Currency => Value::Currency(Currency::parse(text()?)?),
-        FieldKind::Timestamp => Value::Timestamp(text()?.parse::<Timestamp>().map_err(|_| {
-            anyhow!(
-                "expected an RFC 3339 timestamp, found `{}`",
-                text().unwrap_or_default()
-            )
-        })?),
-        FieldKind::Money => {
-            let PlanValue::Money(m) = v else {
-                bail!("expected an amount {{\"minor\", \"currency\", \"amount\"}}, found text");
-            };
-            let money = Money::from_minor(m.minor, Currency::parse(&m.currency)?);
-            if money.to_major_string() != m.amount {
-                bail!(
-                    "`minor` {} {} is {} but `amount` says {}; the line disagrees with itself (edited by hand?)",
-                    m.minor,
-                    money.currency.code(),
-                    money.to_major_string(),
-                    m.amount
-                );
-            }
-            Value::Money(money)
+    let m = match (kind, v) {
+        (_, None) => return Ok(Value::Null),
+        (FieldKind::Money, Some(PlanValue::Money(m))) => m,
+        (FieldKind::Money, Some(PlanValue::Text(_))) => {
+            bail!("expected an amount {{\"minor\", \"currency\", \"amount\"}}, found text")
         }
-    })
+        (_, Some(PlanValue::Money(_))) => bail!("expected text, found an amount"),
+        (_, Some(PlanValue::Text(s))) => {
+            return Ok(parse::value(s.clone(), kind, None, PLAN_RULES)?)
+        }
+    };
+    let money = Money::from_minor(m.minor, Currency::parse(&m.currency)?);
+    if money.to_major_string() != m.amount {
+        bail!(
+            "`minor` {} {} is {} but `amount` says {}; the line disagrees with itself (edited by hand?)",
+            m.minor,
+            money.currency.code(),
+            money.to_major_string(),
+            m.amount
+        );
+    }
+    Ok(Value::Money(money))
 }
 
 #[cfg(test)]
@@ -427,5 +419,41 @@ mod tests {
         assert!(PlanLine::parse(&unknown, "l").is_err());
         assert_eq!(Action::from(WriteMode::Upsert), Action::Update);
         assert_eq!(Action::Update.mode(), WriteMode::Upsert);
+    }
+
+    #[test]
+    fn values_are_typed_by_the_plan_rules() {
+        let text = |s: &str| Some(PlanValue::Text(s.into()));
+        let typed = |kind, v: Option<PlanValue>| typed(kind, v.as_ref());
+        assert_eq!(
+            typed(FieldKind::Integer, text(" 7 ")).unwrap(),
+            Value::Integer(7)
+        );
+        assert_eq!(
+            typed(FieldKind::Timestamp, text("2026-11-28T10:00:00Z")).unwrap(),
+            Value::Timestamp("2026-11-28T10:00:00Z".parse().unwrap())
+        );
+        assert_eq!(typed(FieldKind::Text, None).unwrap(), Value::Null);
+        let err = |kind, v| typed(kind, v).unwrap_err().to_string();
+        assert_eq!(
+            err(FieldKind::Integer, text("7.5")),
+            "`7.5` is not a whole number"
+        );
+        // A plan holds what recon wrote: RFC 3339, never Unix seconds.
+        assert_eq!(
+            err(FieldKind::Timestamp, text("1764374399")),
+            "`1764374399` is not a timestamp; expected RFC 3339 such as 2026-11-28T23:59:59Z"
+        );
+        assert!(err(FieldKind::Currency, text("zzz")).contains("unknown currency code `zzz`"));
+        assert!(err(FieldKind::Money, text("10.50")).contains("found text"));
+        let amount = PlanValue::Money(PlanMoney {
+            minor: 1,
+            currency: "USD".into(),
+            amount: "0.01".into(),
+        });
+        assert_eq!(
+            err(FieldKind::Text, Some(amount)),
+            "expected text, found an amount"
+        );
     }
 }
