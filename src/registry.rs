@@ -45,4 +45,6 @@ registry! {
     Hubspot => recon_hubspot::HubSpotSettings,
     /// `type = "shopify"`: Shopify orders (source only).
     Shopify => recon_shopify::ShopifySettings,
+    /// `type = "salesforce"`: Salesforce sObjects keyed by an external ID field.
+    Salesforce => recon_salesforce::SalesforceSettings,
 }
