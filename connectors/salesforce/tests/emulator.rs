@@ -868,6 +868,36 @@ async fn composite_upsert_creates_updates_and_refuses_per_record() {
         (json!(true), json!(true))
     );
 
+    // Create (insert mode): never touches an existing record; the key is
+    // unique, so an existing key is refused.
+    let body = json!({"allOrNone": false, "records": [
+        rec(json!({"Stripe_Charge_Id__c": "ch_new_1", "Amount__c": 99})),
+        rec(json!({"Stripe_Charge_Id__c": "ch_created", "Amount__c": 7})),
+    ]});
+    let r = send_json(
+        &emu,
+        &tok,
+        Method::POST,
+        &format!("{V}/composite/sobjects"),
+        body,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = r.json();
+    assert_eq!(r[0]["success"], false);
+    assert_eq!(r[0]["errors"][0]["statusCode"], "DUPLICATE_VALUE");
+    assert_eq!(r[0]["errors"][0]["fields"], json!(["Stripe_Charge_Id__c"]));
+    assert_eq!(r[1]["success"], true);
+    assert!(r[1].get("created").is_none(), "{r}");
+    let new_1: Vec<Value> = emu
+        .records(OBJ)
+        .into_iter()
+        .filter(|x| x["Stripe_Charge_Id__c"] == "ch_new_1")
+        .collect();
+    assert_eq!(new_1.len(), 1);
+    assert_eq!(new_1[0]["Amount__c"].to_string(), "12.30");
+    assert_eq!(emu.stats().by_route["composite_create"], 1);
+
     // Request-level refusals.
     let many: Vec<Value> = (0..201)
         .map(|i| rec(json!({"Stripe_Charge_Id__c": format!("ch_m{i}")})))

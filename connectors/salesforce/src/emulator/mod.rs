@@ -16,6 +16,7 @@
 //! | `GET /services/data/vXX.X/query?q=SOQL` | `query` |
 //! | `GET /services/data/vXX.X/query/{locator}-{offset}` (`nextRecordsUrl`) | `query_more` |
 //! | `PATCH /services/data/vXX.X/composite/sobjects/{SObject}/{ExternalIdField}` | `composite_upsert` |
+//! | `POST /services/data/vXX.X/composite/sobjects` (create) | `composite_create` |
 //! | `POST /services/data/vXX.X/jobs/query` | `bulk_query_create` |
 //! | `GET /services/data/vXX.X/jobs/query/{id}` (`PATCH`: abort) | `bulk_query_info` (`bulk_query_abort`) |
 //! | `GET /services/data/vXX.X/jobs/query/{id}/results` | `bulk_query_results` |

@@ -243,7 +243,8 @@ enum Route {
     Describe(String, String),
     Query(String),
     QueryMore(String, String),
-    CompositeUpsert(String, String, String),
+    CompositeUpsert(String, String),
+    CompositeCreate,
     BulkQueryCreate(String),
     BulkQueryInfo(String, String),
     BulkQueryAbort(String, String),
@@ -269,6 +270,7 @@ impl Route {
             Route::Query(_) => "query",
             Route::QueryMore(..) => "query_more",
             Route::CompositeUpsert(..) => "composite_upsert",
+            Route::CompositeCreate => "composite_create",
             Route::BulkQueryCreate(_) => "bulk_query_create",
             Route::BulkQueryInfo(..) => "bulk_query_info",
             Route::BulkQueryAbort(..) => "bulk_query_abort",
@@ -334,10 +336,10 @@ impl Route {
             ["sobjects", obj, "describe"] => (Route::Describe(v, o(obj)), &[get]),
             ["query"] => (Route::Query(v), &[get]),
             ["query", loc] => (Route::QueryMore(v, o(loc)), &[get]),
-            ["composite", "sobjects", obj, field] => (
-                Route::CompositeUpsert(v, o(obj), o(field)),
-                &[Method::PATCH],
-            ),
+            ["composite", "sobjects"] => (Route::CompositeCreate, &[Method::POST]),
+            ["composite", "sobjects", obj, field] => {
+                (Route::CompositeUpsert(o(obj), o(field)), &[Method::PATCH])
+            }
             ["jobs", "query"] => (Route::BulkQueryCreate(v), &[Method::POST]),
             ["jobs", "query", id] => {
                 if method == Method::PATCH {
@@ -554,7 +556,8 @@ fn serve(
             query(shared, &v, q.as_deref(), batch_size(headers))
         }
         Route::QueryMore(v, loc) => query_more(shared, &v, &loc, batch_size(headers)),
-        Route::CompositeUpsert(v, obj, field) => composite_upsert(shared, &v, &obj, &field, body),
+        Route::CompositeUpsert(obj, field) => composite_upsert(shared, &obj, &field, body),
+        Route::CompositeCreate => composite_create(shared, body),
         Route::BulkQueryCreate(v) => bulk::query_create(shared, &v, body),
         Route::BulkQueryInfo(v, id) => bulk::query_info(shared, &v, &id),
         Route::BulkQueryAbort(v, id) => bulk::query_abort(shared, &v, &id, body),
@@ -922,36 +925,83 @@ pub(crate) fn json_row(
     })
 }
 
-/// `PATCH /composite/sobjects/{SObject}/{ExternalIdField}`.
-fn composite_upsert(shared: &Shared, _v: &str, object: &str, field: &str, body: &[u8]) -> Reply {
-    let parsed: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => {
-            return Reply::error(
-                400,
-                "JSON_PARSER_ERROR",
-                &format!("The request body is not valid JSON: {e}"),
-            )
-        }
-    };
+/// An sObject Collections request: each record with its `attributes.type`,
+/// and `allOrNone`.
+type Collection = (Vec<(String, Map<String, Value>)>, bool);
+
+/// The records of an sObject Collections body, `{"allOrNone", "records"}`;
+/// at most 200.
+fn collection_body(body: &[u8]) -> Result<Collection, Reply> {
+    let parsed: Value = serde_json::from_slice(body).map_err(|e| {
+        Reply::error(
+            400,
+            "JSON_PARSER_ERROR",
+            &format!("The request body is not valid JSON: {e}"),
+        )
+    })?;
     let Some(records) = parsed.get("records").and_then(Value::as_array) else {
-        return Reply::error(
+        return Err(Reply::error(
             400,
             "JSON_PARSER_ERROR",
             "The request body must have a records array",
-        );
+        ));
     };
     let all_or_none = parsed
         .get("allOrNone")
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if records.len() > MAX_COLLECTION {
-        return Reply::error(
+        return Err(Reply::error(
             400,
             "EXCEEDED_ID_LIMIT",
             "record limit reached. cannot submit more than 200 records in this operation",
-        );
+        ));
     }
+    let mut out = Vec::with_capacity(records.len());
+    for rec in records {
+        let Some(m) = rec.as_object() else {
+            return Err(Reply::error(
+                400,
+                "JSON_PARSER_ERROR",
+                "Each record must be a JSON object",
+            ));
+        };
+        let Some(ty) = m
+            .get("attributes")
+            .and_then(|a| a.get("type"))
+            .and_then(Value::as_str)
+        else {
+            return Err(Reply::error(
+                400,
+                "INVALID_TYPE",
+                "Each record in the list must have an attributes map with a value for type",
+            ));
+        };
+        out.push((ty.to_owned(), m.clone()));
+    }
+    Ok((out, all_or_none))
+}
+
+fn save_results(results: Vec<super::store::RowResult>, upsert: bool) -> Reply {
+    let out: Vec<Value> = results
+        .into_iter()
+        .map(|r| match r {
+            Ok((id, created)) if upsert => {
+                json!({ "id": id, "success": true, "errors": [], "created": created })
+            }
+            Ok((id, _)) => json!({ "id": id, "success": true, "errors": [] }),
+            Err(e) => json!({ "success": false, "errors": [e.to_json()] }),
+        })
+        .collect();
+    Reply::json(200, &Value::Array(out))
+}
+
+/// `PATCH /composite/sobjects/{SObject}/{ExternalIdField}`.
+fn composite_upsert(shared: &Shared, object: &str, field: &str, body: &[u8]) -> Reply {
+    let (records, all_or_none) = match collection_body(body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
     let mut store = shared.store.write().unwrap();
     let Some(obj) = store.object_mut(object) else {
         return Reply::error(
@@ -981,37 +1031,16 @@ fn composite_upsert(shared: &Shared, _v: &str, object: &str, field: &str, body: 
         Some(k) => k,
     };
     let mut rows = Vec::with_capacity(records.len());
-    for rec in records {
-        let Some(m) = rec.as_object() else {
+    for (ty, m) in &records {
+        if !ty.eq_ignore_ascii_case(&obj.name) {
             return Reply::error(
                 400,
-                "JSON_PARSER_ERROR",
-                "Each record must be a JSON object",
+                "INVALID_TYPE",
+                &format!(
+                    "The list can contain objects only of type {}; got {ty}",
+                    obj.name
+                ),
             );
-        };
-        let ty = m
-            .get("attributes")
-            .and_then(|a| a.get("type"))
-            .and_then(Value::as_str);
-        match ty {
-            Some(t) if t.eq_ignore_ascii_case(&obj.name) => {}
-            Some(t) => {
-                return Reply::error(
-                    400,
-                    "INVALID_TYPE",
-                    &format!(
-                        "The list can contain objects only of type {}; got {t}",
-                        obj.name
-                    ),
-                )
-            }
-            None => {
-                return Reply::error(
-                    400,
-                    "INVALID_TYPE",
-                    "Each record in the list must have an attributes map with a value for type",
-                )
-            }
         }
         match json_row(obj, m) {
             Ok(row) => rows.push(row),
@@ -1020,16 +1049,56 @@ fn composite_upsert(shared: &Shared, _v: &str, object: &str, field: &str, body: 
     }
     let results = obj.write(WriteOp::Upsert(key), rows, all_or_none, false, now_ms());
     drop(store);
-    let out: Vec<Value> = results
-        .into_iter()
-        .map(|r| match r {
-            Ok((id, created)) => {
-                json!({ "id": id, "success": true, "errors": [], "created": created })
-            }
-            Err(e) => json!({ "success": false, "errors": [e.to_json()] }),
-        })
-        .collect();
-    Reply::json(200, &Value::Array(out))
+    save_results(results, true)
+}
+
+/// `POST /composite/sobjects`: create up to 200 records ("Create Records
+/// Using sObject Collections"); results `{"id", "success", "errors"}` in
+/// order. Records of several types are written one by one in order; with
+/// `allOrNone` the emulator takes one type per request.
+fn composite_create(shared: &Shared, body: &[u8]) -> Reply {
+    let (records, all_or_none) = match collection_body(body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut store = shared.store.write().unwrap();
+    let types: Vec<String> = records.iter().map(|(t, _)| t.to_lowercase()).collect();
+    let mut rows = Vec::with_capacity(records.len());
+    for (ty, m) in &records {
+        let Some(obj) = store.object(ty) else {
+            return Reply::error(
+                400,
+                "INVALID_TYPE",
+                &format!("sObject type '{ty}' is not supported."),
+            );
+        };
+        // Unknown fields fail the request before anything is written.
+        match json_row(obj, m) {
+            Ok(row) => rows.push(row),
+            Err(reply) => return reply,
+        }
+    }
+    let one_type = types.windows(2).all(|w| w[0] == w[1]);
+    if all_or_none && !one_type {
+        return Reply::error(
+            400,
+            "INVALID_TYPE",
+            "the emulator takes allOrNone creates of one sObject type per request",
+        );
+    }
+    let now = now_ms();
+    let mut results = Vec::with_capacity(records.len());
+    if one_type && !records.is_empty() {
+        let obj = store.object_mut(&types[0]).expect("checked above");
+        results = obj.write(WriteOp::Insert, rows, all_or_none, false, now);
+    } else {
+        for (ty, row) in types.iter().zip(rows) {
+            let obj = store.object_mut(ty).expect("checked above");
+            results.extend(obj.write(WriteOp::Insert, vec![row], false, false, now));
+        }
+    }
+    drop(store);
+    save_results(results, false)
 }
 
 /// `rest_datetime` of now, for job info bodies.
