@@ -1185,6 +1185,63 @@ async fn bulk_ingest_upsert_reports_created_updated_and_failed_rows() {
     assert_eq!(recs[1]["Invoice_Number__c"], Value::Null);
     assert_eq!(recs[1]["CurrencyIsoCode"], "USD");
 
+    // Insert never changes an existing record: a taken unique key fails the row.
+    let r = send_json(
+        &emu,
+        &tok,
+        Method::POST,
+        &format!("{V}/jobs/ingest"),
+        json!({"object": OBJ, "operation": "insert", "contentType": "CSV", "lineEnding": "LF"}),
+    )
+    .await;
+    let ins = r.json()["id"].as_str().unwrap().to_owned();
+    let data = "Stripe_Charge_Id__c,Amount__c\nch_1,999.00\nch_5,5.00\n";
+    call(
+        &emu,
+        Method::PUT,
+        &format!("{V}/jobs/ingest/{ins}/batches"),
+        Some(&tok),
+        &[],
+        Some(("text/csv", data.as_bytes().to_vec())),
+    )
+    .await;
+    send_json(
+        &emu,
+        &tok,
+        Method::PATCH,
+        &format!("{V}/jobs/ingest/{ins}"),
+        json!({"state": "UploadComplete"}),
+    )
+    .await;
+    let done = wait_for(&emu, &tok, &format!("{V}/jobs/ingest/{ins}"), "JobComplete").await;
+    assert_eq!(
+        (
+            done["numberRecordsProcessed"].clone(),
+            done["numberRecordsFailed"].clone()
+        ),
+        (json!(2), json!(1))
+    );
+    let failed = csv(
+        &get(&emu, &tok, &format!("{V}/jobs/ingest/{ins}/failedResults"))
+            .await
+            .text,
+    );
+    assert_eq!(failed[1][2], "ch_1");
+    assert!(
+        failed[1][1].starts_with("DUPLICATE_VALUE:"),
+        "{:?}",
+        failed[1]
+    );
+    let ok = csv(&get(
+        &emu,
+        &tok,
+        &format!("{V}/jobs/ingest/{ins}/successfulResults"),
+    )
+    .await
+    .text);
+    assert_eq!(ok[1][1..3], ["true", "ch_5"]);
+    assert_eq!(emu.records(OBJ)[0]["Amount__c"].to_string(), "10.50");
+
     // An unknown column fails the whole job.
     let r = send_json(
         &emu,
