@@ -936,19 +936,52 @@ impl StateStore {
             "UPDATE recon_backfill_items SET status = $2, attempts = attempts + 1, \
              last_error = $3, updated_at = $4 WHERE plan_id = $1 AND external_id {keys}"
         );
+        // Items of unknown outcome are also listed in `recon_unknown_items`
+        // (no index on the ledger's status: see migration 6); an item
+        // leaves that list when it gets any other status.
+        let listed = sqlx::query("SELECT 1 FROM recon_unknown_items WHERE plan_id = $1 LIMIT 1")
+            .bind(plan_id.to_string())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.db(context))?
+            .is_some();
+        let list = format!(
+            "INSERT INTO recon_unknown_items (plan_id, job, external_id) \
+             SELECT i.plan_id, i.job, i.external_id FROM recon_backfill_items i \
+             WHERE i.plan_id = $1 AND i.external_id {} ON CONFLICT (plan_id, external_id) DO NOTHING",
+            keys.replace("$5", "$2")
+        );
+        let unlist = format!(
+            "DELETE FROM recon_unknown_items WHERE plan_id = $1 AND external_id {}",
+            keys.replace("$5", "$2")
+        );
         for ((status, error), ids) in &groups {
             for chunk in ids.chunks(JSON_BATCH) {
                 let rows: Vec<[&str; 1]> = chunk.iter().map(|id| [*id]).collect();
+                let keys_json = json_text(&rows);
                 matched += sqlx::query(&sql)
                     .bind(plan_id.to_string())
                     .bind(status.to_string())
                     .bind(error.map(str::to_string))
                     .bind(now_s.clone())
-                    .bind(json_text(&rows))
+                    .bind(keys_json.clone())
                     .execute(&mut *tx)
                     .await
                     .map_err(self.db(context))?
                     .rows_affected();
+                let side = if *status == ItemStatus::Unknown.as_str() {
+                    Some(&list)
+                } else {
+                    listed.then_some(&unlist)
+                };
+                if let Some(side) = side {
+                    sqlx::query(side)
+                        .bind(plan_id.to_string())
+                        .bind(keys_json)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(self.db(context))?;
+                }
             }
         }
         tx.commit().await.map_err(self.db(context))?;
@@ -968,8 +1001,8 @@ impl StateStore {
     pub async fn unknown_items(&self, job: &str) -> Result<Vec<(String, String)>, StateError> {
         let context = "reading backfill items of unknown outcome";
         let rows = sqlx::query(
-            "SELECT plan_id, external_id FROM recon_backfill_items \
-             WHERE job = $1 AND status = 'unknown' ORDER BY plan_id, external_id",
+            "SELECT plan_id, external_id FROM recon_unknown_items \
+             WHERE job = $1 ORDER BY plan_id, external_id",
         )
         .bind(job.to_string())
         .fetch_all(&self.pool)

@@ -855,11 +855,13 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Sqlite, "0003_unknown_outcomes_and_run_owners.sql", "3e8d9732616a7dc8f5538d6b659878b428b8213b46fa34a5abc2a5632ad532e67361acf413dcd1c5a204fc0db659277f"),
     (Backend::Sqlite, "0004_ledger_unknown_index.sql", "ced4f5fa20d781549dc7168d620b04c30a28e8e12a5e7dd4116529b7bdb6e28c1b9329c08be808ca1542f1351a887883"),
     (Backend::Sqlite, "0005_ledger_and_history_without_rowid.sql", "3a13d21ad2c3ffd66502139a8d767842c18591861e13ae640d190fc71a1be8e12e7fe1dd7302159fca66abb9368137a2"),
+    (Backend::Sqlite, "0006_ledger_hot_updates_unknown_items.sql", "ce42c25c5ae632379ccb7bd7fd2ef60fc7630dc77b6bf541f63819618dc16ec7c65085b62101e52317c2d37574641e23"),
     (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
     (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
     (Backend::Postgres, "0003_unknown_outcomes_and_run_owners.sql", "b3938c4f7bb0ff9e4f9d51198cecc37500bee6e256e35dc59a9d9f795e1eb1fdb0a35bdc88736a9ab8b73e9cccb8746b"),
     (Backend::Postgres, "0004_ledger_unknown_index.sql", "ced4f5fa20d781549dc7168d620b04c30a28e8e12a5e7dd4116529b7bdb6e28c1b9329c08be808ca1542f1351a887883"),
     (Backend::Postgres, "0005_ledger_and_history_without_rowid.sql", "5cd970f66e8a9e1d598b14ee5951f1ae42a09e69c4298ae825b6ee52a791306b5548e90bb4666afb70f52cac6cfc27a5"),
+    (Backend::Postgres, "0006_ledger_hot_updates_unknown_items.sql", "7dd9c2879130c90f6927d16cccf7de57e1e8d1cb5fc0babd94c0bad123f21f765a218f934c142d6c592ceb16e02b2a57"),
 ];
 
 fn hex(bytes: &[u8]) -> String {
@@ -1423,4 +1425,86 @@ async fn newer_store_is_refused(url: String) {
         "{m}"
     );
     assert!(!m.contains("hunter2"), "{m}");
+}
+
+both!(unknown_items_are_listed_until_settled);
+
+/// An item marked `unknown` is listed by `unknown_items` (from its own
+/// table, migration 6) until it gets any other status; other plans' and
+/// jobs' items are not listed, and marking applied items leaves the list
+/// alone.
+async fn unknown_items_are_listed_until_settled(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let run = store.start_run("nightly", day(), false).await.unwrap();
+    let keys = ["a", "b", "c", "d"].map(|k| (k.to_string(), "insert"));
+    store.record_plan(&run, "nightly", &keys).await.unwrap();
+    let other = store.start_run("weekly", day(), false).await.unwrap();
+    store
+        .record_plan(&other, "weekly", &[("a".to_string(), "insert")])
+        .await
+        .unwrap();
+    let lost = Some("connection lost".to_string());
+    store
+        .mark_items(
+            &run,
+            &[
+                ("a".into(), ItemStatus::Applied, None),
+                ("b".into(), ItemStatus::Unknown, lost.clone()),
+                ("c".into(), ItemStatus::Unknown, lost.clone()),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .mark_items(&other, &[("a".into(), ItemStatus::Unknown, lost.clone())])
+        .await
+        .unwrap();
+    let listed = |v: &[&str]| -> Vec<(String, String)> {
+        v.iter().map(|k| (run.clone(), k.to_string())).collect()
+    };
+    assert_eq!(
+        store.unknown_items("nightly").await.unwrap(),
+        listed(&["b", "c"])
+    );
+    // Applied items of the same plan leave the list as it is.
+    store
+        .mark_items(&run, &[("d".into(), ItemStatus::Applied, None)])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.unknown_items("nightly").await.unwrap(),
+        listed(&["b", "c"])
+    );
+    // Settled: found in the target (applied) or not (failed).
+    store
+        .mark_items(
+            &run,
+            &[
+                ("b".into(), ItemStatus::Applied, None),
+                ("c".into(), ItemStatus::Failed, Some("not committed".into())),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(store.unknown_items("nightly").await.unwrap().is_empty());
+    assert_eq!(
+        store.unknown_items("weekly").await.unwrap(),
+        vec![(other.clone(), "a".to_string())]
+    );
+    let statuses: Vec<ItemStatus> = store
+        .plan_items(&run)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.status)
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ItemStatus::Applied,
+            ItemStatus::Applied,
+            ItemStatus::Failed,
+            ItemStatus::Applied
+        ]
+    );
 }
