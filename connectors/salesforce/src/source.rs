@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures_core::stream::BoxStream;
-use futures_util::{stream, StreamExt};
+use futures_util::{stream, StreamExt, TryStreamExt};
 use recon_core::http::{HttpError, Method};
 use recon_core::{ConnectorError, Currency, Location, Page, Record, Source, Window};
 use serde_json::{json, Value as Json};
@@ -41,6 +41,8 @@ use crate::soql;
 
 /// Records per page of Bulk API 2.0 query results.
 pub const BULK_RESULTS_PAGE: u32 = 25_000;
+/// Lookup queries in flight at once.
+const LOOKUPS_IN_FLIGHT: usize = 4;
 /// Longest wait between polls of a bulk job.
 const MAX_POLL: Duration = Duration::from_secs(10);
 
@@ -383,13 +385,22 @@ impl Source for SalesforceObjects {
                 keys = too_long.len()
             );
         }
-        let mut out = Vec::new();
-        for q in queries {
-            let mut pages = self.paged(q);
-            while let Some(page) = pages.next().await {
-                out.extend(page?.records);
-            }
-        }
-        Ok(out)
+        // A few queries at once; each is paged to its end.
+        let runs: Vec<_> = queries
+            .into_iter()
+            .map(|q| async move {
+                let mut records = Vec::new();
+                let mut pages = self.paged(q);
+                while let Some(page) = pages.next().await {
+                    records.extend(page?.records);
+                }
+                Ok::<_, ConnectorError>(records)
+            })
+            .collect();
+        let found: Vec<Vec<Record>> = stream::iter(runs)
+            .buffer_unordered(LOOKUPS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
     }
 }
