@@ -242,3 +242,180 @@ impl ConnectorConfig for SalesforceSettings {
         "Salesforce"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::{Field, FieldKind, Schema};
+    use serde_json::{json, Value};
+
+    fn schema() -> Schema {
+        let f = |name: &str, kind| Field {
+            name: name.into(),
+            kind,
+            compared: true,
+        };
+        Schema {
+            fields: vec![
+                f("amount", FieldKind::Money),
+                f("created", FieldKind::Timestamp),
+            ],
+        }
+    }
+
+    /// Settings as a job's table would give them, with `extra` keys.
+    fn settings(extra: Value) -> SalesforceSettings {
+        let mut v = json!({
+            "instance_url": "https://acme.my.salesforce.com/",
+            "object": "Payment__c",
+            "external_id_field": "Stripe_Charge_Id__c",
+            "auth": {"client_id": "id", "client_secret": "secret"},
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn build(
+        s: &SalesforceSettings,
+        time_field: Option<usize>,
+    ) -> Result<SalesforceConfig, ConnectorError> {
+        let schema = schema();
+        s.client_config(BuildContext {
+            schema: &schema,
+            time_field,
+        })
+    }
+
+    #[test]
+    fn client_credentials_default_to_the_my_domain_token_endpoint() {
+        let cfg = build(&settings(json!({})), None).unwrap();
+        let SalesforceAuth::ClientCredentials { token_url, .. } = &cfg.auth else {
+            panic!("{:?}", cfg.auth)
+        };
+        assert_eq!(
+            token_url,
+            "https://acme.my.salesforce.com/services/oauth2/token"
+        );
+        assert_eq!(cfg.instance_url, "https://acme.my.salesforce.com");
+        assert_eq!(cfg.api_version, "62.0");
+        assert_eq!(cfg.date_field, "CreatedDate");
+        assert_eq!(cfg.currency_field.as_deref(), Some("CurrencyIsoCode"));
+        assert_eq!(
+            cfg.fields,
+            vec!["amount".to_string(), "created".to_string()]
+        );
+        assert_eq!(cfg.daily_share, 0.5);
+        let dbg = format!("{cfg:?}");
+        assert!(
+            !dbg.contains("\"secret\""),
+            "secrets are not in Debug: {dbg}"
+        );
+    }
+
+    #[test]
+    fn auth_is_one_kind_or_the_other() {
+        let token = build(&settings(json!({"auth": {"access_token": "00D!x"}})), None).unwrap();
+        assert!(matches!(token.auth, SalesforceAuth::AccessToken(_)));
+        for bad in [
+            json!({"access_token": "t", "client_id": "id"}),
+            json!({"client_id": "id"}),
+            json!({}),
+        ] {
+            let e = build(&settings(json!({ "auth": bad })), None).unwrap_err();
+            assert!(e.to_string().contains("client credentials"), "{e}");
+        }
+        let unknown = serde_json::from_value::<SalesforceSettings>(json!({
+            "instance_url": "https://x", "object": "A", "external_id_field": "K",
+            "auth": {"password": "p"},
+        }));
+        assert!(unknown.is_err());
+    }
+
+    #[test]
+    fn windows_filter_on_the_mapped_time_field_unless_a_date_field_is_named() {
+        let mapped = settings(json!({
+            "fields": {"created": "Charge_Created__c", "amount": "Amount__c"}
+        }));
+        assert_eq!(
+            build(&mapped, Some(1)).unwrap().date_field,
+            "Charge_Created__c"
+        );
+        assert_eq!(build(&mapped, None).unwrap().date_field, "CreatedDate");
+        let named = settings(json!({
+            "fields": {"created": "Charge_Created__c"},
+            "date_field": "Booked__c",
+        }));
+        assert_eq!(build(&named, Some(1)).unwrap().date_field, "Booked__c");
+    }
+
+    #[test]
+    fn limits_and_sizes_are_checked() {
+        for (extra, want) in [
+            (json!({"daily_share": 0.0}), "daily_share"),
+            (json!({"daily_share": 1.5}), "daily_share"),
+            (json!({"page_size": 100}), "200 to 2000"),
+            (json!({"batch_size": 0}), "batch_size"),
+            (json!({"api_version": "sixty"}), "api_version"),
+            (json!({"currency": "XXXX"}), "currency"),
+            (json!({"bulk_timeout": "0s"}), "bulk_timeout"),
+            (
+                json!({"instance_url": "acme.my.salesforce.com"}),
+                "My Domain",
+            ),
+        ] {
+            let e = build(&settings(extra.clone()), None).unwrap_err();
+            assert!(e.to_string().contains(want), "{extra}: {e}");
+        }
+        let cfg = build(
+            &settings(json!({
+                "api_version": "v61.0",
+                "daily_share": 0.25,
+                "bulk_read_threshold": 0,
+                "batch_size": 200,
+            })),
+            None,
+        )
+        .unwrap();
+        assert_eq!(cfg.api_version, "61.0");
+        assert_eq!(cfg.daily_share, 0.25);
+        assert_eq!(cfg.bulk_read_threshold, 0);
+        assert_eq!(cfg.batch_size, 200);
+    }
+
+    #[test]
+    fn secrets_and_urls_take_environment_variables() {
+        let mut s = settings(json!({"auth": {
+            "client_id": "${ID}",
+            "client_secret": "${SECRET}",
+            "token_url": "${TOKEN_URL}",
+        }}));
+        let expand = |v: &str, setting: &str| -> Result<String, ConnectorError> {
+            assert!(setting.starts_with("target."), "{setting}");
+            Ok(match v {
+                "${ID}" => "the-id".into(),
+                "${SECRET}" => "the-secret-value".into(),
+                "${TOKEN_URL}" => "https://login.example/services/oauth2/token".into(),
+                other => other.into(),
+            })
+        };
+        s.expand_env("target", &expand).unwrap();
+        assert_eq!(
+            s.auth.client_secret.as_ref().unwrap().expose(),
+            "the-secret-value"
+        );
+        let cfg = build(&s, None).unwrap();
+        let SalesforceAuth::ClientCredentials {
+            token_url,
+            client_id,
+            ..
+        } = &cfg.auth
+        else {
+            panic!()
+        };
+        assert_eq!(token_url, "https://login.example/services/oauth2/token");
+        assert_eq!(client_id.expose(), "the-id");
+        assert_eq!(s.target_role(), TargetRole::Writable);
+    }
+}

@@ -429,6 +429,41 @@ async fn insert_mode_creates_only_missing_records_and_never_changes_existing_one
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_mode_through_a_bulk_insert_job_creates_only_the_missing() {
+    let emu = org(EmulatorConfig::default()).await;
+    let at = ts("2026-01-01T00:00:00Z");
+    emu.insert(OBJECT, stored("ch_old", 1, at));
+    let mut cfg = config(&emu);
+    cfg.bulk_write_threshold = 2;
+    let target = connector(cfg);
+    let mut records: Vec<Record> = (0..5)
+        .map(|i| record(&format!("ch_new{i}"), 10 + i, at))
+        .collect();
+    records.insert(2, record("ch_old", 999, at));
+    let before = routes(&emu);
+    let out = target.write(&records, WriteMode::Insert).await.unwrap();
+    let after = routes(&emu);
+    assert_eq!(delta(&after, &before, "bulk_ingest_create"), 1);
+    assert_eq!(delta(&after, &before, "composite_upsert"), 0);
+    let mut want = vec![WriteOutcome::Created; 6];
+    want[2] = WriteOutcome::Unchanged;
+    assert_eq!(out, want);
+    let back = target
+        .lookup(&["ch_old".to_string(), "ch_new4".to_string()])
+        .await
+        .unwrap();
+    let by_key: BTreeMap<&str, &Record> = back.iter().map(|r| (r.key.as_str(), r)).collect();
+    assert_eq!(
+        by_key["ch_old"].values[0],
+        Value::Money(usd(1)),
+        "never overwritten"
+    );
+    assert_eq!(by_key["ch_new4"], &records[5]);
+    assert_eq!(emu.records(OBJECT).len(), 6);
+    emu.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_is_refreshed_once_mid_read() {
     let emu = org(EmulatorConfig::default()).await;
     let start = ts("2026-01-01T00:00:00Z");
