@@ -210,6 +210,12 @@ pub(crate) fn http_error(e: HttpError) -> ConnectorError {
         HttpError::Unauthorized { status: 401, .. } => {
             ConnectorError::Config(format!("{text}; {AUTH_HINT}"))
         }
+        // The token endpoint refused the client credentials.
+        HttpError::Status {
+            provider: "Salesforce OAuth",
+            status: 400 | 401,
+            ..
+        } => ConnectorError::Config(format!("{text}; {AUTH_HINT}")),
         _ if text.contains("REQUEST_LIMIT_EXCEEDED") => ConnectorError::Unreachable(format!(
             "{text}; the org's API request limit is spent (it counts calls over the last 24 hours): recon stopped at once. Run again when the org's usage has fallen, or raise the limit"
         )),

@@ -317,8 +317,12 @@ impl SalesforceObjects {
                             .to_string(),
                     ),
                     _ => WriteOutcome::Failed(format!(
-                        "not processed: the bulk job ended {} before reaching it",
-                        status["state"].as_str().unwrap_or("?")
+                        "not processed: the bulk job ended {}{}",
+                        status["state"].as_str().unwrap_or("?"),
+                        status["errorMessage"]
+                            .as_str()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
                     )),
                 });
             }

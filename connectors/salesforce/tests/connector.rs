@@ -518,6 +518,33 @@ async fn an_expired_token_is_refreshed_once_mid_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_client_credentials_are_a_config_error_that_never_shows_the_secret() {
+    let emu = org(EmulatorConfig::default()).await;
+    let mut cfg = config(&emu);
+    let wrong = "wrong-secret-4f9a1c77";
+    if let SalesforceAuth::ClientCredentials { client_secret, .. } = &mut cfg.auth {
+        *client_secret = Secret::new(wrong);
+    }
+    let e = connector(cfg)
+        .lookup(&["ch_1".to_string()])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ConnectorError::Config(_)), "{e:?}");
+    let m = e.to_string();
+    assert!(
+        m.contains("invalid_client") && m.contains("client credentials flow"),
+        "{m}"
+    );
+    assert!(!m.contains(wrong), "{m}");
+    assert_eq!(
+        emu.stats().token_requests,
+        1,
+        "a refused token request is not retried"
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_is_not_a_unique_external_id_is_refused_with_the_fix() {
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
     let mut fields = payment_fields();
