@@ -266,6 +266,14 @@ pub async fn apply(
 ) -> Result<Vec<WriteOutcome>> {
     let (state, plan_id) = (ledger.state, ledger.plan_id);
     settle_unknown(ledger, target).await?;
+    let inserts = items
+        .iter()
+        .filter(|(_, m)| *m == WriteMode::Insert)
+        .count();
+    target
+        .check_budget(inserts, items.len() - inserts)
+        .await
+        .with_context(|| format!("job `{}`: before the backfill", ledger.job))?;
     let planned: Vec<(String, &str)> = items
         .iter()
         .map(|(r, m)| (r.key.clone(), Action::from(*m).as_str()))

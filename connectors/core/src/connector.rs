@@ -126,6 +126,16 @@ pub trait Target: Source {
         1000
     }
 
+    /// Called once before a backfill's first write with how many records
+    /// it will insert and upsert: a target whose provider meters calls
+    /// (Salesforce's daily API allowance, shared with the org's other
+    /// integrations) refuses here, with the figures, before anything is
+    /// written. The default allows everything.
+    async fn check_budget(&self, inserts: usize, upserts: usize) -> Result<(), ConnectorError> {
+        let _ = (inserts, upserts);
+        Ok(())
+    }
+
     /// This target as a [`Source`], to read and look up.
     fn as_source(&self) -> &dyn Source;
 }

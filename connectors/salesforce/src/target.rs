@@ -475,6 +475,11 @@ fn outcome_of(o: &Json, upsert: bool) -> WriteOutcome {
     }
 }
 
+/// Keys per lookup query, about: lookups are split to keep each URI under
+/// Salesforce's documented limit (see `soql::in_chunks`); used only to
+/// estimate a backfill's calls.
+const KEYS_PER_LOOKUP: usize = 300;
+
 #[async_trait::async_trait]
 impl Target for SalesforceObjects {
     async fn check_idempotent(&self) -> Result<(), ConnectorError> {
@@ -553,6 +558,37 @@ impl Target for SalesforceObjects {
 
     fn write_batch(&self) -> usize {
         self.cfg.batch_size
+    }
+
+    /// The whole backfill's calls, estimated before its first write: per
+    /// write call of `batch_size` records, the collection (or Bulk 2.0
+    /// job) calls, and for inserts the key lookups (about
+    /// [`KEYS_PER_LOOKUP`] keys per query).
+    async fn check_budget(&self, inserts: usize, upserts: usize) -> Result<(), ConnectorError> {
+        let batch = self.cfg.batch_size.max(1);
+        let calls = |n: usize, insert: bool| -> u64 {
+            (0..n.div_ceil(batch))
+                .map(|i| {
+                    let len = batch.min(n - i * batch);
+                    let lookups = if insert {
+                        len.div_ceil(KEYS_PER_LOOKUP) as u64
+                    } else {
+                        0
+                    };
+                    self.write_calls(len) + lookups
+                })
+                .sum()
+        };
+        let needed = calls(inserts, true) + calls(upserts, false);
+        if needed == 0 {
+            return Ok(());
+        }
+        let what = format!(
+            "backfilling {} records into {} ({inserts} inserts, {upserts} upserts)",
+            inserts + upserts,
+            self.cfg.object
+        );
+        self.guard(&what, needed).await
     }
 
     fn as_source(&self) -> &dyn Source {

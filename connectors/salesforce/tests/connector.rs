@@ -648,3 +648,29 @@ async fn the_daily_share_guard_refuses_a_write_with_the_figures() {
     assert!(out.iter().all(|o| o == &WriteOutcome::Created));
     emu.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_backfill_is_checked_against_the_daily_share_before_any_write() {
+    let emu = org(EmulatorConfig::default()).await;
+    emu.set_api_usage(99_900, 100_000);
+    let target = connector(config(&emu));
+    target.check_idempotent().await.unwrap(); // describe: 99,901 used
+    let before = emu.stats().requests;
+    // 99 remain and a run may use 49 of them. Each write call of 10,000
+    // records is one Bulk 2.0 job (14 calls): 40,000 upserts need 56,
+    // estimated as a whole although each write call alone would fit.
+    let e = target.check_budget(0, 40_000).await.unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("backfilling 40000 records"), "{m}");
+    assert!(m.contains("needs about 56 API calls"), "{m}");
+    assert!(m.contains("(99 remain)") && m.contains("at most 49"), "{m}");
+    // Inserts add their key lookups (about 300 keys per query): 30,000
+    // inserts are 3 jobs (42 calls) plus 34 lookups per 10,000 keys.
+    let e = target.check_budget(30_000, 0).await.unwrap_err();
+    assert!(e.to_string().contains("needs about 144 API calls"), "{e}");
+    // A backfill that fits passes; the checks wrote nothing.
+    target.check_budget(0, 20_000).await.unwrap();
+    assert!(emu.stats().requests - before <= 3, "only usage reads");
+    assert!(emu.records(OBJECT).is_empty());
+    emu.shutdown().await;
+}
