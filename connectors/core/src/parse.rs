@@ -328,6 +328,7 @@ impl ValueError {
 }
 
 /// A whole number, surrounding whitespace ignored.
+#[inline]
 pub fn integer(text: &str) -> Result<i64, ValueError> {
     text.trim()
         .parse()
@@ -336,6 +337,7 @@ pub fn integer(text: &str) -> Result<i64, ValueError> {
 
 /// An amount in `currency`, in minor (`2999`) or major (`29.99`) units,
 /// converted exactly.
+#[inline]
 pub fn money(text: &str, currency: Currency, format: AmountFormat) -> Result<Money, MoneyError> {
     match format {
         AmountFormat::Minor => Money::parse_minor(text, currency),
@@ -348,6 +350,8 @@ pub fn money(text: &str, currency: Currency, format: AmountFormat) -> Result<Mon
 /// its currency from `amount_currency` (absent or empty: an error), a code
 /// read by `currency` (a cache, or [`Currency::parse`]), as are currency
 /// fields.
+// Inlined into each reader's loop: the file reader calls it per cell.
+#[inline]
 pub fn value_ref<'a>(
     text: &'a str,
     kind: FieldKind,
