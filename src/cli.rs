@@ -155,8 +155,8 @@ pub struct DiffArgs {
     /// Renames of target columns: FILE_COLUMN=NAME, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub target_rename: Vec<String>,
-    /// Tolerances: FIELD=N (money in minor units, or integers) or FIELD=Ns
-    /// (timestamps, seconds), comma-separated.
+    /// Tolerances: FIELD=N (money in minor units, or integers) or
+    /// FIELD=DURATION (timestamps: 5s, 2m, 1h30m), comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub tolerance: Vec<String>,
 }

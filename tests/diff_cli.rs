@@ -1334,3 +1334,51 @@ fn twenty_thousand_rows_classified_across_reader_batches() {
         assert_eq!(totals(&s, side), want, "{side} totals");
     }
 }
+
+#[test]
+fn timestamp_tolerance_takes_the_duration_syntax_of_every_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "source.csv",
+        "id,created\nin,1772442000\nout,1772442000\n",
+    );
+    write(
+        tmp.path(),
+        "target.csv",
+        "id,created\nin,2026-03-02T09:01:30Z\nout,2026-03-02T09:02:01Z\n",
+    );
+    let args = |tolerance: &'static str| {
+        [
+            "diff",
+            "source.csv",
+            "target.csv",
+            "--key",
+            "id",
+            "--compare",
+            "created",
+            "--out",
+            "out",
+            "--tolerance",
+            tolerance,
+        ]
+    };
+    let dir = tmp.path().join("out");
+    // 2m and 1m30s allow 90 s and 120 s: `out` (121 s) stays a mismatch.
+    for tolerance in ["created=2m", "created=1m30s", "created=120s"] {
+        let out = run_in(tmp.path(), &args(tolerance));
+        expect_code(&out, 1);
+        assert_eq!(
+            counts(&summary(&dir)),
+            expected_counts(2, 2, 1, 0, 0, 1, 0),
+            "{tolerance}"
+        );
+    }
+    let out = run_in(tmp.path(), &args("created=2x"));
+    expect_code(&out, 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`2x` is neither a whole number") && err.contains("unknown unit `x`"),
+        "{err}"
+    );
+}

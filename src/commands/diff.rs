@@ -129,17 +129,22 @@ fn tolerances(args: &DiffArgs, compare: &[String]) -> Result<HashMap<String, Tol
             bail!("--tolerance `{t}`: `{field}` is not a compared field; add it to --compare");
         }
         let value = value.trim();
-        let (number, seconds) = match value.strip_suffix('s') {
-            Some(n) => (n, true),
-            None => (value, false),
-        };
-        let n: i64 = number.parse().ok().filter(|n| *n >= 0).with_context(|| {
-            format!("--tolerance `{t}`: `{value}` is not a non-negative whole number")
-        })?;
-        let tolerance = if seconds {
-            Tolerance::Seconds(n)
+        // A whole number is minor units (or units); anything else is a
+        // duration in the one syntax of every setting (`5s`, `2m`, `1h30m`).
+        let tolerance = if value.bytes().all(|b| b.is_ascii_digit()) && !value.is_empty() {
+            Tolerance::Units(
+                value
+                    .parse()
+                    .with_context(|| format!("--tolerance `{t}`: `{value}` is too large"))?,
+            )
         } else {
-            Tolerance::Units(n)
+            let d = recon_core::parse::duration(value).map_err(|e| {
+                anyhow::anyhow!(
+                    "--tolerance `{t}`: `{value}` is neither a whole number (minor units) nor a duration such as 5s or 2m ({})",
+                    e.reason
+                )
+            })?;
+            Tolerance::Seconds(d.as_secs())
         };
         tolerances.insert(field.to_string(), tolerance);
     }

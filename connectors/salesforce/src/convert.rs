@@ -22,7 +22,7 @@
 //!   `CurrencyIsoCode`; single-currency orgs' amounts are in the org's
 //!   currency (the `currency` setting).
 
-use jiff::{civil::Date, tz::TimeZone, Timestamp};
+use jiff::{tz::TimeZone, Timestamp};
 use recon_core::{Currency, FieldKind, Money, Value};
 use serde_json::Value as Json;
 
@@ -93,29 +93,55 @@ pub fn plain_decimal(s: &str) -> Option<String> {
     })
 }
 
+/// How Salesforce spells times: RFC 3339 with an offset (`…Z`, `…+00:00`,
+/// or `…+0000`, normalised first), and dates alone (midnight UTC). A date
+/// and time without an offset is refused, never cut to its date.
+const RULES: recon_core::parse::TimestampRules = recon_core::parse::TimestampRules {
+    integers: None,
+    naive_is_utc: false,
+    date_is_midnight_utc: true,
+};
+
 /// Parses Salesforce's datetime forms (`…+0000`, `…Z`, `…+00:00`, with or
-/// without milliseconds) and dates (midnight UTC).
+/// without milliseconds) and dates (midnight UTC), through
+/// `recon_core::parse`.
 pub fn parse_datetime(t: &str) -> Option<Timestamp> {
     let t = t.trim();
-    if let Ok(ts) = t.parse::<Timestamp>() {
-        return Some(ts);
-    }
-    // `+0000`: jiff wants `+00:00`.
+    // `+0000`: RFC 3339 wants `+00:00`.
     let b = t.as_bytes();
-    if b.len() > 5
+    let fixed;
+    let text = if b.len() > 5
+        && b.contains(&b'T')
         && matches!(b[b.len() - 5], b'+' | b'-')
         && b[b.len() - 4..].iter().all(u8::is_ascii_digit)
     {
-        let fixed = format!("{}:{}", &t[..t.len() - 2], &t[t.len() - 2..]);
-        if let Ok(ts) = fixed.parse::<Timestamp>() {
-            return Some(ts);
-        }
+        fixed = format!("{}:{}", &t[..t.len() - 2], &t[t.len() - 2..]);
+        fixed.as_str()
+    } else {
+        t
+    };
+    recon_core::parse::timestamp(text, RULES).ok()
+}
+
+#[cfg(test)]
+mod datetime_tests {
+    use super::parse_datetime;
+
+    #[test]
+    fn salesforce_times_parse_and_naive_ones_are_refused() {
+        let at = |s: &str| parse_datetime(s).map(|t| t.to_string());
+        let noon = Some("2026-11-28T12:00:00Z".to_string());
+        assert_eq!(at("2026-11-28T12:00:00.000+0000"), noon);
+        assert_eq!(at("2026-11-28T13:00:00.000+0100"), noon);
+        assert_eq!(at("2026-11-28T12:00:00Z"), noon);
+        assert_eq!(at("2026-11-28T12:00:00+00:00"), noon);
+        assert_eq!(at("2026-11-28"), Some("2026-11-28T00:00:00Z".to_string()));
+        // No offset: not a time Salesforce sends; never cut to midnight.
+        assert_eq!(at("2026-11-28T12:00:00"), None);
+        assert_eq!(at("2026-11-28 12:00:00"), None);
+        assert_eq!(at("1795824000"), None);
+        assert_eq!(at(""), None);
     }
-    t.parse::<Date>().ok().and_then(|d| {
-        TimeZone::UTC
-            .to_timestamp(d.to_datetime(jiff::civil::Time::midnight()))
-            .ok()
-    })
 }
 
 /// A canonical value from a field's text (`None`: null or empty).
