@@ -43,6 +43,9 @@ mod tests {
         // `cargo test` enables the feature through the dev-dependency on
         // the crate itself; without it the crash tests could not crash.
         let enabled = std::hint::black_box(ENABLED);
-        assert!(enabled, "cargo test must build recon with `fault-injection`");
+        assert!(
+            enabled,
+            "cargo test must build recon with `fault-injection`"
+        );
     }
 }

@@ -346,6 +346,10 @@ fn mismatches_keep_their_whole_source_record_for_repair() {
     let out = run(DiffSpec::exact(schema()), &source, &target);
     let keys: Vec<&str> = out.mismatches.iter().map(|m| m.key.as_str()).collect();
     assert_eq!(keys, ["k", "m"]);
-    let repairs: Vec<Record> = out.mismatch_sources.iter().map(|r| r.into_owned()).collect();
+    let repairs: Vec<Record> = out
+        .mismatch_sources
+        .iter()
+        .map(|r| r.into_owned())
+        .collect();
     assert_eq!(repairs, vec![rec("k", 700, "eur", "succeeded"), m_source]);
 }

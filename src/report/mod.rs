@@ -8,8 +8,8 @@ mod files;
 mod staging;
 
 pub use files::{
-    counts, write_backfill_csv, write_diff_reports, BackfillOutcome, BackfillRow, HistoryMap, ResolvedRow,
-    RunExtras, RunMeta, UnplacedRow,
+    counts, write_backfill_csv, write_diff_reports, BackfillOutcome, BackfillRow, HistoryMap,
+    ResolvedRow, RunExtras, RunMeta, UnplacedRow,
 };
 pub use staging::ReportDir;
 

@@ -210,10 +210,7 @@ async fn alone() {
         .collect();
     let (before, _) = t.stats();
     let started = Instant::now();
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Insert).await.unwrap();
     let write_time = started.elapsed().as_secs_f64();
     let (after, _) = t.stats();
     let calls = after.requests - before.requests;

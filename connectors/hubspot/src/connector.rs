@@ -633,9 +633,7 @@ impl HubSpotObjects {
                 message,
                 ..
             }) => {
-                let now = self
-                    .lookup(std::slice::from_ref(&r.key))
-                    .await?;
+                let now = self.lookup(std::slice::from_ref(&r.key)).await?;
                 if now.iter().any(|x| x.key == r.key) {
                     Ok(WriteOutcome::Unchanged)
                 } else {

@@ -10,9 +10,9 @@
 //! API on 127.0.0.1 for tests and benchmarks.
 
 mod connector;
-mod settings;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+mod settings;
 
-pub use settings::{HubSpotSettings, DEFAULT_CURRENCY_PROPERTY};
 pub use connector::{HubSpotConfig, HubSpotObjects, HUBSPOT, SEARCH_CAP};
+pub use settings::{HubSpotSettings, DEFAULT_CURRENCY_PROPERTY};

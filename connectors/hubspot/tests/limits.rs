@@ -88,10 +88,7 @@ async fn with_other_apps_using_90_percent_of_the_10s_budget_1000_upserts_complet
     let records: Vec<Record> = (0..1000).map(record).collect();
     let started = Instant::now();
     t.check_idempotent().await.unwrap();
-    let out = t
-        .write(&records, WriteMode::Upsert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Upsert).await.unwrap();
     let took = started.elapsed();
     eprintln!(
         "1,000 upserts with others at 90%: {took:?}; {:?}",
@@ -205,16 +202,11 @@ async fn upserts_send_empty_strings_for_empty_values_and_creates_omit_them() {
     let t = HubSpotObjects::new(config(&e, 100), &schema()).unwrap();
     let mut first = record(1);
     first.values[1] = Value::Text("closedwon".into());
-    t.write(&[first], WriteMode::Upsert)
-        .await
-        .unwrap();
+    t.write(&[first], WriteMode::Upsert).await.unwrap();
     // The stage is now empty: the upsert must clear it with "".
     let mut cleared = record(1);
     cleared.values[1] = Value::Null;
-    let out = t
-        .write(&[cleared], WriteMode::Upsert)
-        .await
-        .unwrap();
+    let out = t.write(&[cleared], WriteMode::Upsert).await.unwrap();
     assert_eq!(out, vec![WriteOutcome::Updated]);
     let (_, props) = e
         .objects("deals")
@@ -248,10 +240,7 @@ async fn upserts_send_empty_strings_for_empty_values_and_creates_omit_them() {
     // Insert mode creates with batch/create and leaves empty values out.
     let mut fresh = record(2);
     fresh.values[1] = Value::Null;
-    let out = t
-        .write(&[fresh], WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&[fresh], WriteMode::Insert).await.unwrap();
     assert_eq!(out, vec![WriteOutcome::Created]);
     let create = e
         .exchanges()
@@ -278,19 +267,14 @@ async fn upsert_results_are_matched_by_trace_id_whatever_their_order() {
     let t = HubSpotObjects::new(config(&e, 100), &schema()).unwrap();
     // 30 exist already (updated), 70 are new (created); 5 of each fail.
     let existing: Vec<Record> = (0..30).map(record).collect();
-    t.write(&existing, WriteMode::Upsert)
-        .await
-        .unwrap();
+    t.write(&existing, WriteMode::Upsert).await.unwrap();
     let failing: BTreeSet<String> = [3, 7, 11, 40, 41, 42, 77, 80, 95, 99]
         .iter()
         .map(|i| format!("ch_{i:06}"))
         .collect();
     e.fail_ids(failing.iter().cloned().collect());
     let records: Vec<Record> = (0..100).map(record).collect();
-    let out = t
-        .write(&records, WriteMode::Upsert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Upsert).await.unwrap();
     for (r, o) in records.iter().zip(&out) {
         let i: i64 = r.key[3..].parse().unwrap();
         let expected = if failing.contains(&r.key) {

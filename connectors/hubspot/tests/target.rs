@@ -133,15 +133,9 @@ async fn upserts_are_idempotent_and_partial_failures_are_per_item() {
     let t = objects(&e, 100, 5);
     t.check_idempotent().await.unwrap();
     let records: Vec<Record> = (0..250).map(record).collect();
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert!(out.iter().all(|o| *o == WriteOutcome::Created), "{out:?}");
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert!(
         out.iter().all(|o| *o == WriteOutcome::Unchanged),
         "new: false on the second write"
@@ -195,10 +189,7 @@ async fn insert_mode_never_modifies_an_existing_object() {
     other.insert("invoice_no".into(), json!("INV-3"));
     e.insert("deals", other);
     let records: Vec<Record> = (1..=4).map(record).collect();
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert_eq!(out[0], WriteOutcome::Unchanged, "{out:?}");
     assert_eq!(out[1], WriteOutcome::Created, "{out:?}");
     assert_eq!(out[2], WriteOutcome::Created, "{out:?}");
@@ -239,10 +230,7 @@ async fn insert_mode_never_modifies_an_existing_object() {
     let mut fine = record(6);
     fine.values[1] = Value::Text("INV-6".into());
     clash.values[1] = Value::Text("INV-3".into());
-    let out = t2
-        .write(&[fine, clash], WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t2.write(&[fine, clash], WriteMode::Insert).await.unwrap();
     assert_eq!(out[0], WriteOutcome::Created, "{out:?}");
     assert!(
         matches!(&out[1], WriteOutcome::Failed(m) if m.contains("invoice_no")),
@@ -289,9 +277,7 @@ async fn at_the_emulators_limits_no_request_is_throttled() {
     assert_eq!(pages.iter().map(|p| p.records.len()).sum::<usize>(), 2_000);
     // 11 searches and 6 upserts: more than 12 in 10 s unless paced.
     let records: Vec<Record> = (5000..5600).map(record).collect();
-    t.write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    t.write(&records, WriteMode::Insert).await.unwrap();
     assert_eq!(e.stats().throttled, 0, "{:?}", e.stats());
     e.shutdown().await;
 }

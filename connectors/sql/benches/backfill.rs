@@ -330,10 +330,7 @@ async fn backfill(db: &TestDb) -> BackfillResult {
 
     // Idempotent re-run: the same records again.
     let start = Instant::now();
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .expect("re-run");
+    let out = t.write(&records, WriteMode::Insert).await.expect("re-run");
     let rerun_time = start.elapsed();
     let (rerun_created, rerun_unchanged, other) = tally(&out);
     let count_after = t.count().await.expect("count");

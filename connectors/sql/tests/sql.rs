@@ -83,10 +83,7 @@ async fn suite(dialect: Dialect) {
 
     // Insert 2,500 records in batches of 300: all created.
     let records: Vec<Record> = (0..2500).map(record).collect();
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert_eq!(out.len(), 2500);
     assert!(
         out.iter().all(|o| *o == WriteOutcome::Created),
@@ -95,10 +92,7 @@ async fn suite(dialect: Dialect) {
     assert_eq!(t.count().await.unwrap(), 2500);
 
     // Again: idempotent, nothing written twice.
-    let out = t
-        .write(&records, WriteMode::Insert)
-        .await
-        .unwrap();
+    let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert!(out.iter().all(|o| *o == WriteOutcome::Unchanged));
     assert_eq!(t.count().await.unwrap(), 2500);
 
@@ -121,9 +115,7 @@ async fn suite(dialect: Dialect) {
     let mut changed = record(5);
     changed.values[1] = Value::Text("refunded".into());
     let out = t
-        .write(&[changed.clone(), record(3000)],
-            WriteMode::Upsert,
-        )
+        .write(&[changed.clone(), record(3000)], WriteMode::Upsert)
         .await
         .unwrap();
     assert_eq!(out, vec![WriteOutcome::Updated, WriteOutcome::Created]);
@@ -137,9 +129,7 @@ async fn suite(dialect: Dialect) {
     too_long.values[1] = Value::Text("x".repeat(100));
     if dialect == Dialect::MySql {
         let out = t
-            .write(&[record(4001), too_long, record(4002)],
-                WriteMode::Insert,
-            )
+            .write(&[record(4001), too_long, record(4002)], WriteMode::Insert)
             .await
             .unwrap();
         assert_eq!(out[0], WriteOutcome::Created);
@@ -169,10 +159,7 @@ async fn suite(dialect: Dialect) {
         .await
         .unwrap();
     let some: Vec<Record> = (0..8).map(record).collect();
-    ledger
-        .write(&some, WriteMode::Insert)
-        .await
-        .unwrap();
+    ledger.write(&some, WriteMode::Insert).await.unwrap();
     let window = Window {
         start: jiff::Timestamp::from_second(T0).unwrap(),
         end: jiff::Timestamp::from_second(T0 + 3600).unwrap(),

@@ -120,8 +120,7 @@ async fn lookups_find_what_exists_and_treat_404_and_deleted_as_missing() {
     seed(&emulator, 10);
     let s = source(&emulator, 4);
     let mut found: Vec<String> = s
-        .lookup(&["ch_00000003".into(), "ch_nope".into(), "ch_at_end".into()],
-        )
+        .lookup(&["ch_00000003".into(), "ch_nope".into(), "ch_at_end".into()])
         .await
         .unwrap()
         .into_iter()
