@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
-use recon_core::{format_timestamp, BuildContext, Record, Window, WriteMode, WriteOutcome};
+use recon_core::{format_timestamp, BuildContext, Record, Window, WriteMode};
 use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
@@ -393,29 +393,22 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
     } else {
         apply(ledger, target.as_ref(), &work).await?
     };
-    let mut written = Written {
-        rows: skipped
-            .iter()
-            .map(|i| BackfillRow {
-                key: i.record.key.clone(),
-                action: Action::Insert,
-                outcome: BackfillOutcome::Skipped,
-                error: "already present in the target".into(),
-            })
-            .collect(),
+    let done = crate::pipeline::finish::backfill_rows(&work, &outcomes);
+    let mut rows: Vec<BackfillRow> = skipped
+        .iter()
+        .map(|i| BackfillRow {
+            key: i.record.key.clone(),
+            action: Action::Insert,
+            outcome: BackfillOutcome::Skipped,
+            error: "already present in the target".into(),
+        })
+        .collect();
+    rows.extend(done.rows);
+    let written = Written {
+        rows,
         skipped: skipped.len(),
-        done: 0,
-        failed: 0,
+        done: done.written,
+        failed: done.failed,
     };
-    for ((r, m), o) in work.iter().zip(&outcomes) {
-        match o {
-            WriteOutcome::Failed(_) => written.failed += 1,
-            WriteOutcome::Created | WriteOutcome::Updated => written.done += 1,
-            WriteOutcome::Unchanged => {}
-        }
-        written
-            .rows
-            .push(BackfillRow::new(&r.key, Action::from(*m), o));
-    }
     Ok(written)
 }

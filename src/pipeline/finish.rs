@@ -93,7 +93,10 @@ pub async fn report(
     };
     extras.notes.extend(found.guard.trouble.clone());
     if let Some(outcomes) = &found.outcomes {
-        extras.backfill = Some(backfill_rows(&found.items, outcomes, &mut extras));
+        let rows = backfill_rows(&found.items, outcomes);
+        extras.backfilled = rows.written;
+        extras.backfill_failed = rows.failed;
+        extras.backfill = Some(rows.rows);
     }
     let status = status(&found.outcome, &extras, found.guard.trouble.is_some());
     let (source_ms, target_ms) = cx.timings;
@@ -140,22 +143,33 @@ pub async fn report(
     Ok((status, serde_json::Value::Object(counts), path))
 }
 
-/// The `backfill.csv` rows, counting written and refused items.
-fn backfill_rows(
-    items: &[Item],
-    outcomes: &[WriteOutcome],
-    extras: &mut RunExtras,
-) -> Vec<BackfillRow> {
-    let mut rows = Vec::with_capacity(items.len());
+/// Items written by a backfill, as `backfill.csv` and the counts show them.
+pub struct Rows {
+    /// One row per item, in plan order.
+    pub rows: Vec<BackfillRow>,
+    /// Items created or updated.
+    pub written: u64,
+    /// Items the target refused.
+    pub failed: u64,
+}
+
+/// The `backfill.csv` rows of written items, counting written and refused
+/// ones (`recon run` and `recon apply`).
+pub fn backfill_rows(items: &[Item], outcomes: &[WriteOutcome]) -> Rows {
+    let mut out = Rows {
+        rows: Vec::with_capacity(items.len()),
+        written: 0,
+        failed: 0,
+    };
     for ((r, m), o) in items.iter().zip(outcomes) {
         match o {
-            WriteOutcome::Failed(_) => extras.backfill_failed += 1,
-            WriteOutcome::Created | WriteOutcome::Updated => extras.backfilled += 1,
+            WriteOutcome::Failed(_) => out.failed += 1,
+            WriteOutcome::Created | WriteOutcome::Updated => out.written += 1,
             WriteOutcome::Unchanged => {}
         }
-        rows.push(BackfillRow::new(&r.key, Action::from(*m), o));
+        out.rows.push(BackfillRow::new(&r.key, Action::from(*m), o));
     }
-    rows
+    out
 }
 
 /// Clean when nothing is open after this run's writes; trouble when the
