@@ -10,7 +10,9 @@ use recon_core::{BuildContext, Record, Source, Target, Value, ValueRef, Window};
 use super::feed::{feed_files, Side};
 use super::RunPlan;
 use crate::config::{EndpointConfig, UnplacedPolicy};
-use crate::diff::{equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch};
+use crate::diff::{
+    equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Records,
+};
 use crate::report::UnplacedRow;
 
 /// The target as the run needs it: read only, or read and written.
@@ -224,12 +226,10 @@ pub async fn confirm_edges(
     spec: &DiffSpec,
 ) -> Result<Confirmed> {
     let (gaps_read, orphans_read) = (outcome.gaps.len(), outcome.orphans.len());
-    let gap_keys: Vec<String> = outcome.gaps.iter().map(|r| r.key.clone()).collect();
-    let in_target = lookup(sides.target(), &gap_keys)
+    let in_target = lookup(sides.target(), &outcome.gaps)
         .await
         .context("confirming gaps by key in the target")?;
-    let orphan_keys: Vec<String> = outcome.orphans.iter().map(|r| r.key.clone()).collect();
-    let in_source = lookup(sides.source.as_ref(), &orphan_keys)
+    let in_source = lookup(sides.source.as_ref(), &outcome.orphans)
         .await
         .context("confirming orphans by key in the source")?;
     let mut dismissed = 0;
@@ -266,13 +266,15 @@ pub async fn confirm_edges(
     })
 }
 
-/// The records a side holds for `keys`, by key. A side read whole holds
-/// nothing a lookup could add: asking it again would only read it twice.
-async fn lookup(side: &dyn Source, keys: &[String]) -> Result<HashMap<String, Record>> {
-    if keys.is_empty() || side.reads_whole() {
+/// The records a side holds for the keys of `records`, by key. A side read
+/// whole holds nothing a lookup could add: asking it again would only read
+/// it twice, so the keys are not even collected.
+async fn lookup(side: &dyn Source, records: &Records) -> Result<HashMap<String, Record>> {
+    if records.is_empty() || side.reads_whole() {
         return Ok(HashMap::new());
     }
-    let found = side.lookup(keys).await?;
+    let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
+    let found = side.lookup(&keys).await?;
     Ok(found.into_iter().map(|r| (r.key.clone(), r)).collect())
 }
 
