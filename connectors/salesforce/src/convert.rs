@@ -178,7 +178,10 @@ pub fn value_from_text(
                 "amounts need a currency: the record has no CurrencyIsoCode (set currency_field, or `currency` for a single-currency org)".to_string()
             })?;
             let p = plain_decimal(t).ok_or_else(|| format!("`{t}` is not a number"))?;
-            Value::Money(Money::parse_major(&p, c).map_err(|e| e.to_string())?)
+            Value::Money(
+                recon_core::parse::money(&p, c, recon_core::AmountFormat::Major)
+                    .map_err(|e| e.to_string())?,
+            )
         }
     })
 }
