@@ -674,3 +674,80 @@ async fn the_whole_backfill_is_checked_against_the_daily_share_before_any_write(
     assert!(emu.records(OBJECT).is_empty());
     emu.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_on_reads_and_writes_lose_nothing_and_write_nothing_twice() {
+    let emu = org(EmulatorConfig::default()).await;
+    let start = ts("2026-01-01T00:00:00Z");
+    let end = ts("2026-01-02T00:00:00Z");
+    // 3,000 records inside the window, plus one exactly at its start (in)
+    // and one exactly at its end (out).
+    for i in 0..3000i64 {
+        let at = start + jiff::SignedDuration::from_secs(1 + i * 28);
+        emu.insert(OBJECT, stored(&format!("ch_{i:05}"), 100 + i, at));
+    }
+    emu.insert(OBJECT, stored("ch_at_start", 1, start));
+    emu.insert(OBJECT, stored("ch_at_end", 1, end));
+    let target = connector(config(&emu));
+    target.check_idempotent().await.unwrap();
+    // Every kind of trouble the policy retries, on the read's first six
+    // requests in turn (a fault's `after` counts from the plan's start).
+    let fault = |kind, after| Fault {
+        kind,
+        after,
+        times: 1,
+    };
+    emu.set_faults(vec![
+        fault(FaultKind::RateLimited, 0),
+        fault(FaultKind::ServerError, 1),
+        fault(FaultKind::Unavailable, 2),
+        fault(FaultKind::TruncatedJson, 3),
+        fault(FaultKind::MalformedJson, 4),
+        fault(FaultKind::DropConnection, 5),
+    ]);
+    let window = Window { start, end };
+    let read = read_all(&target, window).await.unwrap();
+    let mut keys: Vec<&str> = read.iter().map(|r| r.key.as_str()).collect();
+    keys.sort_unstable();
+    let before = keys.len();
+    keys.dedup();
+    assert_eq!(before, keys.len(), "no record read twice");
+    assert_eq!(
+        keys.len(),
+        3001,
+        "every record once, the one at the end excluded"
+    );
+    assert!(keys.contains(&"ch_at_start") && !keys.contains(&"ch_at_end"));
+    // Writes under the same trouble: a truncated answer means the upsert
+    // was done and is sent again, which updates instead of creating twice.
+    emu.set_faults(vec![
+        fault(FaultKind::TruncatedJson, 0),
+        fault(FaultKind::ServerError, 1),
+        fault(FaultKind::DropConnection, 2),
+        fault(FaultKind::RateLimited, 3),
+    ]);
+    let fresh: Vec<Record> = (0..450)
+        .map(|i| record(&format!("new_{i:04}"), 500 + i, start))
+        .collect();
+    let out = target.write(&fresh, WriteMode::Upsert).await.unwrap();
+    assert_eq!(out.len(), 450);
+    assert!(
+        out.iter().all(|o| !matches!(o, WriteOutcome::Failed(_))),
+        "{out:?}"
+    );
+    let stored_keys: Vec<String> = emu
+        .records(OBJECT)
+        .iter()
+        .filter_map(|r| r[KEY].as_str().map(str::to_string))
+        .filter(|k| k.starts_with("new_"))
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = stored_keys.iter().collect();
+    assert_eq!(stored_keys.len(), 450, "each written once");
+    assert_eq!(unique.len(), 450);
+    // The faults did fire: two 429s, two 500s, one 503.
+    let by_status = emu.stats().by_status;
+    for (status, n) in [(429u16, 2u64), (500, 2), (503, 1)] {
+        assert_eq!(by_status.get(&status).copied(), Some(n), "{by_status:?}");
+    }
+    emu.shutdown().await;
+}
