@@ -62,6 +62,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
 use reqwest::Url;
+pub use traffic::{traffic, Answer, Traffic};
+
+mod traffic;
 /// The request method and builder of [`HttpClient::send_json`] and
 /// [`HttpClient::send_text`] (reqwest's), so that connectors need not
 /// depend on reqwest themselves.
@@ -1061,6 +1064,7 @@ impl HttpClient {
     /// shared by every clone (at most once per `interval`), and when `wait`
     /// is given, holds every request of every clone for that long.
     pub fn slow_down(&self, wait: Option<Duration>) {
+        traffic::rate_limited(self.inner.provider.name);
         if let Some(rate) = self.inner.limiter.throttled(None, wait) {
             tracing::info!(
                 provider = self.inner.provider.name,
@@ -1242,9 +1246,13 @@ impl HttpClient {
         let started = Instant::now();
         let response = match request.send().await {
             Ok(r) => r,
-            Err(e) => return Outcome::Retry(Failure::transport(self.scrub(describe(&e)))),
+            Err(e) => {
+                traffic::answered(provider, Answer::NoResponse);
+                return Outcome::Retry(Failure::transport(self.scrub(describe(&e))));
+            }
         };
         let status = response.status().as_u16();
+        traffic::answered(provider, Answer::Status(status));
         let headers = response.headers().clone();
         let request_id = headers
             .get(inner.provider.request_id_header)
@@ -1252,6 +1260,7 @@ impl HttpClient {
             .map(str::to_owned);
         if status == 429 {
             inner.throttled.fetch_add(1, Ordering::Relaxed);
+            traffic::rate_limited(provider);
         } else if status < 500 {
             // The provider answered within its limit (a 404 counts against
             // it as much as a 200): the pace fits.
