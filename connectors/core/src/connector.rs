@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConnectorError;
+use crate::probe::Probe;
 use crate::record::Record;
 
 /// A half-open time window `[start, end)` over record creation times.
@@ -77,6 +78,16 @@ pub trait Source: Send + Sync {
     /// connectors) keep this default, which finds none.
     async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
         Ok(Vec::new())
+    }
+
+    /// One cheap call that shows the system answers and accepts the
+    /// credentials, without reading a window (`recon check`): the provider's
+    /// limits and remaining quota where it reports them. Building the
+    /// connector has already checked what needs no call (for a SQL table:
+    /// the connection, the table and its columns). The default reports
+    /// only [`Source::describe`].
+    async fn probe(&self) -> Result<Probe, ConnectorError> {
+        Ok(Probe::reached(self.describe()))
     }
 }
 

@@ -19,6 +19,7 @@ mod error;
 pub mod http;
 mod money;
 pub mod parse;
+mod probe;
 mod record;
 mod redact;
 
@@ -26,6 +27,7 @@ pub use connector::{Page, Source, Target, Unplaced, Window, WriteMode, WriteOutc
 pub use endpoint::{BuildContext, ConnectorConfig, Expand, TargetRole};
 pub use error::{ConnectorError, Location};
 pub use money::{format_minor, Currency, MinorUnits, Money, MoneyError};
+pub use probe::Probe;
 pub use record::{
     format_timestamp, AmountFormat, Field, FieldKind, Record, Schema, Value, ValueRef,
 };

@@ -94,6 +94,19 @@ impl Source for FileSource {
         self.spec.path.display().to_string()
     }
 
+    /// Opens the file and reads its header (CSV) or first line (JSON
+    /// Lines): the file exists, is readable, and names the job's columns.
+    async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
+        FileReader::open(self.spec.clone(), &self.schema)?;
+        let bytes = std::fs::metadata(&self.spec.path)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        Ok(recon_core::Probe::reached(format!(
+            "{} ({bytes} bytes)",
+            self.describe()
+        )))
+    }
+
     fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let time_field = self.time_field;
         self.stream(move |r| match time_field {

@@ -778,6 +778,45 @@ impl Source for HubSpotObjects {
         }
         Ok(out)
     }
+
+    /// `GET /crm/v3/objects/{objectType}?limit=1`: one general call that
+    /// proves the token may read the object type, and whose
+    /// `X-HubSpot-RateLimit-*` headers report what is left of the account's
+    /// 10-second window and day
+    /// (https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details).
+    async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
+        let (_, meta) = self
+            .get(&format!("{}?limit=1", self.url("").trim_end_matches('/')))
+            .await
+            .map_err(http_error)?;
+        let header = |name: &str| {
+            meta.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let mut probe = recon_core::Probe::reached(self.describe()).authenticated();
+        probe = match (
+            header("X-HubSpot-RateLimit-Remaining"),
+            header("X-HubSpot-RateLimit-Max"),
+        ) {
+            (Some(left), Some(max)) => probe.limit(format!(
+                "{left} of {max} requests left in the 10-s window (requests_per_10s = {})",
+                self.cfg.requests_per_10s
+            )),
+            _ => probe.limit(format!(
+                "{} requests per 10 s (requests_per_10s)",
+                self.cfg.requests_per_10s
+            )),
+        };
+        if let (Some(left), Some(max)) = (
+            header("X-HubSpot-RateLimit-Daily-Remaining"),
+            header("X-HubSpot-RateLimit-Daily"),
+        ) {
+            probe = probe.limit(format!("{left} of {max} daily requests left"));
+        }
+        Ok(probe.limit(format!("search {}/s", self.cfg.search_per_second)))
+    }
 }
 
 #[async_trait::async_trait]

@@ -403,4 +403,38 @@ impl Source for SalesforceObjects {
             .await?;
         Ok(found.into_iter().flatten().collect())
     }
+
+    /// `GET /services/data/vXX.X/limits` (after the token request, for
+    /// client credentials): it proves the credentials are accepted, and
+    /// reports the org's `DailyApiRequests` {Max, Remaining} ("List
+    /// Organization Limits",
+    /// https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/dome_limits.htm).
+    async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
+        let v = self
+            .json(Method::GET, &self.data_url("limits"), |r| r)
+            .await
+            .map_err(http_error)?;
+        let d = &v["DailyApiRequests"];
+        let usage = match (d["Max"].as_u64(), d["Remaining"].as_u64()) {
+            (Some(max), Some(rem)) => Some(crate::limits::ApiUsage {
+                used: max.saturating_sub(rem),
+                max,
+            }),
+            _ => self.usage.latest(),
+        };
+        let mut probe =
+            recon_core::Probe::reached(format!("{} at {}", self.describe(), self.cfg.instance_url))
+                .authenticated()
+                .limit(format!("{} req/s", self.cfg.requests_per_second));
+        if let Some(u) = usage {
+            let share = (u.remaining() as f64 * self.cfg.daily_share).floor() as u64;
+            probe = probe.limit(format!(
+                "{} of {} daily API requests left; a backfill may use {share} (daily_share = {})",
+                u.remaining(),
+                u.max,
+                self.cfg.daily_share
+            ));
+        }
+        Ok(probe)
+    }
 }

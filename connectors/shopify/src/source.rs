@@ -867,4 +867,51 @@ impl Source for ShopifySource {
         }
         Ok(out)
     }
+
+    /// One GraphQL query of the app's access scopes
+    /// (`currentAppInstallation { accessScopes { handle } }`, cost 1): it
+    /// proves the token is accepted, shows whether it may read orders
+    /// (`read_orders`; `read_all_orders` for windows older than 60 days), and
+    /// its `extensions.cost.throttleStatus` reports the cost bucket
+    /// (https://shopify.dev/docs/api/usage/limits#graphql-admin-api-rate-limits).
+    async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
+        let data = self
+            .graphql(
+                "query AccessScopes { currentAppInstallation { accessScopes { handle } } }",
+                json!({}),
+                false,
+            )
+            .await?;
+        let scopes: Vec<String> = data["currentAppInstallation"]["accessScopes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["handle"].as_str().map(str::to_string))
+            .collect();
+        let _ = self.scopes.set(scopes.clone());
+        let has = |s: &str| scopes.iter().any(|h| h == s);
+        if !has("read_orders") && !has("write_orders") {
+            return Err(ConnectorError::Config(format!(
+                "the access token in source.token lacks the read_orders scope (it has: {}); give the app read_orders (custom app: Shopify admin > Settings > Apps and sales channels > Develop apps > the app > Configuration > Admin API access scopes), reinstall it and use the new token",
+                if scopes.is_empty() { "no scopes".to_string() } else { scopes.join(", ") }
+            )));
+        }
+        let mut probe = recon_core::Probe::reached(self.describe()).authenticated();
+        let bucket = self
+            .bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|b| (b.available, b.max, b.restore));
+        if let Some((available, max, restore)) = bucket {
+            probe = probe.limit(format!(
+                "{available:.0} of {max:.0} query cost points available, restoring {restore:.0}/s"
+            ));
+        }
+        Ok(probe.limit(if has("read_all_orders") {
+            "read_all_orders: every window".to_string()
+        } else {
+            format!("no read_all_orders: windows within the last {DEFAULT_HORIZON_DAYS} days only")
+        }))
+    }
 }

@@ -533,6 +533,29 @@ impl Source for SqlTable {
         self.display.clone()
     }
 
+    /// Connecting has found the table and every mapped column; this runs
+    /// the read's own SELECT list against the table with no rows wanted, so
+    /// a column the database cannot read as configured fails here.
+    async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
+        let sql = format!(
+            "SELECT {} FROM {} WHERE 1 = 0",
+            self.select_list,
+            self.table()
+        );
+        sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(&format!("{}: reading the mapped columns", self.display), e))?;
+        Ok(recon_core::Probe::reached(format!(
+            "{} ({}, key `{}`, {} column(s) mapped)",
+            self.display,
+            self.dialect.name(),
+            self.cfg.key_column,
+            self.cfg.columns.len()
+        ))
+        .authenticated())
+    }
+
     fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let mut args = AnyArguments::default();
         if self.cfg.time_field.is_some() {

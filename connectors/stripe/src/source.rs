@@ -427,6 +427,33 @@ impl Source for StripeSource {
             .await?;
         Ok(found.into_iter().flatten().collect())
     }
+
+    /// `GET /v1/{object}?limit=1`: one list call, the cheapest that proves
+    /// the key may read the object. Stripe sends no rate-limit headers; its
+    /// limits are documented (https://docs.stripe.com/rate-limits): 100
+    /// read requests per second in live mode, 25 in test mode.
+    async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
+        let q = [("limit".to_string(), "1".to_string())];
+        self.client
+            .get_json::<serde_json::Value>(&self.url(), &q)
+            .await
+            .map_err(http_error)?;
+        let mode = if self.cfg.api_key.expose().contains("_test_") {
+            "test"
+        } else {
+            "live"
+        };
+        let limit = match self.cfg.requests_per_second {
+            Some(r) => format!("{r} req/s (requests_per_second)"),
+            None => format!(
+                "{} req/s (Stripe's documented {mode}-mode limit)",
+                self.cfg.default_rate()
+            ),
+        };
+        Ok(recon_core::Probe::reached(self.describe())
+            .authenticated()
+            .limit(limit))
+    }
 }
 
 #[cfg(test)]

@@ -237,6 +237,7 @@ enum Route {
     BatchCreate(String),
     Create(String),
     Object(String, String),
+    List(String),
     NotAllowed,
     Unknown,
 }
@@ -257,6 +258,9 @@ impl Route {
             ["objects", t, "batch", "read"] => (Route::BatchRead(t.to_string()), Method::POST),
             ["objects", t, "batch", "upsert"] => (Route::BatchUpsert(t.to_string()), Method::POST),
             ["objects", t, "batch", "create"] => (Route::BatchCreate(t.to_string()), Method::POST),
+            ["objects", t] if !t.is_empty() && *method == Method::GET => {
+                (Route::List(t.to_string()), Method::GET)
+            }
             ["objects", t] if !t.is_empty() => (Route::Create(t.to_string()), Method::POST),
             ["objects", t, id] if !id.is_empty() => {
                 (Route::Object(t.to_string(), id.to_string()), Method::GET)
@@ -428,6 +432,7 @@ fn serve(shared: &Shared, cid: &str, route: Route, uri: &Uri, body: &[u8]) -> Re
             })
         }),
         Route::Object(t, id) => get_object(shared, cid, &t, &id, uri),
+        Route::List(t) => list_objects(shared, cid, &t, uri),
         Route::NotAllowed => Err(error(405, "METHOD_NOT_ALLOWED", "Method not allowed", cid)),
         Route::Unknown => Err(error(
             404,
@@ -998,6 +1003,61 @@ fn strings_only(properties: &Map<String, Value>, cid: &str) -> Result<(), Reply>
 }
 
 /// `GET …/objects/{type}/{id}?idProperty=&properties=a,b`.
+/// `GET /crm/v3/objects/{objectType}`: a page of objects by ID, `limit`
+/// 1..=100 (default 10), after the cursor `after`, with `paging.next` when
+/// more follow.
+/// https://developers.hubspot.com/docs/api-reference/crm-objects-v3/basic/get-crm-v3-objects-objectType
+fn list_objects(shared: &Shared, cid: &str, object_type: &str, uri: &Uri) -> Result<Reply, Reply> {
+    check_type(object_type, cid)?;
+    let canonical = canonical_type(object_type).unwrap();
+    let params = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(q)| q)
+        .unwrap_or_default();
+    let (mut limit, mut after, mut properties) = (10usize, 0u64, Vec::new());
+    for (k, v) in &params {
+        match k.as_str() {
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if (1..=100).contains(&n) => limit = n,
+                _ => return Err(validation(&format!("limit must be 1 to 100, not {v}"), cid)),
+            },
+            "after" => {
+                after = v
+                    .parse()
+                    .map_err(|_| validation(&format!("invalid paging cursor {v}"), cid))?
+            }
+            "properties" => {
+                properties.extend(v.split(',').filter(|s| !s.is_empty()).map(str::to_owned))
+            }
+            _ => {}
+        }
+    }
+    let store = shared.store.read().unwrap();
+    let ts = store.type_ref(object_type).ok().flatten();
+    let mut page: Vec<&Record> = ts
+        .map(|ts| {
+            ts.records
+                .range(after..)
+                .map(|(_, r)| r)
+                .take(limit + 1)
+                .collect()
+        })
+        .unwrap_or_default();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let names = requested(&canonical, &properties);
+    let results: Vec<Value> = page
+        .iter()
+        .map(|r| Value::Object(object_json(r, names.iter().copied())))
+        .collect();
+    let mut body = json!({ "results": results });
+    if let (true, Some(last)) = (more, page.last()) {
+        let next = (last.id + 1).to_string();
+        body["paging"] =
+            json!({ "next": { "after": next, "link": format!("{}?after={next}", uri.path()) } });
+    }
+    Ok(Reply::json(200, &body))
+}
+
 fn get_object(
     shared: &Shared,
     cid: &str,
