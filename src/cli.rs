@@ -42,6 +42,11 @@ pub enum Command {
     Demo(DemoArgs),
     /// Recent runs of each job, from the state store.
     Runs(RunsArgs),
+    /// Preflight a job without reading a window: config, secrets, each
+    /// endpoint reachable and authenticated, the target's unique key,
+    /// provider limits, state store and report folder writable. Exit 0
+    /// when every check passes, 2 otherwise.
+    Check(CheckArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -105,6 +110,35 @@ pub struct RunsArgs {
     /// How many runs to list.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The job config (TOML).
+    #[arg(long, env = "RECON_CONFIG")]
+    pub config: PathBuf,
+    /// Which job; may be omitted when the config has one.
+    #[arg(long)]
+    pub job: Option<String>,
+}
+
+impl CheckArgs {
+    /// The arguments of `recon run --config FILE [--job NAME]` with every
+    /// other flag at its default: the run this check prepares for.
+    pub fn run_args(&self) -> RunArgs {
+        use clap::{Args, FromArgMatches};
+        let mut argv = vec![
+            "run".into(),
+            "--config".into(),
+            self.config.clone().into_os_string(),
+        ];
+        if let Some(job) = &self.job {
+            argv.extend(["--job".into(), job.into()]);
+        }
+        let matches = RunArgs::augment_args(clap::Command::new("run"))
+            .get_matches_from::<_, std::ffi::OsString>(argv);
+        RunArgs::from_arg_matches(&matches).expect("recon run's defaults parse")
+    }
 }
 
 /// How amounts are written in a file.

@@ -12,6 +12,7 @@ fn main() -> ExitCode {
         Command::Apply(args) => recon::commands::apply::run(args),
         Command::Demo(args) => recon::commands::demo::run(args),
         Command::Runs(args) => recon::commands::runs::run(args),
+        Command::Check(args) => recon::commands::check::run(args),
     };
     match result {
         Ok(status) => status.into(),

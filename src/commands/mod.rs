@@ -1,4 +1,5 @@
 pub mod apply;
+pub mod check;
 pub mod demo;
 pub mod diff;
 pub mod run;

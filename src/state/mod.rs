@@ -32,6 +32,7 @@
 
 mod lock;
 mod migrate;
+mod probe;
 #[cfg(test)]
 mod plans_tests;
 #[cfg(test)]
