@@ -42,6 +42,12 @@ pub enum Command {
     Demo(DemoArgs),
     /// Recent runs of each job, from the state store.
     Runs(RunsArgs),
+    /// Write report.html again for a job's latest run (or --run), with
+    /// charts of its last runs, from the state store and the run's folder.
+    Report(ReportArgs),
+    /// One external ID's story across a job's runs: first seen, class per
+    /// run, backfill attempts and outcomes, resolved when.
+    History(HistoryArgs),
     /// Preflight a job without reading a window: config, secrets, each
     /// endpoint reachable and authenticated, the target's unique key,
     /// provider limits, state store and report folder writable. Exit 0
@@ -139,6 +145,42 @@ impl CheckArgs {
             .get_matches_from::<_, std::ffi::OsString>(argv);
         RunArgs::from_arg_matches(&matches).expect("recon run's defaults parse")
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The job config (TOML).
+    #[arg(long, env = "RECON_CONFIG")]
+    pub config: PathBuf,
+    /// Which job; may be omitted when the config has one.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// How many runs the charts show (this one and those before it).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub runs: u16,
+    /// The run whose report to write (default: the job's latest run with a
+    /// report folder).
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Folder to write report.html into (default: the run's own report
+    /// folder, beside its CSV files, replacing its report.html).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    /// The external ID (for example a Stripe charge ID).
+    pub id: String,
+    /// The job config (TOML).
+    #[arg(long, env = "RECON_CONFIG")]
+    pub config: PathBuf,
+    /// Which job; may be omitted when the config has one.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How amounts are written in a file.

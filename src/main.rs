@@ -12,6 +12,8 @@ fn main() -> ExitCode {
         Command::Apply(args) => recon::commands::apply::run(args),
         Command::Demo(args) => recon::commands::demo::run(args),
         Command::Runs(args) => recon::commands::runs::run(args),
+        Command::Report(args) => recon::commands::report::run(args),
+        Command::History(args) => recon::commands::history::run(args),
         Command::Check(args) => recon::commands::check::run(args),
     };
     match result {

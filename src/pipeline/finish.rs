@@ -131,6 +131,9 @@ pub async fn report(
         )
         .await?;
     }
+    // report.html last: it reads the staged summary.json and CSVs back.
+    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
+    crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
     let path = dir.commit()?;
     let mut counts = crate::report::counts(&found.outcome);
     counts.insert("pending".into(), json!(extras.pending.len()));

@@ -65,7 +65,13 @@ pub async fn update_while_applying(
             (delta, backfill.await)
         }
     };
-    Ok((delta?, outcomes?))
+    let delta = delta?;
+    // Its changes (seen anew, resolved) for `recon history`.
+    ledger
+        .state
+        .record_discrepancy_events(ledger.job, ledger.plan_id, now, &delta)
+        .await?;
+    Ok((delta, outcomes?))
 }
 
 /// The history as the reports show it: first sightings of the persisting

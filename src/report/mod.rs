@@ -5,6 +5,7 @@
 //! that fails part-way leaves the destination as it was.
 
 mod files;
+pub mod html;
 mod staging;
 
 pub use files::{

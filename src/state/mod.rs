@@ -33,6 +33,7 @@
 mod lock;
 mod migrate;
 mod probe;
+mod story;
 #[cfg(test)]
 mod plans_tests;
 #[cfg(test)]
@@ -51,6 +52,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
 
 pub use lock::RunLock;
+pub use story::{DiscrepancyEvent, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
 
 /// How long opening the first connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);

