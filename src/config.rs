@@ -131,6 +131,24 @@ pub struct BackfillConfig {
     /// negative numbers are refused.
     #[serde(default = "default_max_ratio", deserialize_with = "de_max_ratio")]
     pub max_ratio: f64,
+    /// How gaps are backfilled: `target` (the target's own idempotent
+    /// upsert, default) or `webhook` (replayed to `webhook.url`, see
+    /// `crate::webhook`).
+    #[serde(default)]
+    pub via: BackfillVia,
+    /// The endpoint of `via = "webhook"`.
+    pub webhook: Option<crate::webhook::WebhookConfig>,
+}
+
+/// The route of a backfill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillVia {
+    /// Written into the target by recon.
+    #[default]
+    Target,
+    /// POSTed to the user's own webhook handler, which creates the record.
+    Webhook,
 }
 
 impl Default for BackfillConfig {
@@ -139,6 +157,8 @@ impl Default for BackfillConfig {
             mode: default_mode(),
             max_records: default_max_records(),
             max_ratio: default_max_ratio(),
+            via: BackfillVia::Target,
+            webhook: None,
         }
     }
 }
@@ -200,8 +220,15 @@ pub fn parse(text: &str) -> Result<ConfigFile> {
 
 /// Keys whose values are secrets (or URLs that may hold one); a name
 /// containing one of these counts (`sslpassword`, `access_token`).
-const SECRET_KEYS: [&str; 7] = [
-    "password", "token", "api_key", "url", "state", "secret", "key",
+const SECRET_KEYS: [&str; 8] = [
+    "password",
+    "token",
+    "api_key",
+    "url",
+    "state",
+    "secret",
+    "key",
+    "authorization",
 ];
 
 /// Whether a TOML key (last dotted part, quotes removed) names a secret.

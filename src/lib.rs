@@ -17,6 +17,7 @@ pub mod plan;
 pub mod registry;
 pub mod report;
 pub mod state;
+pub mod webhook;
 pub mod window;
 
 /// The exit status contract, as `diff(1)`.

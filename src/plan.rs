@@ -152,6 +152,10 @@ pub struct PlanLine {
     pub external_id: String,
     /// Every field of the job, by name.
     pub values: BTreeMap<String, Option<PlanValue>>,
+    /// `backfill.via = "webhook"`: the request that will be sent (URL and
+    /// headers with secrets masked, the exact body); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<crate::webhook::PlanRequest>,
 }
 
 impl PlanLine {
@@ -192,6 +196,7 @@ impl PlanLine {
             action,
             external_id: record.key.clone(),
             values,
+            webhook: None,
         }
     }
 

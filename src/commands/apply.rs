@@ -53,6 +53,8 @@ struct PlanFile {
 struct Item {
     action: Action,
     record: Record,
+    /// `backfill.via = "webhook"`: the request the dry run planned.
+    webhook: Option<crate::webhook::PlanRequest>,
 }
 
 /// What a plan says about itself once every line agrees.
@@ -143,6 +145,7 @@ fn check_items(plan: &PlanFile, run: &RunPlan) -> Result<Vec<Item>> {
         items.push(Item {
             action: line.action,
             record,
+            webhook: line.webhook.clone(),
         });
     }
     Ok(items)
@@ -311,6 +314,7 @@ async fn write_and_report(
         skipped,
         done,
         failed,
+        webhook,
     } = write_items(plan, ledger, items).await?;
     write_backfill_csv(&mut dir, &rows)?;
     let status = if failed > 0 {
@@ -331,6 +335,14 @@ async fn write_and_report(
         "backfill_failed": failed,
         "exit_status": status.code(),
     });
+    let mut summary = summary;
+    if let (Some(w), Some(map)) = (&webhook, summary.as_object_mut()) {
+        map.insert(
+            "delivered_not_created".into(),
+            w["delivered_not_created"].clone(),
+        );
+        map.insert("webhook".into(), w.clone());
+    }
     let mut text = serde_json::to_vec_pretty(&summary)?;
     text.push(b'\n');
     dir.write_all("summary.json", &text)?;
@@ -357,11 +369,16 @@ struct Written {
     done: u64,
     /// Items the target refused.
     failed: u64,
+    /// `backfill.via = "webhook"`: the deliveries' counts.
+    webhook: Option<serde_json::Value>,
 }
 
 /// Builds the target, skips inserts whose key has appeared since the dry
 /// run, and writes the rest through the ledger.
 async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Result<Written> {
+    if let Some(wh) = &plan.webhook {
+        return write_webhook(plan, wh, ledger, items).await;
+    }
     let job = &plan.job.name;
     let cx = BuildContext {
         schema: &plan.spec.schema,
@@ -409,6 +426,87 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         skipped: skipped.len(),
         done: done.written,
         failed: done.failed,
+        webhook: None,
     };
     Ok(written)
+}
+
+/// `backfill.via = "webhook"`: sends exactly the requests of the plan (its
+/// bodies and idempotency keys; the URL and headers' secrets come from the
+/// config, which must still name the plan's endpoint), skipping inserts
+/// whose key the target holds now, through the delivery ledger.
+async fn write_webhook(
+    plan: &RunPlan,
+    wh: &crate::webhook::Webhook,
+    ledger: &Ledger<'_>,
+    items: &[Item],
+) -> Result<Written> {
+    use crate::webhook::{idempotency_key, identity, Prepared, IDEMPOTENCY_HEADER};
+    let job = &plan.job.name;
+    let url = recon_core::redact_url(wh.url.expose());
+    let mut prepared = Vec::with_capacity(items.len());
+    for i in items {
+        let key = &i.record.key;
+        let Some(req) = &i.webhook else {
+            bail!(
+                "the plan's line of `{key}` holds no webhook request: it was made while job `{job}` backfilled \
+                 through its target, and the job now has backfill.via = \"webhook\"; make the plan again with \
+                 `recon run --dry-run`"
+            );
+        };
+        if req.url != url {
+            bail!(
+                "the plan sends to {} but job `{job}` now has backfill.webhook.url = {url}; make the plan again \
+                 with `recon run --dry-run`",
+                req.url
+            );
+        }
+        let idem = idempotency_key(job, key, &identity(&i.record, plan.time_field));
+        if req.headers.get(IDEMPOTENCY_HEADER) != Some(&idem) {
+            bail!(
+                "the plan's line of `{key}` carries another {IDEMPOTENCY_HEADER} than its record derives \
+                 ({idem}); make the plan again with `recon run --dry-run`"
+            );
+        }
+        prepared.push(Prepared {
+            external_id: key.clone(),
+            key: idem,
+            body: req.body.to_string(),
+        });
+    }
+    let cx = BuildContext {
+        schema: &plan.spec.schema,
+        time_field: plan.time_field,
+    };
+    let target = plan.job.job.target.connector().build_source(cx).await;
+    let target = target.with_context(|| format!("job `{job}`: target"))?;
+    let keys: Vec<String> = prepared.iter().map(|p| p.external_id.clone()).collect();
+    let present: HashSet<String> = target
+        .lookup(&keys)
+        .await?
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let (skipped, todo): (Vec<Prepared>, Vec<Prepared>) = prepared
+        .into_iter()
+        .partition(|p| present.contains(&p.external_id));
+    let delivered = crate::pipeline::webhook::deliver(ledger, wh, target.as_ref(), todo).await?;
+    println!("{}", delivered.render());
+    let mut rows: Vec<BackfillRow> = skipped
+        .iter()
+        .map(|p| BackfillRow {
+            key: p.external_id.clone(),
+            action: Action::Insert,
+            outcome: BackfillOutcome::Skipped,
+            error: "already present in the target".into(),
+        })
+        .collect();
+    rows.extend(delivered.rows.iter().cloned());
+    Ok(Written {
+        rows,
+        skipped: skipped.len(),
+        done: delivered.delivered + delivered.already_done,
+        failed: delivered.failed,
+        webhook: Some(delivered.summary()),
+    })
 }

@@ -56,6 +56,8 @@ pub struct Found {
     pub guard: Guard,
     /// The write outcomes, when the backfill ran.
     pub outcomes: Option<Vec<WriteOutcome>>,
+    /// `backfill.via = "webhook"`: previews and deliveries.
+    pub webhook: Option<super::webhook::Report>,
 }
 
 /// Writes the report folder (and plan.jsonl when kept), saves the plan for
@@ -70,15 +72,23 @@ pub async fn report(
     let job = &plan.job.name;
     let schema = &plan.spec.schema;
     let (history, resolved) = super::history::for_report(found.delta, cx.now);
+    let mut webhook = found.webhook;
+    let mut previews = webhook
+        .as_mut()
+        .and_then(|w| w.previews.take())
+        .map(Vec::into_iter);
     let plan_lines = found.guard.plan_file.then(|| {
         found
             .items
             .iter()
             .map(|(r, m)| {
-                PlanLine::new(cx.run_id, job, cx.asked, Action::from(*m), schema, r).to_json()
+                let mut line = PlanLine::new(cx.run_id, job, cx.asked, Action::from(*m), schema, r);
+                line.webhook = previews.as_mut().and_then(Iterator::next);
+                line.to_json()
             })
             .collect::<Vec<_>>()
     });
+    let delivered = webhook.and_then(|w| w.delivered);
     let mut extras = RunExtras {
         run_id: Some(cx.run_id.to_string()),
         dry_run: plan.dry_run,
@@ -97,6 +107,12 @@ pub async fn report(
         extras.backfilled = rows.written;
         extras.backfill_failed = rows.failed;
         extras.backfill = Some(rows.rows);
+    }
+    if let Some(d) = &delivered {
+        extras.backfilled = d.delivered + d.already_done;
+        extras.backfill_failed = d.failed;
+        extras.backfill = Some(d.rows.clone());
+        extras.webhook = Some(d.summary());
     }
     let status = status(&found.outcome, &extras, found.guard.trouble.is_some());
     let (source_ms, target_ms) = cx.timings;
@@ -139,7 +155,13 @@ pub async fn report(
     counts.insert("pending".into(), json!(extras.pending.len()));
     counts.insert("backfilled".into(), json!(extras.backfilled));
     counts.insert("backfill_failed".into(), json!(extras.backfill_failed));
+    if let Some(d) = &delivered {
+        counts.insert("delivered_not_created".into(), json!(d.not_created));
+    }
     println!("{}", render(&found.outcome, &extras));
+    if let Some(d) = &delivered {
+        println!("{}", d.render());
+    }
     if let Some(msg) = &found.guard.trouble {
         eprintln!("error: {msg}");
     }

@@ -36,6 +36,8 @@ pub struct RunPlan {
     pub max_records: u64,
     /// Safety limit: share of the window's source records.
     pub max_ratio: f64,
+    /// `backfill.via = "webhook"`: the endpoint gaps are replayed to.
+    pub webhook: Option<crate::webhook::Webhook>,
 }
 
 fn kind_of(job: &JobConfig, name: &str) -> FieldKind {
@@ -52,6 +54,8 @@ impl RunPlan {
         let (schema, time_field) = schema_of(&name, j)?;
         let tolerances = tolerances(&name, j, &schema)?;
         check_endpoints(&name, j, &schema, args.dry_run)?;
+        let b = &j.backfill;
+        let webhook = crate::webhook::resolve(&name, b.via, b.mode, b.webhook.as_ref())?;
         let window_text = args.window.clone().unwrap_or_else(|| j.window.clone());
         let window: WindowSpec = window_text
             .parse()
@@ -76,6 +80,7 @@ impl RunPlan {
             out: args.out.clone(),
             max_records: args.max_records.unwrap_or(j.backfill.max_records),
             max_ratio: args.max_ratio.unwrap_or(j.backfill.max_ratio),
+            webhook,
             job,
         })
     }
@@ -177,10 +182,17 @@ fn check_endpoints(name: &str, j: &JobConfig, schema: &Schema, dry_run: bool) ->
             "job `{name}`: {} is a source of truth only; use it as the job's source",
             target.kind()
         ),
-        TargetRole::ReadOnly if j.backfill.mode != BackfillMode::Off && !dry_run => bail!(
-            "job `{name}`: the target is {} and cannot be backfilled; set backfill.mode = \"off\" or run with --dry-run",
-            target.kind()
-        ),
+        // A webhook route only reads the target (to verify).
+        TargetRole::ReadOnly
+            if j.backfill.mode != BackfillMode::Off
+                && !dry_run
+                && j.backfill.via == config::BackfillVia::Target =>
+        {
+            bail!(
+                "job `{name}`: the target is {} and cannot be backfilled; set backfill.mode = \"off\" or run with --dry-run",
+                target.kind()
+            )
+        }
         _ => Ok(()),
     }
 }

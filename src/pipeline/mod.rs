@@ -23,6 +23,7 @@ pub mod finish;
 pub mod history;
 mod job;
 pub mod read;
+pub mod webhook;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -122,7 +123,9 @@ async fn run_locked(
         })?,
         end: asked.end,
     };
-    let sides = read::Sides::build(plan, plan.writes()).await?;
+    // A webhook route never writes the target itself: it is read (and
+    // looked up to verify the deliveries).
+    let sides = read::Sides::build(plan, plan.writes() && plan.webhook.is_none()).await?;
     let read = read::read_and_diff(plan, &sides, window).await?;
     let unplaced = read::unplaced_records(plan, &sides).await?;
     let mut outcome = read.outcome;
@@ -132,6 +135,7 @@ async fn run_locked(
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
     let (delta, outcomes) =
         history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now).await?;
+    let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;
     let context = finish::Context {
         plan,
         run_id: ledger.plan_id,
@@ -151,6 +155,7 @@ async fn run_locked(
         items,
         guard,
         outcomes,
+        webhook,
     };
     finish::report(&context, ledger.state, dir, found).await
 }

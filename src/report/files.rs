@@ -62,6 +62,9 @@ pub struct RunExtras {
     /// Records of either side that no window can hold (time field empty,
     /// NULL or not a timestamp): listed in unplaced.csv, never diffed.
     pub unplaced: Vec<UnplacedRow>,
+    /// `backfill.via = "webhook"`: the deliveries' counts (summary.json
+    /// `webhook`, and `delivered_not_created` at the top level).
+    pub webhook: Option<serde_json::Value>,
 }
 
 /// A record that could not be placed in the window, with its side.
@@ -118,6 +121,16 @@ pub enum BackfillOutcome {
     Failed,
     /// Not written: `recon apply` found it already present.
     Skipped,
+    /// `backfill.via = "webhook"`: the endpoint answered 2xx and the record
+    /// is in the target.
+    Delivered,
+    /// `backfill.via = "webhook"`: the endpoint answered 409 (its handler
+    /// had done it) and the record is in the target.
+    AlreadyDone,
+    /// `backfill.via = "webhook"`: the endpoint acknowledged the delivery
+    /// but the record is not in the target after `verify_after`: the
+    /// handler is broken. Never sent again.
+    DeliveredNotCreated,
 }
 
 impl BackfillOutcome {
@@ -139,12 +152,18 @@ impl BackfillOutcome {
             BackfillOutcome::Unchanged => "unchanged",
             BackfillOutcome::Failed => "failed",
             BackfillOutcome::Skipped => "skipped",
+            BackfillOutcome::Delivered => "delivered",
+            BackfillOutcome::AlreadyDone => "already_done",
+            BackfillOutcome::DeliveredNotCreated => "delivered_not_created",
         }
     }
 
     /// Whether the target now holds the record as the source has it.
     pub fn written(self) -> bool {
-        !matches!(self, BackfillOutcome::Failed)
+        !matches!(
+            self,
+            BackfillOutcome::Failed | BackfillOutcome::DeliveredNotCreated
+        )
     }
 }
 
@@ -303,6 +322,13 @@ pub fn write_diff_reports(
     summary.insert("unplaced".into(), json!(extras.unplaced.len()));
     summary.insert("backfilled".into(), json!(extras.backfilled));
     summary.insert("backfill_failed".into(), json!(extras.backfill_failed));
+    if let Some(w) = &extras.webhook {
+        summary.insert(
+            "delivered_not_created".into(),
+            w["delivered_not_created"].clone(),
+        );
+        summary.insert("webhook".into(), w.clone());
+    }
     if extras.history.is_some() {
         summary.insert("resolved".into(), json!(extras.resolved.len()));
     }

@@ -38,6 +38,7 @@ mod story;
 mod plans_tests;
 #[cfg(test)]
 mod tests;
+pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;

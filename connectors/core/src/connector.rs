@@ -89,6 +89,18 @@ pub trait Source: Send + Sync {
     async fn probe(&self) -> Result<Probe, ConnectorError> {
         Ok(Probe::reached(self.describe()))
     }
+
+    /// The records of these keys as the system's API returns them: one JSON
+    /// object (as text) per key found, for replaying gaps to a webhook
+    /// (`backfill.via = "webhook"`). `None` when the connector has no such
+    /// form (files, tables): recon then renders the typed record.
+    async fn raw_json(
+        &self,
+        keys: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, ConnectorError> {
+        let _ = keys;
+        Ok(None)
+    }
 }
 
 /// How a backfill writes a record whose key may already exist.

@@ -428,6 +428,28 @@ impl Source for StripeSource {
         Ok(found.into_iter().flatten().collect())
     }
 
+    /// Each object as `GET /v1/{object}/{id}` returns it
+    /// (<https://docs.stripe.com/api/charges/retrieve>), for webhook replay.
+    async fn raw_json(
+        &self,
+        keys: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, ConnectorError> {
+        let concurrency = self.cfg.concurrency.max(1);
+        let found: Vec<Option<(String, String)>> = stream::iter(keys.iter().cloned())
+            .map(|key| async move {
+                let url = format!("{}/{}", self.url(), key);
+                match self.client.get_json::<serde_json::Value>(&url, &[]).await {
+                    Ok((v, _)) => Ok(Some((key, v.to_string()))),
+                    Err(HttpError::Status { status: 404, .. }) => Ok(None),
+                    Err(e) => Err(http_error(e)),
+                }
+            })
+            .buffer_unordered(concurrency)
+            .try_collect()
+            .await?;
+        Ok(Some(found.into_iter().flatten().collect()))
+    }
+
     /// `GET /v1/{object}?limit=1`: one list call, the cheapest that proves
     /// the key may read the object. Stripe sends no rate-limit headers; its
     /// limits are documented (https://docs.stripe.com/rate-limits): 100

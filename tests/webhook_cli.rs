@@ -1,0 +1,732 @@
+//! `backfill.via = "webhook"` end to end through the binary: an export file
+//! as the source of truth, a SQLite table as the target, and a webhook
+//! handler on 127.0.0.1 (`recon::webhook::receiver`) that deduplicates by
+//! `Idempotency-Key` and creates the record in that table, like a user's
+//! own handler would.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use recon::webhook::receiver::{CreateHook, Receiver, ReceiverConfig};
+use sha2::Sha256;
+use sqlx::{Connection, Row};
+
+/// Source charges; the target lacks every one with an odd index.
+const CHARGES: i64 = 24;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    now: i64,
+}
+
+fn target_url(dir: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", dir.join("target.db").display())
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let now = jiff::Timestamp::now().as_second();
+        let mut csv = String::from("id,amount,currency,status,created\n");
+        let mut conn = sqlx::SqliteConnection::connect(&target_url(dir.path()))
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TABLE payments (charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, \
+             currency TEXT, status TEXT, created_at TIMESTAMP)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        for i in 0..CHARGES {
+            let (id, amount, created) = Self::charge(now, i);
+            csv.push_str(&format!("{id},{amount},usd,succeeded,{created}\n"));
+            if i % 2 == 0 {
+                sqlx::query("INSERT INTO payments VALUES ($1, $2, 'usd', 'succeeded', $3)")
+                    .bind(&id)
+                    .bind(amount)
+                    .bind(sql_time(created))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+        std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
+        Fixture { dir, now }
+    }
+
+    fn charge(now: i64, i: i64) -> (String, i64, i64) {
+        (format!("ch_{i:04}"), 1000 + i * 7, now - 3 * 3600 + i * 60)
+    }
+
+    fn gaps(&self) -> Vec<String> {
+        (0..CHARGES)
+            .filter(|i| i % 2 == 1)
+            .map(|i| Self::charge(self.now, i).0)
+            .collect()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A handler's creation step: inserts the delivered charge into the
+    /// target table (a second insert of a key would fail: UNIQUE).
+    fn create_hook(&self) -> CreateHook {
+        let url = target_url(self.dir.path());
+        Arc::new(move |obj: serde_json::Value| {
+            let url = url.clone();
+            Box::pin(async move {
+                let mut conn = sqlx::SqliteConnection::connect(&url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let created: jiff::Timestamp = obj["created"]
+                    .as_str()
+                    .ok_or("no created")?
+                    .parse()
+                    .map_err(|e: jiff::Error| e.to_string())?;
+                sqlx::query("INSERT INTO payments VALUES ($1, $2, $3, $4, $5)")
+                    .bind(obj["id"].as_str().ok_or("no id")?.to_string())
+                    .bind(obj["amount"].as_i64().ok_or("no amount")?)
+                    .bind(obj["currency"].as_str().unwrap_or("").to_string())
+                    .bind(obj["status"].as_str().unwrap_or("").to_string())
+                    .bind(sql_time(created.as_second()))
+                    .execute(&mut conn)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        })
+    }
+
+    /// The job config, with `webhook` as the body of
+    /// `[jobs.charges.backfill.webhook]`.
+    fn write_config(&self, webhook: &str) {
+        let text = format!(
+            r#"
+[defaults]
+reports = "{reports}"
+state = "sqlite://{state}"
+
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
+compare = ["amount", "currency", "status"]
+window = "last:24h"
+
+[jobs.charges.source]
+type = "file"
+path = "{source}"
+key = "id"
+
+[jobs.charges.target]
+type = "sql"
+url = "{target}"
+table = "payments"
+key = "charge_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+
+[jobs.charges.backfill]
+mode = "insert"
+max_records = 1000
+max_ratio = 1
+via = "webhook"
+
+[jobs.charges.backfill.webhook]
+{webhook}
+"#,
+            reports = self.path("reports").display(),
+            state = self.path("state.db").display(),
+            source = self.path("charges.csv").display(),
+            target = target_url(self.dir.path()),
+        );
+        std::fs::write(self.path("recon.toml"), text).unwrap();
+    }
+
+    fn command(&self, args: &[&str], envs: &[(&str, &str)]) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+        c.args(args)
+            .envs(envs.iter().copied())
+            .env_remove("RECON_FAULT_ABORT_AFTER_ITEMS");
+        c
+    }
+
+    /// `recon run` into `out`, on a blocking thread (the receiver keeps
+    /// serving on this runtime).
+    async fn run(&self, out: &str, extra: &[&str], envs: &[(&str, &str)]) -> Output {
+        let config = self.path("recon.toml").display().to_string();
+        let out = self.path(out).display().to_string();
+        let mut args = vec!["run", "--config", &config, "--out", &out];
+        args.extend_from_slice(extra);
+        let mut c = self.command(&args, envs);
+        tokio::task::spawn_blocking(move || c.output().unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn target_keys(&self) -> Vec<String> {
+        let mut conn = sqlx::SqliteConnection::connect(&target_url(self.dir.path()))
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = sqlx::query("SELECT charge_id FROM payments")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The delivery ledger: external ID → status.
+    async fn ledger(&self) -> HashMap<String, String> {
+        let url = format!("sqlite://{}", self.path("state.db").display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("SELECT external_id, status FROM recon_webhook_deliveries")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+}
+
+fn sql_time(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs)
+        .unwrap()
+        .strftime("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// backfill.csv as external ID → (outcome, error).
+fn backfill(dir: &Path) -> HashMap<String, (String, String)> {
+    let mut r = csv::Reader::from_path(dir.join("backfill.csv")).unwrap();
+    r.records()
+        .map(|row| {
+            let row = row.unwrap();
+            (row[0].to_string(), (row[2].to_string(), row[3].to_string()))
+        })
+        .collect()
+}
+
+fn key_of(job: &str, id: &str, created: i64) -> String {
+    let t = jiff::Timestamp::from_second(created).unwrap();
+    recon::webhook::idempotency_key(job, id, &recon_core::format_timestamp(t))
+}
+
+fn all_created_once(stats: &recon::webhook::receiver::Stats, keys: &[String]) {
+    for k in keys {
+        assert_eq!(
+            stats.created.get(k),
+            Some(&1),
+            "{k} created once: {stats:?}"
+        );
+    }
+    assert_eq!(stats.created.len(), keys.len(), "{stats:?}");
+}
+
+fn gap_keys(f: &Fixture) -> Vec<String> {
+    (0..CHARGES)
+        .filter(|i| i % 2 == 1)
+        .map(|i| {
+            let (id, _, created) = Fixture::charge(f.now, i);
+            key_of("charges", &id, created)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_then_200_is_delivered_once_and_a_rerun_sends_nothing() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        fail_once_every: Some(1),
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    let keys = gap_keys(&f);
+    // Every gap: a 500, then the same key again, created once.
+    assert_eq!(stats.server_errors, keys.len(), "{stats:?}");
+    for k in &keys {
+        assert_eq!(stats.per_key.get(k), Some(&2), "{k}: {stats:?}");
+    }
+    assert_eq!(stats.requests, 2 * keys.len());
+    all_created_once(&stats, &keys);
+    let rows = backfill(&f.path("r1"));
+    assert_eq!(rows.len(), keys.len());
+    assert!(rows.values().all(|(o, _)| o == "delivered"), "{rows:?}");
+    let s = summary(&f.path("r1"));
+    assert_eq!(s["webhook"]["delivered"], keys.len());
+    assert_eq!(s["webhook"]["retries"], keys.len());
+    assert_eq!(s["delivered_not_created"], 0);
+    assert_eq!(s["backfilled"], keys.len());
+    let mut want: Vec<String> = (0..CHARGES).map(|i| Fixture::charge(f.now, i).0).collect();
+    want.sort();
+    assert_eq!(f.target_keys().await, want);
+    // The ledger says delivered; a rerun finds nothing to send.
+    let ledger = f.ledger().await;
+    assert!(
+        f.gaps().iter().all(|g| ledger[g] == "delivered"),
+        "{ledger:?}"
+    );
+    let o = f.run("r2", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(rx.stats().requests, 2 * keys.len(), "nothing sent again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_409_is_already_done_and_never_retried() {
+    let f = Fixture::new().await;
+    // The handler does the work, then fails before answering (500): the
+    // retry is answered 409 "already processed".
+    let rx = Receiver::start(ReceiverConfig {
+        fail_after_work_once_every: Some(1),
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    let keys = gap_keys(&f);
+    // One 500, one 409, and no third attempt: a 409 is final.
+    assert_eq!(stats.conflicts, keys.len(), "{stats:?}");
+    for k in &keys {
+        assert_eq!(stats.per_key.get(k), Some(&2), "{k}: {stats:?}");
+    }
+    all_created_once(&stats, &keys);
+    let rows = backfill(&f.path("r1"));
+    assert!(rows.values().all(|(o, _)| o == "already_done"), "{rows:?}");
+    let s = summary(&f.path("r1"));
+    assert_eq!(s["webhook"]["already_done"], keys.len());
+    let ledger = f.ledger().await;
+    assert!(
+        f.gaps().iter().all(|g| ledger[g] == "already_done"),
+        "{ledger:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_times_out_and_is_retried_with_the_same_key() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        slow_first: Some(Duration::from_secs(3)),
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 16\ntimeout = \"1s\"\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    let keys = gap_keys(&f);
+    // Each key twice (the timed-out attempt and its retry), no other key.
+    assert_eq!(stats.per_key.len(), keys.len(), "{stats:?}");
+    for k in &keys {
+        assert_eq!(stats.per_key.get(k), Some(&2), "{k}: {stats:?}");
+    }
+    assert_eq!(stats.without_key, 0);
+    all_created_once(&stats, &keys);
+    let s = summary(&f.path("r1"));
+    assert_eq!(s["webhook"]["retries"], keys.len(), "{s}");
+    assert_eq!(s["backfilled"], keys.len(), "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_delivery_then_rerun_each_record_is_created_once() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        latency: Duration::from_millis(250),
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"8/s\"\nconcurrency = 2\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let config = f.path("recon.toml").display().to_string();
+    let out = f.path("r1").display().to_string();
+    let mut child = f
+        .command(&["run", "--config", &config, "--out", &out], &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while rx.stats().requests < 5 {
+        assert!(started.elapsed() < Duration::from_secs(60), "no deliveries");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SIGKILL while deliveries are in flight.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let keys = gap_keys(&f);
+    let at_kill = rx.stats();
+    assert!(
+        at_kill.requests < keys.len(),
+        "killed too late: {at_kill:?}"
+    );
+    let ledger = f.ledger().await;
+    let recorded: Vec<String> = ledger
+        .iter()
+        .filter(|(_, s)| *s == "delivered")
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(
+        ledger.values().any(|s| s == "planned"),
+        "the kill left items planned: {ledger:?}"
+    );
+    let o = f.run("r2", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    // The handler saw every key and created each record exactly once.
+    for k in &keys {
+        assert!(stats.per_key.contains_key(k), "{k} never delivered");
+    }
+    all_created_once(&stats, &keys);
+    // Items recorded as delivered before the kill were never sent again;
+    // every repeat (a POST answered but not yet recorded) was deduplicated.
+    let by_id: HashMap<String, String> = (0..CHARGES)
+        .filter(|i| i % 2 == 1)
+        .map(|i| {
+            let (id, _, created) = Fixture::charge(f.now, i);
+            (id.clone(), key_of("charges", &id, created))
+        })
+        .collect();
+    for id in &recorded {
+        assert_eq!(
+            stats.per_key[&by_id[id]], at_kill.per_key[&by_id[id]],
+            "{id} resent"
+        );
+    }
+    // Only what was in flight (or answered, not yet recorded) at the kill
+    // went again: at most 2 × concurrency.
+    let repeats: usize = stats.per_key.values().map(|n| n - 1).sum();
+    assert!(repeats <= 4, "{stats:?}");
+    let mut want: Vec<String> = (0..CHARGES).map(|i| Fixture::charge(f.now, i).0).collect();
+    want.sort();
+    assert_eq!(f.target_keys().await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_verify_with_the_secret_and_fail_with_a_wrong_one() {
+    let secret = "whsec_test_4f9a1c77e2";
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        secret: Some(secret.into()),
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\nsigning_secret = \"${{RECON_TEST_WH_SECRET}}\"",
+        rx.url
+    ));
+    let o = f.run("r1", &[], &[("RECON_TEST_WH_SECRET", secret)]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    assert_eq!(stats.bad_signatures, 0);
+    all_created_once(&stats, &gap_keys(&f));
+    // Checked here too, independently of recon's code: HMAC-SHA256 of
+    // "t.body" under the secret.
+    for req in &stats.bodies {
+        let header = req
+            .lines()
+            .find_map(|l| l.strip_prefix("recon-signature: "))
+            .expect("signed");
+        let body = req.lines().last().unwrap();
+        let (t, v1) = header.split_once(",v1=").unwrap();
+        let t = t.strip_prefix("t=").unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{t}.{body}").as_bytes());
+        let want: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(v1, want);
+    }
+
+    // Another job signing with a wrong secret: every delivery is refused.
+    let g = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        secret: Some(secret.into()),
+        create: Some(g.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    g.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\nsigning_secret = \"whsec_wrong_0000000\"",
+        rx.url
+    ));
+    let o = g.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stats = rx.stats();
+    let n = g.gaps().len();
+    assert_eq!(stats.bad_signatures, n, "{stats:?}");
+    assert!(stats.created.is_empty());
+    let rows = backfill(&g.path("r1"));
+    assert!(
+        rows.values().all(|(o, e)| o == "failed"
+            && e.contains("401")
+            && e.contains("signature does not match")),
+        "{rows:?}"
+    );
+    assert_eq!(summary(&g.path("r1"))["backfill_failed"], n);
+    // Refused items are not sent again by retries within the run.
+    assert_eq!(stats.requests, n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_acknowledges_but_never_creates_is_delivered_not_created() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"1s\"",
+        rx.url
+    ));
+    let started = Instant::now();
+    let o = f.run("r1", &[], &[]).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "verify_after waited"
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let n = f.gaps().len();
+    let rows = backfill(&f.path("r1"));
+    assert_eq!(rows.len(), n);
+    assert!(
+        rows.values().all(|(o, _)| o == "delivered_not_created"),
+        "{rows:?}"
+    );
+    let s = summary(&f.path("r1"));
+    assert_eq!(s["delivered_not_created"], n, "{s}");
+    assert_eq!(s["backfilled"], 0, "{s}");
+    assert_eq!(s["gaps"], n, "{s}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains(&format!("delivered_not_created {n}")),
+        "{stdout}"
+    );
+    // The next run checks again, sends nothing, and still says so.
+    let o = f.run("r2", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(rx.stats().requests, n, "never sent again");
+    let rows = backfill(&f.path("r2"));
+    assert!(
+        rows.values()
+            .all(|(o, e)| o == "delivered_not_created" && e.contains("not sent again")),
+        "{rows:?}"
+    );
+    // Once the handler is fixed and the records appear, the check says so.
+    let hook = f.create_hook();
+    for i in (0..CHARGES).filter(|i| i % 2 == 1) {
+        let (id, amount, created) = Fixture::charge(f.now, i);
+        let t = jiff::Timestamp::from_second(created).unwrap();
+        hook(serde_json::json!({"id": id, "amount": amount, "currency": "usd", "status": "succeeded", "created": recon_core::format_timestamp(t)}))
+            .await
+            .unwrap();
+    }
+    let o = f.run("r3", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = summary(&f.path("r3"));
+    assert_eq!(s["delivered_not_created"], 0, "{s}");
+    assert_eq!(s["webhook"]["verified_earlier"], n, "{s}");
+    assert_eq!(rx.stats().requests, n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_plans_exactly_what_apply_sends_and_no_secret_is_in_any_report_or_log() {
+    let token = "tok_Sec/ret#42?xyz";
+    let secret = "whsec_Plan0123456789";
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        secret: Some(secret.into()),
+        envelope: recon::webhook::Envelope::Stripe,
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nenvelope = \"stripe\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\n\
+         signing_secret = \"${{RECON_TEST_WH_SECRET}}\"\n\
+         headers = {{ Authorization = \"Bearer ${{RECON_TEST_WH_TOKEN}}\", X-Source = \"recon\" }}",
+        rx.url
+    ));
+    let envs = [
+        ("RECON_TEST_WH_SECRET", secret),
+        ("RECON_TEST_WH_TOKEN", token),
+    ];
+    let o = f.run("dry", &["--dry-run", "--log", "debug"], &envs).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(rx.stats().requests, 0, "a dry run sends nothing");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("would POST 12 deliveries"), "{stdout}");
+    let plan_text = std::fs::read_to_string(f.path("dry/plan.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = plan_text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), f.gaps().len());
+    let keys = gap_keys(&f);
+    let mut planned: HashMap<String, String> = HashMap::new();
+    for l in &lines {
+        let w = &l["webhook"];
+        assert_eq!(w["method"], "POST");
+        assert_eq!(w["url"], rx.url);
+        assert_eq!(w["headers"]["Authorization"], "***");
+        assert_eq!(w["headers"]["X-Source"], "recon");
+        assert_eq!(w["headers"]["Recon-Signature"], "t=<at send>,v1=***");
+        let key = w["headers"]["Idempotency-Key"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(keys.contains(&key), "{key}");
+        assert_eq!(w["body"]["object"], "event");
+        assert_eq!(w["body"]["type"], "charge.succeeded");
+        assert_eq!(w["body"]["data"]["object"]["id"], l["external_id"]);
+        planned.insert(key, w["body"].to_string());
+    }
+    let dry_logs = text(&o);
+    // Apply exactly that plan.
+    let config = f.path("recon.toml").display().to_string();
+    let plan = f.path("dry/plan.jsonl").display().to_string();
+    let out = f.path("applied").display().to_string();
+    let mut c = f.command(
+        &[
+            "apply", "--plan", &plan, "--config", &config, "--out", &out, "--log", "debug",
+        ],
+        &envs,
+    );
+    let o = tokio::task::spawn_blocking(move || c.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    assert_eq!(stats.bad_signatures, 0);
+    all_created_once(&stats, &keys);
+    // Each received body is byte for byte the planned one, under its key.
+    let mut sent: HashMap<String, String> = HashMap::new();
+    for req in &stats.bodies {
+        let key = req
+            .lines()
+            .find_map(|l| l.strip_prefix("idempotency-key: "))
+            .unwrap()
+            .to_string();
+        assert!(req.contains(&format!("authorization: Bearer {token}")));
+        sent.insert(key, req.lines().last().unwrap().to_string());
+    }
+    assert_eq!(sent, planned);
+    let s = summary(&f.path("applied"));
+    assert_eq!(s["webhook"]["delivered"], keys.len(), "{s}");
+    // No secret anywhere: reports, plan, logs, the state store.
+    let mut everything = dry_logs + &text(&o);
+    for dir in [f.path("dry"), f.path("applied")] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            everything.push_str(&String::from_utf8_lossy(
+                &std::fs::read(e.unwrap().path()).unwrap(),
+            ));
+        }
+    }
+    everything.push_str(&String::from_utf8_lossy(
+        &std::fs::read(f.path("state.db")).unwrap(),
+    ));
+    for s in [token, "Sec/ret#42", secret] {
+        assert!(!everything.contains(s), "secret {s} leaked");
+    }
+    let _: HashSet<()> = HashSet::new();
+}
+
+#[test]
+fn webhook_settings_that_disagree_are_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture {
+        dir,
+        now: jiff::Timestamp::now().as_second(),
+    };
+    std::fs::write(f.path("charges.csv"), "id,amount,currency,status,created\n").unwrap();
+    let cases = [
+        ("url = \"ftp://x\"", "is not an http(s) URL"),
+        (
+            "url = \"http://127.0.0.1:9/h\"\nrate_limit = \"fast\"",
+            "backfill.webhook.rate_limit",
+        ),
+        (
+            "url = \"http://127.0.0.1:9/h\"\nheaders = { Idempotency-Key = \"x\" }",
+            "recon sets itself",
+        ),
+        (
+            "url = \"http://127.0.0.1:9/h\"\nsigning_secret = \"${RECON_TEST_UNSET_9}\"",
+            "RECON_TEST_UNSET_9 is not set",
+        ),
+        (
+            "url = \"http://127.0.0.1:9/h\"\nenvelop = \"stripe\"",
+            "did you mean `envelope`?",
+        ),
+    ];
+    for (webhook, want) in cases {
+        f.write_config(webhook);
+        let config = f.path("recon.toml").display().to_string();
+        let o = f
+            .command(&["run", "--config", &config, "--dry-run"], &[])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{webhook}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{webhook}: {err}");
+    }
+    // via = "webhook" without the table.
+    f.write_config("url = \"http://127.0.0.1:9/h\"");
+    let cfg = std::fs::read_to_string(f.path("recon.toml")).unwrap();
+    let cut = cfg.find("[jobs.charges.backfill.webhook]").unwrap();
+    std::fs::write(f.path("recon.toml"), &cfg[..cut]).unwrap();
+    let config = f.path("recon.toml").display().to_string();
+    let o = f
+        .command(&["run", "--config", &config, "--dry-run"], &[])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("needs a [jobs.charges.backfill.webhook] table"));
+}
