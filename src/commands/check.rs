@@ -47,12 +47,15 @@ struct Report {
 
 impl Report {
     fn line(&mut self, name: &str, outcome: Outcome) {
+        // One line per check: a message's own line breaks (the statement
+        // that adds a unique key) become spaces.
+        let flat = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
         let line = match outcome {
-            Outcome::Ok(detail) => format!("ok   {name}: {detail}"),
-            Outcome::Skip(why) => format!("skip {name}: {why}"),
+            Outcome::Ok(detail) => format!("ok   {name}: {}", flat(&detail)),
+            Outcome::Skip(why) => format!("skip {name}: {}", flat(&why)),
             Outcome::Fail { what, fix } => {
                 self.failed.push(name.to_string());
-                format!("FAIL {name}: {what} -> fix: {fix}")
+                format!("FAIL {name}: {} -> fix: {}", flat(&what), flat(&fix))
             }
         };
         println!("{}", recon_core::scrub(&line));
@@ -476,7 +479,12 @@ fn check_folder(folder: &Path) -> Result<String> {
                 at.display(),
                 folder.display()
             ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 missing.push(at.clone());
                 match at.parent() {
                     Some(p) if !p.as_os_str().is_empty() => at = p.to_path_buf(),
