@@ -77,6 +77,10 @@ pub struct ApplyArgs {
     /// Override backfill.max_ratio for this apply (0 to 1; 0.05 = 5%).
     #[arg(long, allow_negative_numbers = true, value_parser = max_ratio_arg)]
     pub max_ratio: Option<f64>,
+    /// Write Prometheus metrics of the apply to this file, atomically
+    /// (overrides the config's metrics_file).
+    #[arg(long)]
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,6 +107,10 @@ pub struct RunArgs {
     /// Override backfill.max_ratio for this run (0 to 1; 0.05 = 5%).
     #[arg(long, allow_negative_numbers = true, value_parser = max_ratio_arg)]
     pub max_ratio: Option<f64>,
+    /// Write Prometheus metrics of the run to this file (node_exporter's
+    /// textfile collector), atomically (overrides the config's metrics_file).
+    #[arg(long)]
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

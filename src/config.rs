@@ -34,6 +34,8 @@ pub struct ConfigFile {
     /// Jobs by name.
     #[serde(default)]
     pub jobs: BTreeMap<String, JobConfig>,
+    /// A webhook told of trouble (and optionally discrepancies).
+    pub notify: Option<crate::ops::notify::NotifyConfig>,
 }
 
 /// Settings shared by every job.
@@ -46,6 +48,9 @@ pub struct Defaults {
     pub state: Option<Secret>,
     /// IANA time zone of the business day (default UTC).
     pub timezone: Option<String>,
+    /// Prometheus metrics file written after each run (`{job}` is
+    /// replaced by the job's name); `--metrics-file` overrides it.
+    pub metrics_file: Option<String>,
 }
 
 /// One reconciliation job.
@@ -89,6 +94,8 @@ pub struct JobConfig {
     pub reports: Option<String>,
     /// Overrides `defaults.state`.
     pub state: Option<Secret>,
+    /// Overrides `defaults.metrics_file`.
+    pub metrics_file: Option<String>,
 }
 
 fn default_window() -> String {

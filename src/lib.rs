@@ -12,6 +12,7 @@ pub mod diff;
 pub mod faults;
 pub mod logging;
 pub mod memory;
+pub mod ops;
 pub mod pipeline;
 pub mod plan;
 pub mod registry;

@@ -240,6 +240,18 @@ fn check_against_store(
 
 /// The `recon apply` command.
 pub fn run(args: ApplyArgs) -> Result<Status> {
+    let ops = crate::ops::Ops::start(
+        &args.config,
+        args.job.as_deref(),
+        args.metrics_file.as_deref(),
+    )?;
+    let result = apply_plan(args);
+    // The metrics file and the notification, whatever the outcome.
+    ops.finish(&result);
+    result
+}
+
+fn apply_plan(args: ApplyArgs) -> Result<Status> {
     let file = read_plan(&args.plan)?;
     let head = header(&file)?;
     if let Some(job) = args.job.as_deref().filter(|j| *j != head.job) {
@@ -258,6 +270,7 @@ pub fn run(args: ApplyArgs) -> Result<Status> {
         out: args.out.clone(),
         max_records: args.max_records,
         max_ratio: args.max_ratio,
+        metrics_file: None,
     })?;
     check_out(args.out.as_deref(), &args.plan)?;
     let items = check_items(&file, &plan)?;
@@ -265,7 +278,11 @@ pub fn run(args: ApplyArgs) -> Result<Status> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(execute(plan, file, head, items))
+    let span = crate::ops::progress::run_span(&plan.job.name);
+    runtime.block_on(tracing::Instrument::instrument(
+        execute(plan, file, head, items),
+        span,
+    ))
 }
 
 async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) -> Result<Status> {
@@ -281,6 +298,7 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
         end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
     };
     let (run_id, lock) = start_run(&state, lock, &job, recorded, false).await?;
+    crate::ops::note_run(&job, &run_id, saved.window);
     let ledger = Ledger {
         state: &state,
         lock: &lock,
@@ -290,6 +308,9 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
     let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
     crate::pipeline::finish::record(&state, &run_id, &result).await?;
     lock.release().await?;
+    if let Ok((_, _, dir)) = &result {
+        crate::ops::note_report(dir);
+    }
     result.map(|(s, _, _)| s)
 }
 

@@ -233,6 +233,7 @@ async fn steps(config: &Path, out: &Path) -> Result<Status> {
             out: Some(out.join(name)),
             max_records: None,
             max_ratio: None,
+            metrics_file: None,
         })?;
         last = execute(plan).await?;
         println!("exit status {}\n", last.code());

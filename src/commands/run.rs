@@ -11,7 +11,19 @@ use crate::Status;
 
 /// The `recon run` command.
 pub fn run(args: RunArgs) -> Result<Status> {
-    let plan = RunPlan::from_args(&args)?;
+    let ops = crate::ops::Ops::start(
+        &args.config,
+        args.job.as_deref(),
+        args.metrics_file.as_deref(),
+    )?;
+    let result = run_plan(&args);
+    // The metrics file and the notification, whatever the outcome.
+    ops.finish(&result);
+    result
+}
+
+fn run_plan(args: &RunArgs) -> Result<Status> {
+    let plan = RunPlan::from_args(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -42,6 +42,13 @@ use backfill::Ledger;
 
 /// Runs a plan end to end under the job's lock; returns the exit status.
 pub async fn execute(plan: RunPlan) -> Result<Status> {
+    // Every log line of the run carries its job and (once the state store
+    // gave it) its run id: `--log-format json` shows them.
+    let span = crate::ops::progress::run_span(&plan.job.name);
+    tracing::Instrument::instrument(execute_in_span(plan), span).await
+}
+
+async fn execute_in_span(plan: RunPlan) -> Result<Status> {
     let now = Timestamp::now();
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
@@ -68,6 +75,7 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
         end: asked.end.min(now).max(asked.start),
     };
     let (run_id, lock) = backfill::start_run(&state, lock, &job, recorded, plan.dry_run).await?;
+    crate::ops::note_run(&job, &run_id, asked);
     let ledger = Ledger {
         state: &state,
         lock: &lock,
@@ -78,6 +86,7 @@ pub async fn execute(plan: RunPlan) -> Result<Status> {
     finish::record(&state, &run_id, &result).await?;
     lock.release().await?;
     let (status, _, dir) = result?;
+    crate::ops::note_report(&dir);
     println!("reports: {}", dir.display());
     // Trouble here is the safety limit: reports and plan written, nothing else.
     Ok(status)
@@ -126,15 +135,23 @@ async fn run_locked(
     // A webhook route never writes the target itself: it is read (and
     // looked up to verify the deliveries).
     let sides = read::Sides::build(plan, plan.writes() && plan.webhook.is_none()).await?;
-    let read = read::read_and_diff(plan, &sides, window).await?;
+    let read =
+        crate::ops::progress::phase("read", read::read_and_diff(plan, &sides, window)).await?;
     let unplaced = read::unplaced_records(plan, &sides).await?;
     let mut outcome = read.outcome;
-    let confirmed = read::confirm_edges(&mut outcome, &sides, &plan.spec).await?;
+    let confirmed = crate::ops::progress::phase(
+        "diff",
+        read::confirm_edges(&mut outcome, &sides, &plan.spec),
+    )
+    .await?;
     let pending = pending(plan, &mut outcome, now)?;
     let items = backfill::plan_items(plan, &outcome, &confirmed.mismatch_sources);
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
-    let (delta, outcomes) =
-        history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now).await?;
+    let (delta, outcomes) = crate::ops::progress::phase(
+        "backfill",
+        history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now),
+    )
+    .await?;
     let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;
     let context = finish::Context {
         plan,
@@ -157,7 +174,7 @@ async fn run_locked(
         outcomes,
         webhook,
     };
-    finish::report(&context, ledger.state, dir, found).await
+    crate::ops::progress::phase("report", finish::report(&context, ledger.state, dir, found)).await
 }
 
 /// Young source records are in flight, not missing: gaps younger than
