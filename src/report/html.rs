@@ -424,24 +424,24 @@ fn href(prefix: &str, name: &str) -> String {
     out
 }
 
-/// The job's runs before `this` (by start), newest `limit - 1` of them
-/// that reconciled (have class counts), oldest first, then `this`.
+/// The job's runs before `this` (by start; all of them when the store
+/// does not know `this`), the newest `limit - 1` of them that reconciled
+/// (have class counts), oldest first, then `this`.
 pub async fn chart_history(
     state: &StateStore,
     job: &str,
     this: ChartRun,
     limit: usize,
 ) -> Result<Vec<ChartRun>> {
-    let earlier: Vec<RunRow> = state
-        .recent_runs(Some(job), usize::MAX)
-        .await?
+    let all = state.recent_runs(Some(job), usize::MAX).await?;
+    // Newest first: the runs after this one in the list started before it.
+    let skip = all
+        .iter()
+        .position(|r| r.id == this.run_id)
+        .map_or(0, |i| i + 1);
+    let earlier: Vec<RunRow> = all
         .into_iter()
-        .filter(|r| r.id != this.run_id)
-        .filter(|r| {
-            this.started_at
-                .parse::<Timestamp>()
-                .map_or(true, |t| r.started_at <= t)
-        })
+        .skip(skip)
         .filter(|r| r.counts.as_ref().is_some_and(|c| c.get("gaps").is_some()))
         .take(limit.saturating_sub(1))
         .collect();
@@ -739,7 +739,7 @@ fn bar_chart(
          <svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\">",
         escape(caption),
         id = escape(id),
-        w = PAD_L * 2 + CHART_W + 90,
+        w = PAD_L * 2 + CHART_W + 200,
         ht = PAD_T + CHART_H + 30,
     );
     let _ = writeln!(

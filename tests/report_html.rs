@@ -1,0 +1,371 @@
+//! report.html opened in a real headless browser (Chromium from Debian's
+//! packages; scripts/test installs it like the databases): a run with
+//! known numbers, its page's DOM as Chromium built it (counts, totals,
+//! charts, the largest discrepancies, links) and a screenshot. Then
+//! `recon report` writes it again from the state store.
+//!
+//! Without a Chromium binary (`chromium`, `chromium-browser`, or
+//! RECON_TEST_CHROMIUM) the browser part prints why and is skipped; the
+//! page's own content is still checked.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as Std, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use recon_sql::testing::TestDb;
+use recon_sql::Dialect;
+
+/// 2026-11-28T00:00:00-05:00 (New York midnight) in Unix seconds.
+const DAY_START: i64 = 1_795_842_000;
+const SCRIPT_ID: &str = "<script>alert(1)</script>";
+const FORMULA_ID: &str = "=HYPERLINK(\"http://evil.example\",\"x\")";
+
+struct Fixture {
+    db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+/// The source: six charges of 10.00..60.00 USD, one of 2^53 + 1 cents
+/// (a double cannot hold it), and two with hostile IDs (1.00 and 2.00).
+fn source() -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = (1..=6).map(|i| (format!("ch_{i}"), i * 1000)).collect();
+    v.push(("ch_big".into(), 9_007_199_254_740_993));
+    v.push((SCRIPT_ID.into(), 100));
+    v.push((FORMULA_ID.into(), 200));
+    v
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+impl Fixture {
+    /// The target holds ch_1, ch_2, ch_4 (40.01, a mismatch), ch_5, ch_6
+    /// and the orphan ch_o1 (7.77): gaps ch_3, ch_big and the two hostile IDs.
+    async fn new() -> Fixture {
+        let db = TestDb::create(Dialect::Sqlite).await;
+        db.exec("CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents BIGINT, currency TEXT, created_at TIMESTAMP)")
+            .await;
+        let at = |i: i64| {
+            jiff::Timestamp::from_second(DAY_START + 3600 + i * 60)
+                .unwrap()
+                .strftime("%Y-%m-%d %H:%M:%S")
+                .to_string()
+        };
+        let mut rows = Vec::new();
+        for (i, (id, amount)) in source().iter().enumerate() {
+            let amount = match id.as_str() {
+                "ch_3" | "ch_big" => continue,
+                "ch_4" => amount + 1,
+                _ if id.starts_with('<') || id.starts_with('=') => continue,
+                _ => *amount,
+            };
+            rows.push(format!("('{id}', {amount}, 'USD', '{}')", at(i as i64)));
+        }
+        rows.push(format!("('ch_o1', 777, 'USD', '{}')", at(50)));
+        db.exec(&format!(
+            "INSERT INTO payments (stripe_charge_id, amount_cents, currency, created_at) VALUES {}",
+            rows.join(", ")
+        ))
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut csv = String::from("id,amount,currency,created\n");
+        for (i, (id, amount)) in source().iter().enumerate() {
+            csv.push_str(&format!(
+                "{},{amount},usd,{}\n",
+                csv_cell(id),
+                DAY_START + 3600 + i as i64 * 60
+            ));
+        }
+        std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
+        let config = format!(
+            r#"
+[defaults]
+timezone = "America/New_York"
+reports = "{reports}"
+state = "sqlite://{state}?mode=rwc"
+
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+compare = ["amount", "currency"]
+window = "2026-11-28"
+
+[jobs.charges.source]
+type = "file"
+path = "{source}"
+key = "id"
+
+[jobs.charges.target]
+type = "sql"
+url = "{url}"
+table = "payments"
+key = "stripe_charge_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+
+[jobs.charges.backfill]
+mode = "insert"
+max_records = 100
+max_ratio = 0.9
+"#,
+            reports = dir.path().join("reports").display(),
+            state = dir.path().join("state.db").display(),
+            source = dir.path().join("charges.csv").display(),
+            url = db.url,
+        );
+        std::fs::write(dir.path().join("recon.toml"), config).unwrap();
+        Fixture { db, dir }
+    }
+
+    fn recon(&self, args: &[&str]) -> Output {
+        Command::cargo_bin("recon")
+            .unwrap()
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join("recon.toml"))
+            .output()
+            .unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The report folder a run printed (`reports: PATH`).
+fn folder(o: &Output) -> PathBuf {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("reports: "))
+        .unwrap_or_else(|| panic!("no reports line: {}", text(o)));
+    PathBuf::from(line.trim())
+}
+
+/// A Chromium binary, or why there is none.
+fn chromium() -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("RECON_TEST_CHROMIUM") {
+        return Ok(PathBuf::from(p));
+    }
+    for name in ["chromium", "chromium-browser"] {
+        if let Ok(o) = Std::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .output()
+        {
+            let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if o.status.success() && !p.is_empty() {
+                return Ok(PathBuf::from(p));
+            }
+        }
+    }
+    Err(
+        "no chromium on PATH (scripts/test installs Debian's `chromium` when run as root; \
+         or set RECON_TEST_CHROMIUM)"
+            .into(),
+    )
+}
+
+/// Runs headless Chromium on a page with extra flags; its stdout.
+fn headless(bin: &Path, profile: &Path, page: &Path, flags: &[String]) -> Vec<u8> {
+    let mut child = Std::new(bin)
+        .args([
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            &format!("--user-data-dir={}", profile.display()),
+        ])
+        .args(flags)
+        .arg(format!("file://{}", page.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut buf).unwrap();
+        buf
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    reader.join().unwrap()
+}
+
+/// The text of the first element holding `attr` (`data-count="gaps"`).
+fn cell<'a>(dom: &'a str, attr: &str) -> &'a str {
+    let at = dom
+        .find(attr)
+        .unwrap_or_else(|| panic!("no {attr} in the DOM"));
+    let rest = &dom[at..];
+    let start = rest.find('>').unwrap() + 1;
+    let end = rest[start..].find('<').unwrap() + start;
+    &rest[start..end]
+}
+
+/// What the page of the apply run must show, in the page's source or in
+/// the DOM Chromium built from it.
+fn check_page(dom: &str, runs: usize) {
+    assert_eq!(cell(dom, "data-count=\"gaps\""), "4");
+    assert_eq!(cell(dom, "data-count=\"orphans\""), "1");
+    assert_eq!(cell(dom, "data-count=\"mismatches\""), "1");
+    assert_eq!(cell(dom, "data-count=\"matched\""), "4");
+    assert_eq!(cell(dom, "data-count=\"source_records\""), "9");
+    assert_eq!(cell(dom, "data-count=\"backfilled\""), "4");
+    assert_eq!(cell(dom, "data-status=\"discrepancies\""), "discrepancies");
+    // 60.00 + … + 10.00 + 90071992547409.93 + 1.00 + 2.00, exactly.
+    assert_eq!(cell(dom, "data-total=\"source\""), "90071992547622.93 USD");
+    assert_eq!(cell(dom, "data-total=\"target\""), "187.78 USD");
+    assert_eq!(cell(dom, "data-total=\"delta\""), "-90071992547435.15 USD");
+    // One chart per class and one of the money delta, a bar per run.
+    for series in ["gaps", "orphans", "mismatches", "duplicates", "delta-USD"] {
+        let fig = dom
+            .split(&format!("data-series=\"{series}\""))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {series} chart"));
+        let fig = fig.split("</figure>").next().unwrap();
+        assert!(fig.contains("<svg"), "{series}: {fig}");
+        assert_eq!(fig.matches("<rect").count(), runs, "{series}: {fig}");
+    }
+    let gaps_chart = dom.split("data-series=\"gaps\"").nth(1).unwrap();
+    let gaps_chart = gaps_chart.split("</figure>").next().unwrap();
+    assert_eq!(gaps_chart.matches("data-value=\"4\"").count(), runs);
+    // The largest gap first, its amount exact, its hostile neighbours inert.
+    let top = dom.split("id=\"top\"").nth(1).expect("top table");
+    let first = top.split("</tr>").nth(1).unwrap();
+    assert!(first.contains("ch_big"), "{first}");
+    assert!(first.contains("90071992547409.93 USD"), "{first}");
+    assert!(
+        top.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{top}"
+    );
+    // Formula-safe as in the CSVs: the cell starts with a quote.
+    assert!(
+        top.contains("&#39;=HYPERLINK(") || top.contains("'=HYPERLINK("),
+        "{top}"
+    );
+    assert!(!top.contains(">=HYPERLINK("), "{top}");
+    assert!(
+        !dom.to_ascii_lowercase().contains("<script"),
+        "a script in {dom}"
+    );
+    // Links to the CSV files beside it.
+    for f in [
+        "gaps.csv",
+        "orphans.csv",
+        "mismatches.csv",
+        "backfill.csv",
+        "summary.csv",
+    ] {
+        assert!(dom.contains(&format!("href=\"{f}\"")), "no link to {f}");
+    }
+}
+
+#[tokio::test]
+async fn report_html_in_a_headless_browser() {
+    let f = Fixture::new().await;
+    let dry = f.recon(&["run", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1), "{}", text(&dry));
+    let run = f.recon(&["run"]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    let folder = folder(&run);
+    let page = folder.join("report.html");
+    let source = std::fs::read_to_string(&page).unwrap();
+    check_page(&source, 2);
+    assert!(source.contains("default-src 'none'"));
+    // Self-contained: nothing to fetch, nothing to run.
+    for loads in [" src=", "<link", "<script", "@import", "url("] {
+        assert!(!source.contains(loads), "`{loads}` in the page");
+    }
+
+    match chromium() {
+        Err(why) => eprintln!("SKIPPED the browser part of report_html: {why}"),
+        Ok(bin) => {
+            let profile = f.dir.path().join("chromium-profile");
+            let dom =
+                String::from_utf8(headless(&bin, &profile, &page, &["--dump-dom".into()])).unwrap();
+            assert!(dom.contains("<svg"), "chromium built no DOM: {dom}");
+            check_page(&dom, 2);
+            let shot = f.dir.path().join("report.png");
+            headless(
+                &bin,
+                &profile,
+                &page,
+                &[
+                    format!("--screenshot={}", shot.display()),
+                    "--window-size=1280,2400".into(),
+                    "--hide-scrollbars".into(),
+                ],
+            );
+            let png = std::fs::read(&shot).expect("screenshot written");
+            assert!(png.len() > 1000, "screenshot of {} bytes", png.len());
+            assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+            eprintln!("screenshot: {} ({} bytes)", shot.display(), png.len());
+            // To look at it: RECON_TEST_KEEP_SCREENSHOT=/tmp/report.png
+            if let Ok(keep) = std::env::var("RECON_TEST_KEEP_SCREENSHOT") {
+                std::fs::copy(&shot, keep).unwrap();
+            }
+        }
+    }
+
+    // `recon report` writes it again in the run's folder, from the store.
+    std::fs::remove_file(&page).unwrap();
+    let o = f.recon(&["report", "--job", "charges"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let again = std::fs::read_to_string(&page).unwrap();
+    check_page(&again, 2);
+    // --runs 1: only this run in the charts; --out elsewhere links back.
+    let out = f.dir.path().join("mail");
+    let o = f.recon(&[
+        "report",
+        "--job",
+        "charges",
+        "--runs",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let other = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let gaps_chart = other.split("data-series=\"gaps\"").nth(1).unwrap();
+    assert_eq!(
+        gaps_chart
+            .split("</figure>")
+            .next()
+            .unwrap()
+            .matches("<rect")
+            .count(),
+        1
+    );
+    let run_name = folder.file_name().unwrap().to_str().unwrap();
+    assert!(
+        other.contains(&format!("href=\"../reports/charges/{run_name}/gaps.csv\"")),
+        "{other}"
+    );
+    // A job without runs is a clear error, exit 2.
+    let empty = Fixture::new().await;
+    let o = empty.recon(&["report"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("has no runs"), "{}", text(&o));
+    f.db.drop_db().await;
+    empty.db.drop_db().await;
+}
