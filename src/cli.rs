@@ -250,6 +250,11 @@ pub struct DemoArgs {
     /// Folder for the three runs' reports (default reports/demo).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// How the gaps are backfilled: `target` (written into the ledger) or
+    /// `webhook` (replayed to an in-process webhook handler that creates
+    /// them, deduplicating by Idempotency-Key).
+    #[arg(long, default_value = "target", value_parser = ["target", "webhook"])]
+    pub via: String,
 }
 
 /// `--max-ratio`: a finite number from 0 to 1 (NaN, infinities and

@@ -730,3 +730,35 @@ fn webhook_settings_that_disagree_are_refused_with_the_fix() {
     assert!(String::from_utf8_lossy(&o.stderr)
         .contains("needs a [jobs.charges.backfill.webhook] table"));
 }
+
+#[test]
+fn demo_via_webhook_replays_retries_dedups_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let o = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
+        .args(["demo", "--via", "webhook", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    // Orphans, mismatches and duplicates stay open: exit 1.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let dry = summary(&out.join("1-dry-run"));
+    let apply = summary(&out.join("2-apply"));
+    let rerun = summary(&out.join("3-rerun"));
+    let gaps = dry["gaps"].as_u64().unwrap();
+    assert!(gaps > 10, "{dry}");
+    let plan = std::fs::read_to_string(out.join("1-dry-run/plan.jsonl")).unwrap();
+    assert!(plan.contains("\"Idempotency-Key\""), "{plan}");
+    let w = &apply["webhook"];
+    assert_eq!(
+        w["delivered"].as_u64().unwrap() + w["already_done"].as_u64().unwrap(),
+        gaps,
+        "{apply}"
+    );
+    assert!(w["already_done"].as_u64().unwrap() > 0, "{apply}");
+    assert!(w["retries"].as_u64().unwrap() > 0, "{apply}");
+    assert_eq!(apply["delivered_not_created"], 0, "{apply}");
+    assert_eq!(rerun["gaps"], 0, "{rerun}");
+    assert_eq!(rerun["resolved"].as_u64().unwrap(), gaps, "{rerun}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("0 created twice"), "{stdout}");
+}

@@ -180,7 +180,7 @@ pub fn run(args: DemoArgs) -> Result<Status> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(demo(out))
+    runtime.block_on(demo(out, args.via == "webhook"))
 }
 
 /// A planted charge: ID, amount in minor units, currency, status, created.
@@ -242,7 +242,7 @@ async fn steps(config: &Path, out: &Path) -> Result<Status> {
 }
 
 #[cfg(feature = "demo")]
-async fn demo(out: PathBuf) -> Result<Status> {
+async fn demo(out: PathBuf, via_webhook: bool) -> Result<Status> {
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let work = out.join("work");
     if work.exists() {
@@ -271,15 +271,20 @@ async fn demo(out: PathBuf) -> Result<Status> {
     let ledger = work.join("ledger.db");
     build_ledger(&ledger, &charges, &mut story).await?;
     let config = work.join("recon.toml");
-    std::fs::write(
-        &config,
-        config_text(
-            &emulator,
-            &ledger,
-            &work.join("recon-state.db"),
-            &out.join("runs"),
-        ),
-    )?;
+    let mut text = config_text(
+        &emulator,
+        &ledger,
+        &work.join("recon-state.db"),
+        &out.join("runs"),
+    );
+    let handler = if via_webhook {
+        let handler = super::demo_webhook::start(&ledger).await?;
+        text.push_str(&super::demo_webhook::config(&handler));
+        Some(handler)
+    } else {
+        None
+    };
+    std::fs::write(&config, text)?;
     println!(
         "recon demo: Stripe emulator at {} with {} charges in USD, EUR, GBP, JPY and KWD;",
         emulator.base_url, CHARGES
@@ -293,7 +298,13 @@ async fn demo(out: PathBuf) -> Result<Status> {
         story.duplicates,
         story.pending
     );
+    if let Some(h) = &handler {
+        println!("{}\n", super::demo_webhook::intro(h));
+    }
     let last = steps(&config, &out).await?;
+    if let Some(h) = &handler {
+        println!("{}\n", super::demo_webhook::outro(h));
+    }
     emulator.shutdown().await;
     println!(
         "The reports are in {}/{{1-dry-run,2-apply,3-rerun}}; reports/README.md explains every column.",

@@ -1,6 +1,7 @@
 pub mod apply;
 pub mod check;
 pub mod demo;
+pub mod demo_webhook;
 pub mod diff;
 pub mod history;
 pub mod report;
