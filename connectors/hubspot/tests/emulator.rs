@@ -1307,3 +1307,47 @@ async fn sixty_thousand_deals_by_date_windows() {
     assert!(searched < Duration::from_secs(60), "{searched:?}");
     emu.shutdown().await;
 }
+
+/// `GET /crm/v3/objects/{objectType}` (what `recon check` probes with):
+/// pages by ID with `limit` and `after`, `paging.next` only when more
+/// follow, the rate-limit headers on the answer, limits outside 1..=100
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_objects_pages_by_id() {
+    let emu = start(EmulatorConfig::default()).await;
+    for i in 0..3 {
+        emu.insert("deals", deal(i, 1_700_000_000_000 + i));
+    }
+    let (status, headers, first) = get(
+        &emu,
+        "/crm/v3/objects/deals?limit=2&properties=stripe_charge_id",
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    assert!(headers.contains_key("x-hubspot-ratelimit-remaining"));
+    let results = first["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{first}");
+    assert_eq!(results[0]["properties"]["stripe_charge_id"], "ch_000000");
+    let after = first["paging"]["next"]["after"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, _, rest) = get(
+        &emu,
+        &format!("/crm/v3/objects/deals?limit=2&after={after}"),
+    )
+    .await;
+    let results = rest["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{rest}");
+    assert!(rest.get("paging").is_none(), "{rest}");
+    let (status, _, empty) = get(&emu, "/crm/v3/objects/contacts?limit=1").await;
+    assert_eq!(
+        (status, empty["results"].as_array().unwrap().len()),
+        (200, 0)
+    );
+    for bad in ["0", "101", "x"] {
+        let (status, _, b) = get(&emu, &format!("/crm/v3/objects/deals?limit={bad}")).await;
+        assert_eq!(status, 400, "{bad}: {b}");
+        assert_error(&b, "VALIDATION_ERROR");
+    }
+}
