@@ -327,6 +327,29 @@ columns = {{ amount = "total_cents", created = "created_at" }}
     let o = check(&config, "loose", &[], &[]).await;
     let why = assert_only_failed(&o, "target uniqueness");
     assert!(why.contains("loose") && why.contains("UNIQUE"), "{why}");
+
+    // A token the shop accepts but that may not read orders.
+    let no_orders = Shopify::start(ShopifyConfig {
+        access_scopes: vec!["read_products".into()],
+        ..ShopifyConfig::default()
+    })
+    .await
+    .unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}",
+            dir.path().join("state.db").display(),
+            dir.path().join("reports").display(),
+            job("no_orders", &no_orders.base_url, "orders"),
+        ),
+    );
+    let o = check(&config, "no_orders", &[], &[]).await;
+    let why = assert_only_failed(&o, "source");
+    assert!(
+        why.contains("lacks the read_orders scope (it has: read_products)"),
+        "{why}"
+    );
     db.drop_db().await;
 }
 
