@@ -154,7 +154,7 @@ impl Story {
                 .get(s.start_run.as_str())
                 .map_or(s.start_at <= run.started_at, |&k| k <= i);
             let before_end = match &s.end {
-                End::Open(last) => index.get(last.as_str()).map_or(true, |&k| i <= k),
+                End::Open(last) => index.get(last.as_str()).is_none_or(|&k| i <= k),
                 End::Resolved(Some(by), at) => index
                     .get(by.as_str())
                     .map_or(run.started_at < *at, |&k| i < k),
@@ -293,7 +293,7 @@ impl Story {
         }
         let _ = writeln!(
             out,
-            "\n{:<20}  {:<44} {:<22} {:<18} backfill",
+            "\n{:<20}  {:<44} {:<24} {:<18} backfill",
             "started", "run", "status", "class"
         );
         for r in &self.runs {
@@ -327,7 +327,7 @@ impl Story {
                 .join("; ");
             let _ = writeln!(
                 out,
-                "{:<20}  {:<44} {:<22} {:<18} {}",
+                "{:<20}  {:<44} {:<24} {:<18} {}",
                 format_timestamp(r.started_at),
                 r.run_id,
                 status,

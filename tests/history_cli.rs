@@ -1,0 +1,237 @@
+//! `recon history ID` through the binary over several runs of a job (an
+//! export file against a SQLite table): a gap appears in a dry run, is
+//! backfilled, is found resolved, then comes back; an orphan stays open
+//! throughout; an unknown ID has no story.
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use assert_cmd::Command;
+use recon_sql::testing::TestDb;
+use recon_sql::Dialect;
+use serde_json::Value;
+
+/// 2026-11-28T00:00:00-05:00 (New York midnight) in Unix seconds.
+const DAY_START: i64 = 1_795_842_000;
+
+struct Fixture {
+    db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// Source ch_1..ch_4; the target holds ch_1, ch_2 and the orphan ch_o1.
+    async fn new() -> Fixture {
+        let db = TestDb::create(Dialect::Sqlite).await;
+        db.exec("CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents BIGINT, currency TEXT, created_at TIMESTAMP)")
+            .await;
+        let at = |i: i64| {
+            jiff::Timestamp::from_second(DAY_START + 3600 + i * 60)
+                .unwrap()
+                .strftime("%Y-%m-%d %H:%M:%S")
+                .to_string()
+        };
+        db.exec(&format!(
+            "INSERT INTO payments VALUES ('ch_1', 1000, 'USD', '{}'), ('ch_2', 2000, 'USD', '{}'), ('ch_o1', 777, 'USD', '{}')",
+            at(1),
+            at(2),
+            at(9)
+        ))
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut csv = String::from("id,amount,currency,created\n");
+        for i in 1..=4 {
+            csv.push_str(&format!(
+                "ch_{i},{},usd,{}\n",
+                i * 1000,
+                DAY_START + 3600 + i * 60
+            ));
+        }
+        std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
+        let config = format!(
+            r#"
+[defaults]
+timezone = "America/New_York"
+reports = "{reports}"
+state = "sqlite://{state}?mode=rwc"
+
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+compare = ["amount", "currency"]
+window = "2026-11-28"
+
+[jobs.charges.source]
+type = "file"
+path = "{source}"
+key = "id"
+
+[jobs.charges.target]
+type = "sql"
+url = "{url}"
+table = "payments"
+key = "stripe_charge_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+
+[jobs.charges.backfill]
+mode = "insert"
+max_records = 100
+max_ratio = 0.9
+"#,
+            reports = dir.path().join("reports").display(),
+            state = dir.path().join("state.db").display(),
+            source = dir.path().join("charges.csv").display(),
+            url = db.url,
+        );
+        std::fs::write(dir.path().join("recon.toml"), config).unwrap();
+        Fixture { db, dir }
+    }
+
+    fn recon(&self, args: &[&str]) -> Output {
+        Command::cargo_bin("recon")
+            .unwrap()
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join("recon.toml"))
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the job; returns the run's id (from its summary.json).
+    fn run(&self, args: &[&str], expect: i32) -> String {
+        let mut all = vec!["run"];
+        all.extend(args);
+        let o = self.recon(&all);
+        assert_eq!(o.status.code(), Some(expect), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let folder = PathBuf::from(
+            out.lines()
+                .find_map(|l| l.strip_prefix("reports: "))
+                .unwrap()
+                .trim(),
+        );
+        let summary: Value =
+            serde_json::from_slice(&std::fs::read(folder.join("summary.json")).unwrap()).unwrap();
+        summary["run_id"].as_str().unwrap().to_string()
+    }
+
+    fn history(&self, id: &str) -> Value {
+        let o = self.recon(&["history", id, "--job", "charges", "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// (run id, classes, backfill statuses) of each run in a story.
+fn timeline(story: &Value) -> Vec<(String, Vec<String>, Vec<String>)> {
+    story["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let strings = |v: &Value, f: &dyn Fn(&Value) -> String| {
+                v.as_array().unwrap().iter().map(f).collect::<Vec<_>>()
+            };
+            (
+                r["run_id"].as_str().unwrap().to_string(),
+                strings(&r["classes"], &|c| c.as_str().unwrap().to_string()),
+                strings(&r["backfill"], &|b| {
+                    format!(
+                        "{} {} {}",
+                        b["action"].as_str().unwrap(),
+                        b["status"].as_str().unwrap(),
+                        b["attempts"]
+                    )
+                }),
+            )
+        })
+        .collect()
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[tokio::test]
+async fn an_ids_story_across_runs() {
+    let f = Fixture::new().await;
+    // 1: the gap appears (dry run: planned, nothing written).
+    let r1 = f.run(&["--dry-run"], 1);
+    // 2: backfilled.
+    let r2 = f.run(&[], 1);
+    // 3: found in the target: resolved.
+    let r3 = f.run(&[], 1);
+    // 4: someone deletes it from the target; it is a gap again.
+    f.db.exec("DELETE FROM payments WHERE stripe_charge_id = 'ch_3'")
+        .await;
+    let r4 = f.run(&["--dry-run"], 1);
+
+    let story = f.history("ch_3");
+    assert_eq!(story["found"], true, "{story:#}");
+    assert_eq!(story["first_seen"]["run_id"], r1.as_str(), "{story:#}");
+    assert_eq!(story["first_seen"]["class"], "gap");
+    assert_eq!(
+        timeline(&story),
+        [
+            (r1.clone(), s(&["gap"]), s(&[])),
+            (r2.clone(), s(&["gap"]), s(&["insert applied 1"])),
+            (r3.clone(), s(&[]), s(&[])),
+            (r4.clone(), s(&["gap"]), s(&[])),
+        ],
+        "{story:#}"
+    );
+    assert_eq!(story["runs"][0]["dry_run"], true);
+    assert_eq!(story["runs"][1]["dry_run"], false);
+    let resolved = story["resolved"].as_array().unwrap();
+    assert_eq!(resolved.len(), 1, "{story:#}");
+    assert_eq!(resolved[0]["class"], "gap");
+    assert_eq!(resolved[0]["run_id"], r3.as_str());
+    let open = story["open"].as_array().unwrap();
+    assert_eq!(open.len(), 1, "{story:#}");
+    assert_eq!(open[0]["class"], "gap");
+
+    // The orphan was open in every run, never written.
+    let orphan = f.history("ch_o1");
+    assert_eq!(
+        timeline(&orphan),
+        [&r1, &r2, &r3, &r4].map(|r| (r.clone(), s(&["orphan"]), s(&[]))),
+        "{orphan:#}"
+    );
+    assert_eq!(orphan["resolved"].as_array().unwrap().len(), 0);
+
+    // A matched ID, and one never seen: no story, still exit 0.
+    for id in ["ch_1", "ch_nope"] {
+        let none = f.history(id);
+        assert_eq!(none["found"], false, "{none:#}");
+        assert_eq!(none["runs"].as_array().unwrap().len(), 0);
+    }
+
+    // The text form tells the same story.
+    let o = f.recon(&["history", "ch_3", "--job", "charges"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    eprintln!("{out}");
+    assert!(out.contains("first seen"), "{out}");
+    assert!(out.contains(&format!("by run {r1}, as gap")), "{out}");
+    assert!(out.contains("insert applied (1 attempt)"), "{out}");
+    assert!(out.contains(&format!("(gap) by run {r3}")), "{out}");
+    assert!(out.contains("open as gap since"), "{out}");
+    for r in [&r1, &r2, &r3, &r4] {
+        assert!(out.contains(r.as_str()), "{r} in {out}");
+    }
+    let o = f.recon(&["history", "ch_nope"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("never seen"));
+
+    // An unknown job is a clear error, exit 2.
+    let o = f.recon(&["history", "ch_3", "--job", "nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    f.db.drop_db().await;
+}
