@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 use recon_core::Currency;
-use sqlx::Row;
+use sqlx::{Any, Row, Transaction};
 
 use super::{json_text, ts_text, Class, DiscrepancyDelta, ItemStatus, RunRow, StateError};
 use super::{StateStore, JSON_BATCH};
@@ -175,7 +175,8 @@ impl StateStore {
     /// Records what changed in the discrepancy history with one run (its
     /// [`DiscrepancyDelta`]): the new ones as seen, the resolved ones as
     /// resolved, at `now`. Persisting ones write nothing. Recording the
-    /// same run again changes nothing.
+    /// same run again changes nothing. ([`StateStore::write_discrepancies`]
+    /// records them with the history itself.)
     pub async fn record_discrepancy_events(
         &self,
         job: &str,
@@ -186,6 +187,22 @@ impl StateStore {
         if delta.new.is_empty() && delta.resolved.is_empty() {
             return Ok(());
         }
+        let context = "recording discrepancy changes";
+        let mut tx = self.begin_write(context).await?;
+        self.insert_events(&mut tx, job, run_id, &ts_text(now), delta)
+            .await?;
+        tx.commit().await.map_err(self.db(context))
+    }
+
+    /// The events of `delta`, inside a write transaction.
+    pub(super) async fn insert_events(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job: &str,
+        run_id: &str,
+        now_s: &str,
+        delta: &DiscrepancyDelta,
+    ) -> Result<(), StateError> {
         let context = "recording discrepancy changes";
         let mut rows: Vec<[&str; 3]> = Vec::with_capacity(delta.new.len() + delta.resolved.len());
         rows.extend(
@@ -206,19 +223,17 @@ impl StateStore {
              ON CONFLICT (job, external_id, run_id, class) DO NOTHING",
             self.json_rows("$4", &["class", "external_id", "event"])
         );
-        let now_s = ts_text(now);
-        let mut tx = self.begin_write(context).await?;
         for chunk in rows.chunks(JSON_BATCH) {
             sqlx::query(&sql)
                 .bind(job.to_string())
                 .bind(run_id.to_string())
-                .bind(now_s.clone())
+                .bind(now_s.to_string())
                 .bind(json_text(&chunk))
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .map_err(self.db(context))?;
         }
-        tx.commit().await.map_err(self.db(context))
+        Ok(())
     }
 
     /// Everything the store holds about `external_id` in `job`: the job's
@@ -325,5 +340,138 @@ impl StateStore {
             events,
             items,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::Window;
+    use recon_sql::testing::TestDb;
+    use recon_sql::Dialect;
+
+    async fn round_trip(dialect: Dialect) {
+        let db = TestDb::create(dialect).await;
+        let store = StateStore::open(&db.url).await.unwrap();
+        let day = Window {
+            start: "2026-11-28T05:00:00Z".parse().unwrap(),
+            end: "2026-11-29T05:00:00Z".parse().unwrap(),
+        };
+        let usd = Currency::parse("USD").unwrap();
+        let r1 = store.start_run("j", day, false).await.unwrap();
+        // Sums beyond 64 bits and counts survive exactly; again replaces.
+        let totals = [
+            RunTotals {
+                currency: Some(usd),
+                source_records: 3,
+                source_minor: i128::from(i64::MAX) * 3,
+                target_records: 2,
+                target_minor: -5,
+            },
+            RunTotals {
+                currency: None,
+                source_records: 1,
+                source_minor: 0,
+                target_records: 0,
+                target_minor: 0,
+            },
+        ];
+        store.record_run_totals(&r1, &totals[..1]).await.unwrap();
+        store.record_run_totals(&r1, &totals).await.unwrap();
+        let got = store
+            .run_totals(&[r1.clone(), "other".into()])
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        let mut back = got[&r1].clone();
+        back.sort_by_key(|t| t.currency);
+        let mut want = totals.to_vec();
+        want.sort_by_key(|t| t.currency);
+        assert_eq!(back, want);
+
+        // Run 1 sees a gap and plans its write; run 2 finds it resolved.
+        let t1: Timestamp = "2026-11-30T06:00:00Z".parse().unwrap();
+        let gap = [(Class::Gap, "ch_1".to_string())];
+        let d1 = store
+            .update_discrepancies("j", &r1, t1, &gap)
+            .await
+            .unwrap();
+        store
+            .record_discrepancy_events("j", &r1, t1, &d1)
+            .await
+            .unwrap();
+        store
+            .record_discrepancy_events("j", &r1, t1, &d1)
+            .await
+            .unwrap();
+        store
+            .record_plan(&r1, "j", &[("ch_1".into(), "insert")])
+            .await
+            .unwrap();
+        store
+            .mark_items(&r1, &[("ch_1".into(), ItemStatus::Applied, None)])
+            .await
+            .unwrap();
+        store
+            .finish_run(
+                &r1,
+                "discrepancies",
+                &serde_json::json!({"gaps": 1}),
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        let r2 = store.start_run("j", day, false).await.unwrap();
+        let t2: Timestamp = "2026-12-01T06:00:00Z".parse().unwrap();
+        let d2 = store.update_discrepancies("j", &r2, t2, &[]).await.unwrap();
+        store
+            .record_discrepancy_events("j", &r2, t2, &d2)
+            .await
+            .unwrap();
+
+        let r = store.id_records("j", "ch_1").await.unwrap();
+        assert_eq!(
+            r.runs.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+            [r1.as_str(), r2.as_str()]
+        );
+        assert_eq!(
+            r.events,
+            [
+                DiscrepancyEvent {
+                    class: Class::Gap,
+                    run_id: r1.clone(),
+                    at: t1,
+                    seen: true
+                },
+                DiscrepancyEvent {
+                    class: Class::Gap,
+                    run_id: r2.clone(),
+                    at: t2,
+                    seen: false
+                },
+            ]
+        );
+        assert_eq!(r.streaks.len(), 1);
+        assert_eq!(r.streaks[0].first_seen_run, r1);
+        assert_eq!(r.streaks[0].resolved_at, Some(t2));
+        assert_eq!(r.items.len(), 1);
+        assert_eq!(r.items[0].plan_id, r1);
+        assert_eq!(r.items[0].status, ItemStatus::Applied);
+        assert_eq!(r.items[0].attempts, 1);
+        let none = store.id_records("j", "ch_2").await.unwrap();
+        assert!(none.streaks.is_empty() && none.events.is_empty() && none.items.is_empty());
+        store.close().await;
+        db.drop_db().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn totals_events_and_an_ids_records_sqlite() {
+        round_trip(Dialect::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn totals_events_and_an_ids_records_postgres() {
+        round_trip(Dialect::Postgres).await;
     }
 }
