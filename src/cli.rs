@@ -18,6 +18,17 @@ pub struct Cli {
     #[arg(long, global = true, env = "RECON_LOG", default_value = "warn")]
     pub log: String,
 
+    /// Log line format: text (for people) or json (one object per line, with
+    /// run_id, job and phase, for log shippers).
+    #[arg(
+        long,
+        global = true,
+        env = "RECON_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: LogFormatArg,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -189,6 +200,25 @@ pub struct HistoryArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// tracing's human format.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormatArg> for crate::logging::Format {
+    fn from(f: LogFormatArg) -> Self {
+        match f {
+            LogFormatArg::Text => crate::logging::Format::Text,
+            LogFormatArg::Json => crate::logging::Format::Json,
+        }
+    }
 }
 
 /// How amounts are written in a file.

@@ -5,7 +5,7 @@ use recon::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    recon::logging::init(&cli.log);
+    recon::logging::init_with(&cli.log, cli.log_format.into());
     let result = match cli.command {
         Command::Diff(args) => recon::commands::diff::run(args),
         Command::Run(args) => recon::commands::run::run(args),
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         Ok(status) => status.into(),
         Err(e) => {
             // Scrubbed: a driver's error may echo a secret in its own words.
-            eprintln!("error: {}", recon_core::scrub(&format!("{e:#}")));
+            recon::logging::stderr_line("error", &format!("{e:#}"));
             recon::Status::Trouble.into()
         }
     }

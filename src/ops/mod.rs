@@ -64,6 +64,16 @@ pub fn note_run(job: &str, run_id: &str, window: Window) {
     });
 }
 
+/// A run of `job` begins (it has no id yet).
+pub fn note_job(job: &str) {
+    with_note(|n| {
+        *n = RunNote {
+            job: Some(job.to_string()),
+            ..RunNote::default()
+        }
+    });
+}
+
 /// The run's report folder is in place.
 pub fn note_report(dir: &Path) {
     with_note(|n| n.report_dir = Some(dir.to_path_buf()));
@@ -194,7 +204,10 @@ impl Ops {
         {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("error: metrics and notification skipped: {e}");
+                crate::logging::stderr_line(
+                    "error",
+                    &format!("metrics and notification skipped: {e}"),
+                );
                 return;
             }
         };
@@ -203,8 +216,10 @@ impl Ops {
                 if let Some(n) = &self.settings.notify {
                     if let Err(e) = n.send(&outcome).await {
                         let text = recon_core::scrub(&format!("{e:#}")).into_owned();
-                        tracing::error!(error = text.as_str(), "Notification not sent.");
-                        eprintln!("error: notification not sent (the run's status stands): {text}");
+                        crate::logging::stderr_line(
+                            "error",
+                            &format!("notification not sent (the run's status stands): {text}"),
+                        );
                     }
                 }
             }
@@ -213,11 +228,15 @@ impl Ops {
                 let text = metrics::render_file(path, job, &outcome, last_success);
                 if let Err(e) = metrics::write_atomic(path, text.as_bytes()) {
                     let text = recon_core::scrub(&format!("{e:#}")).into_owned();
-                    eprintln!("error: metrics file {} not written: {text}", path.display());
+                    crate::logging::stderr_line(
+                        "error",
+                        &format!("metrics file {} not written: {text}", path.display()),
+                    );
                 }
             } else if self.settings.metrics_file.is_some() {
-                eprintln!(
-                    "error: metrics file not written: the job is not known (the config did not load); name it with --job"
+                crate::logging::stderr_line(
+                    "error",
+                    "metrics file not written: the job is not known (the config did not load); name it with --job",
                 );
             }
         });

@@ -11,6 +11,7 @@ pub const SPAN_TARGET: &str = "recon::run";
 /// The span of one run: `job` now, `run_id` once the state store gave one
 /// ([`super::note_run`] records it).
 pub fn run_span(job: &str) -> tracing::Span {
+    super::note_job(job);
     tracing::info_span!(target: SPAN_TARGET, "run", job = job, run_id = tracing::field::Empty)
 }
 

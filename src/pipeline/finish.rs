@@ -163,7 +163,7 @@ pub async fn report(
         println!("{}", d.render());
     }
     if let Some(msg) = &found.guard.trouble {
-        eprintln!("error: {msg}");
+        crate::logging::stderr_line("error", msg);
     }
     Ok((status, serde_json::Value::Object(counts), path))
 }

@@ -359,7 +359,10 @@ fn empty_read_notes(
         }
     }
     for n in &notes {
-        eprintln!("{n}");
+        match n.strip_prefix("warning: ") {
+            Some(rest) => crate::logging::stderr_line("warning", rest),
+            None => eprintln!("{n}"),
+        }
     }
     notes
 }
