@@ -252,6 +252,17 @@ fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = (WriteMode, Vec
         .filter(|(_, records)| !records.is_empty())
 }
 
+/// The ledger rows of a group of batches, as planned.
+fn planned(group: &[(WriteMode, Vec<Record>)]) -> Vec<(String, &'static str)> {
+    group
+        .iter()
+        .flat_map(|(mode, records)| {
+            let action = Action::from(*mode).as_str();
+            records.iter().map(move |r| (r.key.clone(), action))
+        })
+        .collect()
+}
+
 /// Writes the plan's items in batches, recording each in the ledger first
 /// (planned) and after (applied or failed). A crash between the write and
 /// the record is harmless: the write is an upsert by key, so the next run
@@ -259,6 +270,14 @@ fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = (WriteMode, Vec
 /// the run lock is verified: a lost lock stops the writes at once. A lost
 /// connection records the batch in flight as `unknown` and ends the run;
 /// the next run settles those items by key lookup.
+///
+/// The ledger is pipelined with the target: while a group of batches is
+/// written, one state-store transaction records the previous group's
+/// outcomes and the next group as planned. Every item is thus recorded
+/// planned (and committed) before its own write starts, and marked after
+/// its write returned, as before; a crash leaves the items of at most the
+/// next group planned but unwritten (superseded by the next run), and the
+/// items beyond it unrecorded, as a dry run's plan would be.
 pub async fn apply(
     ledger: &Ledger<'_>,
     target: &dyn Target,
@@ -274,12 +293,6 @@ pub async fn apply(
         .check_budget(inserts, items.len() - inserts)
         .await
         .with_context(|| format!("job `{}`: before the backfill", ledger.job))?;
-    let planned: Vec<(String, &str)> = items
-        .iter()
-        .map(|(r, m)| (r.key.clone(), Action::from(*m).as_str()))
-        .collect();
-    state.record_plan(plan_id, ledger.job, &planned).await?;
-    drop(planned);
     let abort_after = crate::faults::abort_after_items();
     // With the test-only crash hook, one batch at a time, so that the crash
     // falls exactly after N items and before their record.
@@ -289,18 +302,21 @@ pub async fn apply(
         WRITES_IN_FLIGHT
     };
     let mut batches = batches(items, target.write_batch());
+    let mut next_group =
+        || -> Vec<(WriteMode, Vec<Record>)> { batches.by_ref().take(in_flight).collect() };
+    let mut group = next_group();
+    state
+        .record_plan(plan_id, ledger.job, &planned(&group))
+        .await?;
     let mut outcomes: HashMap<String, WriteOutcome> = HashMap::with_capacity(items.len());
     // `in_flight` batches (disjoint keys) are written at once, and the
     // outcomes of the previous ones are recorded meanwhile (always after
-    // their own write, as exactly-once requires): neither the target's
-    // round trips nor the state store's commits wait for each other.
+    // their own write, as exactly-once requires), with the next ones'
+    // plan (always before their own write): neither the target's round
+    // trips nor the state store's commits wait for each other.
     let mut unmarked: Vec<Mark> = Vec::new();
     let mut written = 0usize;
-    loop {
-        let group: Vec<(WriteMode, Vec<Record>)> = batches.by_ref().take(in_flight).collect();
-        if group.is_empty() {
-            break;
-        }
+    while !group.is_empty() {
         if !ledger.lock.verify().await? {
             state.mark_items(plan_id, &unmarked).await?;
             bail!(
@@ -309,8 +325,12 @@ pub async fn apply(
                 items.len()
             );
         }
-        let previous = std::mem::take(&mut unmarked);
-        let results = write_group(ledger, target, &group, &previous, written).await?;
+        let upcoming = next_group();
+        let step = Step {
+            marks: std::mem::take(&mut unmarked),
+            planned: planned(&upcoming),
+        };
+        let results = write_group(ledger, target, &group, step, written).await?;
         for ((_, records), result) in group.iter().zip(results) {
             written += records.len();
             if abort_after.is_some_and(|n| written >= n) {
@@ -320,6 +340,7 @@ pub async fn apply(
             unmarked.extend(records.iter().zip(&result).map(|(r, o)| mark(r, o)));
             outcomes.extend(records.iter().map(|r| r.key.clone()).zip(result));
         }
+        group = upcoming;
     }
     state.mark_items(plan_id, &unmarked).await?;
     // Back into plan order.
@@ -333,24 +354,34 @@ pub async fn apply(
         .collect()
 }
 
-/// Writes one group of batches at once while the previous group's marks
-/// are recorded. A lost connection records every batch of the group whose
-/// outcome is not known for sure as `unknown` and ends the run.
+/// What the ledger records while a group is written: the previous group's
+/// outcomes and the next group's plan.
+struct Step {
+    marks: Vec<Mark>,
+    planned: Vec<(String, &'static str)>,
+}
+
+/// Writes one group of batches at once while the ledger records the
+/// previous group's marks and the next group's plan. A lost connection
+/// records every batch of the group whose outcome is not known for sure as
+/// `unknown` and ends the run.
 async fn write_group(
     ledger: &Ledger<'_>,
     target: &dyn Target,
     group: &[(WriteMode, Vec<Record>)],
-    previous: &[Mark],
+    step: Step,
     written: usize,
 ) -> Result<Vec<Vec<WriteOutcome>>> {
     let (state, plan_id) = (ledger.state, ledger.plan_id);
+    crate::ops::progress::wrote(group.iter().map(|(_, r)| r.len()).sum());
     let writes = group
         .iter()
         .map(|(mode, records)| target.write(records, *mode));
     let (marked, results) = tokio::join!(
-        state.mark_items(plan_id, previous),
+        state.ledger_step(plan_id, ledger.job, &step.marks, &step.planned),
         futures_util::future::join_all(writes)
     );
+    drop(step);
     marked?;
     let lost = results.iter().find_map(|r| match r {
         Err(ConnectorError::ConnectionLost(m)) => Some(m.clone()),

@@ -58,6 +58,8 @@ pub struct Found {
     pub outcomes: Option<Vec<WriteOutcome>>,
     /// `backfill.via = "webhook"`: previews and deliveries.
     pub webhook: Option<super::webhook::Report>,
+    /// The history's write, when it runs beside the reports.
+    pub recording: super::history::Recording,
 }
 
 /// Writes the report folder (and plan.jsonl when kept), saves the plan for
@@ -150,6 +152,8 @@ pub async fn report(
     // report.html last: it reads the staged summary.json and CSVs back.
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
     crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
+    // The folder is committed only once the history it shows is recorded.
+    found.recording.finish().await?;
     let path = dir.commit()?;
     let mut counts = crate::report::counts(&found.outcome);
     counts.insert("pending".into(), json!(extras.pending.len()));

@@ -1,7 +1,7 @@
 //! Stage 8: the discrepancy history (new, persisting, resolved), written
 //! while the backfill writes the target.
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use jiff::Timestamp;
 use recon_core::{format_timestamp, WriteOutcome};
 
@@ -9,7 +9,7 @@ use super::backfill::{self, Guard, Item, Ledger};
 use super::read::Sides;
 use crate::diff::DiffOutcome;
 use crate::report::{HistoryMap, ResolvedRow};
-use crate::state::{Backend, Class, DiscrepancyDelta};
+use crate::state::{Backend, Class, DiscrepancyDelta, StateError};
 
 /// Every open discrepancy of this run, by class and key.
 fn current(outcome: &DiffOutcome) -> Vec<(Class, String)> {
@@ -36,10 +36,30 @@ fn current(outcome: &DiffOutcome) -> Vec<(Class, String)> {
     current
 }
 
-/// Updates the history and, when the guard allows, applies the backfill.
-/// The two are independent: a PostgreSQL state store writes the history
-/// while the target is written; SQLite has one writer, whose lock waits
-/// would cost more than they save.
+/// The history's write, when it runs beside the reports: awaited before
+/// the report folder is committed.
+#[must_use = "the history is recorded only when awaited"]
+pub struct Recording(Option<tokio::task::JoinHandle<Result<(), StateError>>>);
+
+impl Recording {
+    /// Waits for the history to be recorded.
+    pub async fn finish(self) -> Result<()> {
+        if let Some(handle) = self.0 {
+            handle
+                .await
+                .map_err(|e| anyhow!("recording the discrepancy history: {e}"))??;
+        }
+        Ok(())
+    }
+}
+
+/// Reads what the history says of this run's discrepancies (new,
+/// persisting, resolved: the reports need it) and, when the guard allows,
+/// applies the backfill; the history itself is written beside the work
+/// that takes longest. A PostgreSQL state store writes it while the target
+/// is written. SQLite has one writer, which the backfill's ledger needs
+/// between target batches: the history is written after the backfill,
+/// while the reports are rendered ([`Recording`]).
 pub async fn update_while_applying(
     ledger: &Ledger<'_>,
     sides: &Sides,
@@ -47,31 +67,46 @@ pub async fn update_while_applying(
     items: &[Item],
     guard: &Guard,
     now: Timestamp,
-) -> Result<(DiscrepancyDelta, Option<Vec<WriteOutcome>>)> {
+) -> Result<(DiscrepancyDelta, Option<Vec<WriteOutcome>>, Recording)> {
     let current = current(outcome);
+    let state = ledger.state;
+    let mut delta = state.discrepancy_delta(ledger.job, &current).await?;
+    // What the write records as events; the reports need only the
+    // persisting and resolved ones.
+    let events = DiscrepancyDelta {
+        new: std::mem::take(&mut delta.new),
+        persisting: Default::default(),
+        resolved: delta.resolved.clone(),
+    };
     let backfill = async {
         match (guard.write, sides.writer()) {
             (true, Some(target)) => backfill::apply(ledger, target, items).await.map(Some),
             _ => Ok(None),
         }
     };
-    let history = ledger
-        .state
-        .update_discrepancies(ledger.job, ledger.plan_id, now, &current);
-    let (delta, outcomes) = match ledger.state.backend() {
-        Backend::Postgres => tokio::join!(history, backfill),
-        Backend::Sqlite => {
-            let delta = history.await;
-            (delta, backfill.await)
+    match state.backend() {
+        Backend::Postgres => {
+            let history =
+                state.write_discrepancies(ledger.job, ledger.plan_id, now, &current, &events);
+            let (written, outcomes) = tokio::join!(history, backfill);
+            written?;
+            Ok((delta, outcomes?, Recording(None)))
         }
-    };
-    let delta = delta?;
-    // Its changes (seen anew, resolved) for `recon history`.
-    ledger
-        .state
-        .record_discrepancy_events(ledger.job, ledger.plan_id, now, &delta)
-        .await?;
-    Ok((delta, outcomes?))
+        Backend::Sqlite => {
+            let outcomes = backfill.await?;
+            let (state, job, run) = (
+                state.clone(),
+                ledger.job.to_string(),
+                ledger.plan_id.to_string(),
+            );
+            let handle = tokio::spawn(async move {
+                state
+                    .write_discrepancies(&job, &run, now, &current, &events)
+                    .await
+            });
+            Ok((delta, outcomes, Recording(Some(handle))))
+        }
+    }
 }
 
 /// The history as the reports show it: first sightings of the persisting

@@ -147,7 +147,7 @@ async fn run_locked(
     let pending = pending(plan, &mut outcome, now)?;
     let items = backfill::plan_items(plan, &outcome, &confirmed.mismatch_sources);
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
-    let (delta, outcomes) = crate::ops::progress::phase(
+    let (delta, outcomes, recording) = crate::ops::progress::phase(
         "backfill",
         history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now),
     )
@@ -173,6 +173,7 @@ async fn run_locked(
         guard,
         outcomes,
         webhook,
+        recording,
     };
     crate::ops::progress::phase("report", finish::report(&context, ledger.state, dir, found)).await
 }

@@ -32,10 +32,10 @@
 
 mod lock;
 mod migrate;
-mod probe;
-mod story;
 #[cfg(test)]
 mod plans_tests;
+mod probe;
+mod story;
 #[cfg(test)]
 mod tests;
 pub mod webhook;
@@ -391,7 +391,10 @@ pub struct DiscrepancyDelta {
     pub resolved: Vec<(Class, String, Timestamp)>,
 }
 
-/// The run state store. Cheap to share by reference; all methods take `&self`.
+/// The run state store. Cheap to share by reference; all methods take
+/// `&self`. A clone shares the same connection pool (for a write handed to
+/// its own task).
+#[derive(Clone)]
 pub struct StateStore {
     pool: AnyPool,
     backend: Backend,
@@ -852,17 +855,79 @@ impl StateStore {
         job: &str,
         items: &[(String, &str)],
     ) -> Result<(), StateError> {
-        if let Some((id, action)) = items.iter().find(|(_, a)| !ACTIONS.contains(a)) {
+        self.ledger_step(plan_id, job, &[], items).await
+    }
+
+    /// Records write outcomes: each item's status and error, one more
+    /// attempt, in batched updates inside one transaction. When an id
+    /// appears more than once, its last outcome counts.
+    pub async fn mark_items(
+        &self,
+        plan_id: &str,
+        outcomes: &[(String, ItemStatus, Option<String>)],
+    ) -> Result<(), StateError> {
+        self.ledger_step(plan_id, "", outcomes, &[]).await
+    }
+
+    /// One step of a backfill's ledger, in one transaction (one commit):
+    /// the outcomes of the batches just written (as [`Self::mark_items`]),
+    /// then the items of the next batches as planned (as
+    /// [`Self::record_plan`]), before any of them is written. A backfill
+    /// records each batch's plan in the same commit as the previous
+    /// batch's outcomes, while the target writes: the ledger never waits
+    /// for the target, nor the target for the ledger.
+    pub async fn ledger_step(
+        &self,
+        plan_id: &str,
+        job: &str,
+        outcomes: &[(String, ItemStatus, Option<String>)],
+        planned: &[(String, &str)],
+    ) -> Result<(), StateError> {
+        if let Some((id, action)) = planned.iter().find(|(_, a)| !ACTIONS.contains(a)) {
             return Err(StateError::Invalid(format!(
                 "backfill item `{id}` has action `{action}`; expected insert or update"
             )));
         }
+        if outcomes.is_empty() && planned.is_empty() {
+            return Ok(());
+        }
+        let context = match (outcomes.is_empty(), planned.is_empty()) {
+            (true, _) => "recording a backfill plan",
+            (false, true) => "recording backfill outcomes",
+            (false, false) => "recording backfill outcomes and the next planned items",
+        };
+        let now_s = ts_text(Timestamp::now());
+        let mut tx = self.begin_write(context).await?;
+        let (matched, unique) = self
+            .mark_in(&mut tx, context, plan_id, &now_s, outcomes)
+            .await?;
+        self.plan_in(&mut tx, context, plan_id, job, &now_s, planned)
+            .await?;
+        tx.commit().await.map_err(self.db(context))?;
+        if matched < unique {
+            tracing::warn!(
+                message = "Some backfill outcomes name items that are not in the plan; they were not recorded.",
+                plan = plan_id,
+                outcomes = unique,
+                recorded = matched,
+            );
+        }
+        Ok(())
+    }
+
+    /// Inserts planned items (existing ones keep their state).
+    async fn plan_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        context: &str,
+        plan_id: &str,
+        job: &str,
+        now_s: &str,
+        items: &[(String, &str)],
+    ) -> Result<(), StateError> {
         if items.is_empty() {
             return Ok(());
         }
-        let context = "recording a backfill plan";
-        let now_s = ts_text(Timestamp::now());
-        let mut tx = self.begin_write(context).await?;
         // Set-wise: one bound JSON array per chunk, expanded by the database
         // (json_each / json_array_elements), instead of thousands of bound
         // parameters per statement.
@@ -877,25 +942,26 @@ impl StateStore {
             sqlx::query(&sql)
                 .bind(plan_id.to_string())
                 .bind(job.to_string())
-                .bind(now_s.clone())
+                .bind(now_s.to_string())
                 .bind(json_text(&rows))
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .map_err(self.db(context))?;
         }
-        tx.commit().await.map_err(self.db(context))
+        Ok(())
     }
 
-    /// Records write outcomes: each item's status and error, one more
-    /// attempt, in batched updates inside one transaction. When an id
-    /// appears more than once, its last outcome counts.
-    pub async fn mark_items(
+    /// Records outcomes; returns (rows matched, distinct ids).
+    async fn mark_in(
         &self,
+        tx: &mut Transaction<'static, Any>,
+        context: &str,
         plan_id: &str,
+        now_s: &str,
         outcomes: &[(String, ItemStatus, Option<String>)],
-    ) -> Result<(), StateError> {
+    ) -> Result<(u64, u64), StateError> {
         if outcomes.is_empty() {
-            return Ok(());
+            return Ok((0, 0));
         }
         // The last outcome per id, in first-seen order.
         let mut index: HashMap<&str, usize> = HashMap::with_capacity(outcomes.len());
@@ -909,9 +975,6 @@ impl StateStore {
                 }
             }
         }
-        let context = "recording backfill outcomes";
-        let now_s = ts_text(Timestamp::now());
-        let mut tx = self.begin_write(context).await?;
         let mut matched = 0u64;
         // Outcomes grouped by (status, error): one UPDATE per group and
         // chunk, its keys in one bound JSON array probed through the primary
@@ -945,7 +1008,7 @@ impl StateStore {
         // leaves that list when it gets any other status.
         let listed = sqlx::query("SELECT 1 FROM recon_unknown_items WHERE plan_id = $1 LIMIT 1")
             .bind(plan_id.to_string())
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await
             .map_err(self.db(context))?
             .is_some();
@@ -967,9 +1030,9 @@ impl StateStore {
                     .bind(plan_id.to_string())
                     .bind(status.to_string())
                     .bind(error.map(str::to_string))
-                    .bind(now_s.clone())
+                    .bind(now_s.to_string())
                     .bind(keys_json.clone())
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await
                     .map_err(self.db(context))?
                     .rows_affected();
@@ -982,22 +1045,13 @@ impl StateStore {
                     sqlx::query(side)
                         .bind(plan_id.to_string())
                         .bind(keys_json)
-                        .execute(&mut *tx)
+                        .execute(&mut **tx)
                         .await
                         .map_err(self.db(context))?;
                 }
             }
         }
-        tx.commit().await.map_err(self.db(context))?;
-        if matched < unique.len() as u64 {
-            tracing::warn!(
-                message = "Some backfill outcomes name items that are not in the plan; they were not recorded.",
-                plan = plan_id,
-                outcomes = unique.len(),
-                recorded = matched,
-            );
-        }
-        Ok(())
+        Ok((matched, unique.len() as u64))
     }
 
     /// Items of the job whose write outcome is unknown (the connection was
@@ -1050,13 +1104,8 @@ impl StateStore {
     }
 
     /// Updates the discrepancy history of `job` with what run `run_id` found
-    /// at `now`, and says what is new, what persists and what was resolved.
-    ///
-    /// Each current `(class, id)` is upserted: a new one (or one resolved
-    /// before that reappears) is first seen in this run; an open one keeps
-    /// its first sighting. Every open discrepancy of the job not in
-    /// `current` is resolved at `now`. Statements are multi-row (5,000 rows
-    /// each) inside one transaction; duplicates in `current` count once.
+    /// at `now`, and says what is new, what persists and what was resolved:
+    /// [`Self::discrepancy_delta`] then [`Self::write_discrepancies`].
     pub async fn update_discrepancies(
         &self,
         job: &str,
@@ -1064,6 +1113,74 @@ impl StateStore {
         now: Timestamp,
         current: &[(Class, String)],
     ) -> Result<DiscrepancyDelta, StateError> {
+        let delta = self.discrepancy_delta(job, current).await?;
+        self.write_discrepancies(job, run_id, now, current, &delta)
+            .await?;
+        Ok(delta)
+    }
+
+    /// What `current` (the open discrepancies one run found) changes in the
+    /// history of `job`, read without writing: the ones open before persist
+    /// (with their first sighting), every other one is new, and the open
+    /// ones not in `current` are resolved. Only the open set of the
+    /// previous run is read. Duplicates in `current` count once. The run
+    /// lock keeps the history from changing until
+    /// [`Self::write_discrepancies`] records it, so the two may be apart
+    /// (a run reads the delta first, writes the target, then records).
+    pub async fn discrepancy_delta(
+        &self,
+        job: &str,
+        current: &[(Class, String)],
+    ) -> Result<DiscrepancyDelta, StateError> {
+        let context = "reading the discrepancy history";
+        let open = sqlx::query(
+            "SELECT class, external_id, first_seen_at FROM recon_discrepancies \
+             WHERE job = $1 AND resolved_at IS NULL",
+        )
+        .bind(job.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(context))?;
+        let mut before: HashMap<(Class, String), Timestamp> = HashMap::with_capacity(open.len());
+        for row in &open {
+            let (class, external_id, _, first_at) = self.discrepancy_row(row, false)?;
+            before.insert((class, external_id), first_at);
+        }
+        drop(open);
+        let mut delta = DiscrepancyDelta::default();
+        for (class, id) in current {
+            let key = (*class, id.clone());
+            if let Some(first) = before.remove(&key) {
+                delta.persisting.insert(key, first);
+            } else if !delta.persisting.contains_key(&key) {
+                delta.new.insert(key);
+            }
+        }
+        delta.resolved = before
+            .into_iter()
+            .map(|((class, id), first)| (class, id, first))
+            .collect();
+        delta.resolved.sort();
+        Ok(delta)
+    }
+
+    /// Records in the history of `job` what run `run_id` found at `now`
+    /// (`current`, with the `delta` [`Self::discrepancy_delta`] computed
+    /// from it), in one transaction: each current `(class, id)` is
+    /// upserted (a new one, or one resolved before that reappears, is first
+    /// seen in this run; an open one keeps its first sighting), every open
+    /// one not in `current` is resolved at `now`, and the changes (seen
+    /// anew, resolved) are recorded as events for `recon history`.
+    /// Statements are multi-row (50,000 rows each); duplicates in
+    /// `current` count once.
+    pub async fn write_discrepancies(
+        &self,
+        job: &str,
+        run_id: &str,
+        now: Timestamp,
+        current: &[(Class, String)],
+        delta: &DiscrepancyDelta,
+    ) -> Result<(), StateError> {
         let context = "updating the discrepancy history";
         let mut seen: HashSet<(Class, &str)> = HashSet::with_capacity(current.len());
         let unique: Vec<(Class, &str)> = current
@@ -1073,34 +1190,7 @@ impl StateStore {
             .collect();
         drop(seen);
         let now_s = ts_text(now);
-        let mut delta = DiscrepancyDelta::default();
         let mut tx = self.begin_write(context).await?;
-        // Which of them were open before: they persist (with their first
-        // sighting); every other one is new. Read before the upsert, so the
-        // upsert returns nothing and the open set of the previous run is the
-        // only thing held in memory.
-        let open = sqlx::query(
-            "SELECT class, external_id, first_seen_at FROM recon_discrepancies \
-             WHERE job = $1 AND resolved_at IS NULL",
-        )
-        .bind(job.to_string())
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(self.db(context))?;
-        let wanted: HashSet<(Class, &str)> = unique.iter().copied().collect();
-        for row in &open {
-            let (class, external_id, _, first_at) = self.discrepancy_row(row, false)?;
-            if wanted.contains(&(class, external_id.as_str())) {
-                delta.persisting.insert((class, external_id), first_at);
-            }
-        }
-        drop(open);
-        for (class, id) in &unique {
-            if !delta.persisting.contains_key(&(*class, id.to_string())) {
-                delta.new.insert((*class, id.to_string()));
-            }
-        }
-        drop(wanted);
         let sql = format!(
             "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
              first_seen_at, last_seen_run, last_seen_at, resolved_at) \
@@ -1125,24 +1215,20 @@ impl StateStore {
                 .await
                 .map_err(self.db(context))?;
         }
-        let rows = sqlx::query(
+        drop(unique);
+        sqlx::query(
             "UPDATE recon_discrepancies SET resolved_at = $1 \
-             WHERE job = $2 AND resolved_at IS NULL AND last_seen_run <> $3 \
-             RETURNING class, external_id, first_seen_at",
+             WHERE job = $2 AND resolved_at IS NULL AND last_seen_run <> $3",
         )
-        .bind(now_s)
+        .bind(now_s.clone())
         .bind(job.to_string())
         .bind(run_id.to_string())
-        .fetch_all(&mut *tx)
+        .execute(&mut *tx)
         .await
         .map_err(self.db(context))?;
-        for row in &rows {
-            let (class, external_id, _, first_at) = self.discrepancy_row(row, false)?;
-            delta.resolved.push((class, external_id, first_at));
-        }
-        tx.commit().await.map_err(self.db(context))?;
-        delta.resolved.sort();
-        Ok(delta)
+        self.insert_events(&mut tx, job, run_id, &now_s, delta)
+            .await?;
+        tx.commit().await.map_err(self.db(context))
     }
 
     /// `(class, external_id, first_seen_run?, first_seen_at)` of a
