@@ -257,66 +257,83 @@ pub async fn deliver(
     {
         let sender = &sender;
         let stop = &stop;
-        let mut results = futures_util::stream::iter(to_send.iter().copied())
-            .map(|p| async move {
-                if stop.load(Ordering::Relaxed) {
-                    return (p, None);
-                }
-                (p, Some(sender.send(p).await))
-            })
-            .buffer_unordered(wh.concurrency)
-            .ready_chunks(256);
-        while let Some(chunk) = results.next().await {
-            answered += chunk.iter().filter(|(_, s)| s.is_some()).count();
-            if abort_after.is_some_and(|n| answered >= n) {
-                // Test-only fault hook: die like a SIGKILL after POSTs were
-                // answered and before their outcome is recorded.
-                std::process::abort();
-            }
-            let mut marks: Vec<DeliveryMark> = Vec::with_capacity(chunk.len());
-            for (p, sent) in chunk {
-                let id = p.external_id.clone();
-                match sent {
-                    None => {
-                        ended.insert(id, Ended::NotSent);
+        // The POSTs never wait for the ledger: answers go through a channel
+        // to the marking loop, which records whatever has arrived in one
+        // transaction while the next deliveries are in flight.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let produce = async move {
+            let mut results = futures_util::stream::iter(to_send.iter().copied())
+                .map(|p| async move {
+                    if stop.load(Ordering::Relaxed) {
+                        return (p, None);
                     }
-                    Some(sent) => {
-                        marks.push(match &sent {
-                            Sent::Delivered(s) => {
-                                (id.clone(), DeliveryStatus::Delivered, Some(*s), None)
-                            }
-                            Sent::AlreadyDone => {
-                                (id.clone(), DeliveryStatus::AlreadyDone, Some(409), None)
-                            }
-                            Sent::Refused(s, m) => (
-                                id.clone(),
-                                DeliveryStatus::Failed,
-                                Some(*s),
-                                Some(m.clone()),
-                            ),
-                            Sent::Unsure(m) => {
-                                // Outcome unknown: stays planned, sent again
-                                // (same key) by the next run.
-                                stop.store(true, Ordering::Relaxed);
-                                why.lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .get_or_insert_with(|| m.clone());
-                                (id.clone(), DeliveryStatus::Planned, None, Some(m.clone()))
-                            }
-                        });
-                        ended.insert(id, Ended::Sent(sent));
+                    (p, Some(sender.send(p).await))
+                })
+                .buffer_unordered(wh.concurrency);
+            while let Some(r) = results.next().await {
+                if tx.send(r).is_err() {
+                    break;
+                }
+            }
+        };
+        let consume = async {
+            let mut chunk = Vec::new();
+            while rx.recv_many(&mut chunk, 1024).await > 0 {
+                let chunk = std::mem::take(&mut chunk);
+                answered += chunk.iter().filter(|(_, s)| s.is_some()).count();
+                if abort_after.is_some_and(|n| answered >= n) {
+                    // Test-only fault hook: die like a SIGKILL after POSTs were
+                    // answered and before their outcome is recorded.
+                    std::process::abort();
+                }
+                let mut marks: Vec<DeliveryMark> = Vec::with_capacity(chunk.len());
+                for (p, sent) in chunk {
+                    let id = p.external_id.clone();
+                    match sent {
+                        None => {
+                            ended.insert(id, Ended::NotSent);
+                        }
+                        Some(sent) => {
+                            marks.push(match &sent {
+                                Sent::Delivered(s) => {
+                                    (id.clone(), DeliveryStatus::Delivered, Some(*s), None)
+                                }
+                                Sent::AlreadyDone => {
+                                    (id.clone(), DeliveryStatus::AlreadyDone, Some(409), None)
+                                }
+                                Sent::Refused(s, m) => (
+                                    id.clone(),
+                                    DeliveryStatus::Failed,
+                                    Some(*s),
+                                    Some(m.clone()),
+                                ),
+                                Sent::Unsure(m) => {
+                                    // Outcome unknown: stays planned, sent again
+                                    // (same key) by the next run.
+                                    stop.store(true, Ordering::Relaxed);
+                                    why.lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .get_or_insert_with(|| m.clone());
+                                    (id.clone(), DeliveryStatus::Planned, None, Some(m.clone()))
+                                }
+                            });
+                            ended.insert(id, Ended::Sent(sent));
+                        }
+                    }
+                }
+                state.webhook_mark(job, &marks).await?;
+                if lock_checked.elapsed().as_secs() >= 2 {
+                    lock_checked = Instant::now();
+                    if !ledger.lock.verify().await? {
+                        lost_lock = true;
+                        stop.store(true, Ordering::Relaxed);
                     }
                 }
             }
-            state.webhook_mark(job, &marks).await?;
-            if lock_checked.elapsed().as_secs() >= 2 {
-                lock_checked = Instant::now();
-                if !ledger.lock.verify().await? {
-                    lost_lock = true;
-                    stop.store(true, Ordering::Relaxed);
-                }
-            }
-        }
+            Ok::<(), anyhow::Error>(())
+        };
+        let ((), consumed) = tokio::join!(produce, consume);
+        consumed?;
     }
     let stats = sender.stats();
     let count = |f: &dyn Fn(&Ended) -> bool| ended.values().filter(|e| f(e)).count();

@@ -115,6 +115,9 @@ pub struct DeliveryRow {
 /// An outcome to record: external ID, status, HTTP status, error.
 pub type DeliveryMark = (String, DeliveryStatus, Option<u16>, Option<String>);
 
+/// Outcomes recorded by one statement: status, HTTP status, error.
+type MarkGroup<'a> = (&'a str, Option<i64>, Option<&'a str>);
+
 impl StateStore {
     /// Delivery rows of `job` for these keys (those that have one).
     pub async fn webhook_rows(
@@ -124,10 +127,9 @@ impl StateStore {
     ) -> Result<HashMap<String, DeliveryRow>, StateError> {
         let context = "reading webhook deliveries";
         let sql = format!(
-            "SELECT d.external_id, d.idempotency_key, d.plan_id, d.status, d.verified, \
-             d.http_status, d.attempts, d.last_error FROM recon_webhook_deliveries d \
-             JOIN {} ON d.external_id = v.external_id WHERE d.job = $1",
-            self.json_rows("$2", &["external_id"])
+            "SELECT external_id, idempotency_key, plan_id, status, verified, http_status, \
+             attempts, last_error FROM recon_webhook_deliveries WHERE job = $1 AND external_id {}",
+            self.keys_in("$2")
         );
         let mut out = HashMap::new();
         for chunk in keys.chunks(JSON_BATCH) {
@@ -228,44 +230,52 @@ impl StateStore {
         tx.commit().await.map_err(self.db(context))
     }
 
-    /// Records delivery outcomes (one more attempt each).
+    /// `IN (…)` over the keys of one bound JSON array `param`, probed
+    /// through the primary key (PostgreSQL probes it only for `= ANY`).
+    fn keys_in(&self, param: &str) -> String {
+        let rows = self.json_rows(param, &["external_id"]);
+        match self.backend {
+            super::Backend::Sqlite => format!("IN (SELECT v.external_id FROM {rows})"),
+            super::Backend::Postgres => {
+                format!("= ANY(ARRAY(SELECT v.external_id FROM {rows}))")
+            }
+        }
+    }
+
+    /// Records delivery outcomes (one more attempt each): one UPDATE per
+    /// (status, HTTP status, error) group, its keys in one bound JSON array.
     pub async fn webhook_mark(&self, job: &str, marks: &[DeliveryMark]) -> Result<(), StateError> {
         if marks.is_empty() {
             return Ok(());
         }
         let context = "recording webhook delivery outcomes";
         let now = ts_text(Timestamp::now());
+        let mut groups: HashMap<MarkGroup<'_>, Vec<[&str; 1]>> = HashMap::new();
+        for (k, status, http, error) in marks {
+            groups
+                .entry((status.as_str(), http.map(i64::from), error.as_deref()))
+                .or_default()
+                .push([k.as_str()]);
+        }
         let sql = format!(
-            "UPDATE recon_webhook_deliveries SET status = v.status, \
-             http_status = CAST(NULLIF(v.http_status, '') AS BIGINT), \
-             last_error = NULLIF(v.last_error, ''), attempts = attempts + 1, updated_at = $2 \
-             FROM {} WHERE recon_webhook_deliveries.job = $1 \
-             AND recon_webhook_deliveries.external_id = v.external_id",
-            self.json_rows(
-                "$3",
-                &["external_id", "status", "http_status", "last_error"]
-            )
+            "UPDATE recon_webhook_deliveries SET status = $2, http_status = $3, last_error = $4, \
+             attempts = attempts + 1, updated_at = $5 WHERE job = $1 AND external_id {}",
+            self.keys_in("$6")
         );
         let mut tx = self.begin_write(context).await?;
-        for chunk in marks.chunks(JSON_BATCH) {
-            let rows: Vec<[String; 4]> = chunk
-                .iter()
-                .map(|(k, s, h, e)| {
-                    [
-                        k.clone(),
-                        s.as_str().to_string(),
-                        h.map(|h| h.to_string()).unwrap_or_default(),
-                        e.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            sqlx::query(&sql)
-                .bind(job.to_string())
-                .bind(now.clone())
-                .bind(json_text(&rows))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(context))?;
+        for ((status, http, error), keys) in &groups {
+            for chunk in keys.chunks(JSON_BATCH) {
+                sqlx::query(&sql)
+                    .bind(job.to_string())
+                    .bind(status.to_string())
+                    .bind(*http)
+                    .bind(error.map(str::to_string))
+                    .bind(now.clone())
+                    .bind(json_text(&chunk))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db(context))?;
+            }
         }
         tx.commit().await.map_err(self.db(context))
     }
@@ -281,25 +291,27 @@ impl StateStore {
         }
         let context = "recording webhook verifications";
         let now = ts_text(Timestamp::now());
+        let mut groups: HashMap<&str, Vec<[&str; 1]>> = HashMap::new();
+        for (k, v) in results {
+            groups.entry(v.as_str()).or_default().push([k.as_str()]);
+        }
         let sql = format!(
-            "UPDATE recon_webhook_deliveries SET verified = v.verified, updated_at = $2 \
-             FROM {} WHERE recon_webhook_deliveries.job = $1 \
-             AND recon_webhook_deliveries.external_id = v.external_id",
-            self.json_rows("$3", &["external_id", "verified"])
+            "UPDATE recon_webhook_deliveries SET verified = $2, updated_at = $3 \
+             WHERE job = $1 AND external_id {}",
+            self.keys_in("$4")
         );
         let mut tx = self.begin_write(context).await?;
-        for chunk in results.chunks(JSON_BATCH) {
-            let rows: Vec<[&str; 2]> = chunk
-                .iter()
-                .map(|(k, v)| [k.as_str(), v.as_str()])
-                .collect();
-            sqlx::query(&sql)
-                .bind(job.to_string())
-                .bind(now.clone())
-                .bind(json_text(&rows))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(context))?;
+        for (verified, keys) in &groups {
+            for chunk in keys.chunks(JSON_BATCH) {
+                sqlx::query(&sql)
+                    .bind(job.to_string())
+                    .bind(verified.to_string())
+                    .bind(now.clone())
+                    .bind(json_text(&chunk))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db(context))?;
+            }
         }
         tx.commit().await.map_err(self.db(context))
     }
@@ -309,11 +321,25 @@ impl StateStore {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn planned_then_marked_then_verified_and_done_items_are_never_replanned() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let s = StateStore::open(&url).await.unwrap();
+    use recon_sql::testing::TestDb;
+    use recon_sql::Dialect;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delivery_ledger_on_sqlite() {
+        let db = TestDb::create(Dialect::Sqlite).await;
+        planned_then_marked_then_verified_and_done_items_are_never_replanned(&db.url).await;
+        db.drop_db().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delivery_ledger_on_postgres() {
+        let db = TestDb::create(Dialect::Postgres).await;
+        planned_then_marked_then_verified_and_done_items_are_never_replanned(&db.url).await;
+        db.drop_db().await;
+    }
+
+    async fn planned_then_marked_then_verified_and_done_items_are_never_replanned(url: &str) {
+        let s = StateStore::open(url).await.unwrap();
         let items = vec![
             ("a".to_string(), "recon-ka".to_string()),
             ("b".to_string(), "recon-kb".to_string()),
