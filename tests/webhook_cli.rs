@@ -762,3 +762,131 @@ fn demo_via_webhook_replays_retries_dedups_and_verifies() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("0 created twice"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripe_source_replays_each_charge_as_stripe_returns_it_in_an_event() {
+    use recon_stripe::emulator::{Emulator, EmulatorConfig, ObjectKind};
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let now = jiff::Timestamp::now().as_second();
+    let mut conn = sqlx::SqliteConnection::connect(&target_url(dir.path()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE payments (charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, \
+         currency TEXT, status TEXT, created_at TIMESTAMP)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let mut charges = HashMap::new();
+    for i in 0..10i64 {
+        let id = format!("ch_3Qwebhook{i:04}");
+        let created = now - 7200 + i * 60;
+        let charge = Emulator::charge(&id, 500 + i, "eur", "succeeded", created);
+        emulator.insert(ObjectKind::Charge, charge.clone());
+        if i % 3 == 0 {
+            sqlx::query("INSERT INTO payments VALUES ($1, $2, 'eur', 'succeeded', $3)")
+                .bind(&id)
+                .bind(500 + i)
+                .bind(sql_time(created))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        } else {
+            charges.insert(id, charge);
+        }
+    }
+    // The handler of a Stripe integration: data.object is a charge.
+    let url = target_url(dir.path());
+    let create: CreateHook = Arc::new(move |obj: serde_json::Value| {
+        let url = url.clone();
+        Box::pin(async move {
+            let mut conn = sqlx::SqliteConnection::connect(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            sqlx::query("INSERT INTO payments VALUES ($1, $2, $3, $4, $5)")
+                .bind(obj["id"].as_str().ok_or("no id")?.to_string())
+                .bind(obj["amount"].as_i64().ok_or("no amount")?)
+                .bind(obj["currency"].as_str().unwrap_or("").to_string())
+                .bind(obj["status"].as_str().unwrap_or("").to_string())
+                .bind(sql_time(obj["created"].as_i64().ok_or("no created")?))
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    });
+    let rx = Receiver::start(ReceiverConfig {
+        envelope: recon::webhook::Envelope::Stripe,
+        create: Some(create),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    std::fs::write(
+        dir.path().join("recon.toml"),
+        format!(
+            r#"
+[defaults]
+state = "sqlite://{state}"
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
+compare = ["amount", "currency", "status"]
+window = "last:24h"
+[jobs.charges.source]
+type = "stripe"
+object = "charges"
+api_key = "${{RECON_TEST_STRIPE_KEY}}"
+base_url = "{base}"
+[jobs.charges.target]
+type = "sql"
+url = "{target}"
+table = "payments"
+key = "charge_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+[jobs.charges.backfill]
+mode = "insert"
+max_ratio = 1
+via = "webhook"
+[jobs.charges.backfill.webhook]
+url = "{hook}"
+envelope = "stripe"
+rate_limit = "50/s"
+verify_after = "0s"
+"#,
+            state = dir.path().join("state.db").display(),
+            base = emulator.base_url,
+            target = target_url(dir.path()),
+            hook = rx.url,
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("recon.toml").display().to_string();
+    let out = dir.path().join("r1").display().to_string();
+    let key = emulator.api_key.clone();
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
+            .args(["run", "--config", &config, "--out", &out])
+            .env("RECON_TEST_STRIPE_KEY", key)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    assert_eq!(stats.created.len(), charges.len(), "{stats:?}");
+    for req in &stats.bodies {
+        let event: serde_json::Value = serde_json::from_str(req.lines().last().unwrap()).unwrap();
+        assert_eq!(event["object"], "event");
+        assert_eq!(event["type"], "charge.succeeded");
+        assert!(event["id"].as_str().unwrap().starts_with("evt_"));
+        let charge = &event["data"]["object"];
+        let id = charge["id"].as_str().unwrap();
+        // The whole charge as the emulated Stripe API holds and returns it.
+        assert_eq!(charge, &charges[id], "{id}");
+        assert_eq!(event["created"], charges[id]["created"]);
+    }
+    emulator.shutdown().await;
+}
