@@ -44,6 +44,8 @@ pub use write::{CurrencyCase, TimestampText, WRITE_TIMEOUT};
 const PAGE: usize = 1000;
 /// Keys per lookup query.
 const LOOKUP_CHUNK: usize = 5000;
+/// Lookup chunks asked at once (bounded by the pool's size).
+const LOOKUPS_IN_FLIGHT: usize = 3;
 
 /// Which table and columns hold a job's records.
 #[derive(Clone, Debug)]
@@ -381,29 +383,44 @@ impl SqlTable {
         keys: &[String],
     ) -> Result<Vec<sqlx::any::AnyRow>, ConnectorError> {
         let key = self.dialect.quote(&self.cfg.key_column);
-        let mut out = Vec::new();
-        for chunk in keys.chunks(LOOKUP_CHUNK) {
-            let mut args = AnyArguments::default();
-            let marks: Vec<String> = (1..=chunk.len())
-                .map(|i| self.dialect.text_param(&self.dialect.placeholder(i)))
-                .collect();
-            for k in chunk {
-                let _ = args.add(k.clone());
-            }
-            let sql = format!(
-                "SELECT {select} FROM {} WHERE {} IN ({})",
-                self.table(),
-                self.key_cmp(&key),
-                marks.join(", ")
-            );
-            out.extend(
-                sqlx::query_with(&sql, args)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| db_error(&self.display, e))?,
-            );
+        // Chunks are asked a few at a time (up to the pool's size): one
+        // chunk's statement is built and bound while another runs.
+        let in_flight = (self.cfg.max_connections.max(1) as usize).min(LOOKUPS_IN_FLIGHT);
+        let asks: Vec<_> = keys
+            .chunks(LOOKUP_CHUNK)
+            .map(|chunk| self.rows_of_chunk(select, &key, chunk))
+            .collect();
+        let chunks: Vec<Vec<sqlx::any::AnyRow>> = futures_util::stream::iter(asks)
+            .buffered(in_flight)
+            .try_collect()
+            .await?;
+        Ok(chunks.into_iter().flatten().collect())
+    }
+
+    /// The rows of one chunk of keys.
+    async fn rows_of_chunk(
+        &self,
+        select: &str,
+        key: &str,
+        chunk: &[String],
+    ) -> Result<Vec<sqlx::any::AnyRow>, ConnectorError> {
+        let mut args = AnyArguments::default();
+        let marks: Vec<String> = (1..=chunk.len())
+            .map(|i| self.dialect.text_param(&self.dialect.placeholder(i)))
+            .collect();
+        for k in chunk {
+            let _ = args.add(k.clone());
         }
-        Ok(out)
+        let sql = format!(
+            "SELECT {select} FROM {} WHERE {} IN ({})",
+            self.table(),
+            self.key_cmp(key),
+            marks.join(", ")
+        );
+        sqlx::query_with(&sql, args)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(&self.display, e))
     }
 
     /// The key column as compared against bound text keys.

@@ -111,6 +111,23 @@ async fn suite(dialect: Dialect) {
     found.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(found, vec![record(7), record(2499)]);
 
+    // A lookup larger than one query (several chunks asked at once) finds
+    // every existing key exactly once, whatever chunk it falls in.
+    let keys: Vec<String> = (0..16_000)
+        .map(|i| format!("ch_{:06}", (i * 7919) % 40_000))
+        .collect();
+    let mut found = t.lookup(&keys).await.unwrap();
+    found.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut want: Vec<Record> = (0..16_000i64)
+        .map(|i| (i * 7919) % 40_000)
+        .filter(|i| *i < 2500)
+        .map(record)
+        .collect();
+    want.sort_by(|a, b| a.key.cmp(&b.key));
+    want.dedup();
+    assert!(want.len() > 500, "the keys hit the table: {}", want.len());
+    assert_eq!(found, want, "{dialect:?}");
+
     // Upsert repairs a field and reports which rows it created or updated.
     let mut changed = record(5);
     changed.values[1] = Value::Text("refunded".into());
