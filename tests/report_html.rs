@@ -287,8 +287,8 @@ async fn report_html_in_a_headless_browser() {
     assert_eq!(dry.status.code(), Some(1), "{}", text(&dry));
     let run = f.recon(&["run"]);
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
-    let folder = folder(&run);
-    let page = folder.join("report.html");
+    let run_folder = folder(&run);
+    let page = run_folder.join("report.html");
     let source = std::fs::read_to_string(&page).unwrap();
     check_page(&source, 2);
     assert!(source.contains("default-src 'none'"));
@@ -356,11 +356,25 @@ async fn report_html_in_a_headless_browser() {
             .count(),
         1
     );
-    let run_name = folder.file_name().unwrap().to_str().unwrap();
+    let run_name = run_folder.file_name().unwrap().to_str().unwrap();
     assert!(
         other.contains(&format!("href=\"../reports/charges/{run_name}/gaps.csv\"")),
         "{other}"
     );
+    // `recon apply` folders get a page too: the plan's outcomes.
+    f.db.exec("DELETE FROM payments WHERE stripe_charge_id = 'ch_3'")
+        .await;
+    let dry = f.recon(&["run", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1), "{}", text(&dry));
+    let plan = folder(&dry).join("plan.jsonl");
+    let o = f.recon(&["apply", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let applied = std::fs::read_to_string(folder(&o).join("report.html")).unwrap();
+    assert_eq!(cell(&applied, "data-outcome=\"created\""), "1");
+    assert_eq!(cell(&applied, "data-count=\"backfilled\""), "1");
+    assert_eq!(cell(&applied, "data-status=\"clean\""), "clean");
+    assert!(applied.contains("href=\"backfill.csv\""), "{applied}");
+
     // A job without runs is a clear error, exit 2.
     let empty = Fixture::new().await;
     let o = empty.recon(&["report"]);

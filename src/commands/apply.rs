@@ -367,6 +367,10 @@ async fn write_and_report(
     let mut text = serde_json::to_vec_pretty(&summary)?;
     text.push(b'\n');
     dir.write_all("summary.json", &text)?;
+    // report.html too: the apply's outcomes, charted with the job's runs.
+    let schema = &plan.spec.schema;
+    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
+    crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field).await?;
     let path = dir.commit()?;
     println!(
         "plan {}: {} items, {} skipped (already present), {} written, {} failed",
