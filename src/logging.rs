@@ -71,6 +71,7 @@ static FORMAT: std::sync::OnceLock<Format> = std::sync::OnceLock::new();
 /// object like every log line with `--log-format json`. Scrubbed.
 pub fn stderr_line(level: &str, message: &str) {
     let message = recon_core::scrub(message);
+    crate::ops::progress::clear_for_output();
     if FORMAT.get() != Some(&Format::Json) {
         let _ = writeln!(std::io::stderr().lock(), "{level}: {message}");
         return;
@@ -87,6 +88,11 @@ pub fn stderr_line(level: &str, message: &str) {
         "spans": [],
     });
     let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The format [`init_with`] installed (text when none was).
+pub fn format() -> Format {
+    FORMAT.get().copied().unwrap_or_default()
 }
 
 /// The JSON Lines layer, writing each line whole through `W`.
@@ -321,6 +327,7 @@ impl Drop for EventWriter {
         }
         let text = String::from_utf8_lossy(&self.0);
         let clean = recon_core::scrub(&text);
+        crate::ops::progress::clear_for_output();
         let _ = std::io::stderr().lock().write_all(clean.as_bytes());
     }
 }

@@ -279,6 +279,8 @@ fn apply_plan(args: ApplyArgs) -> Result<Status> {
         .enable_all()
         .build()?;
     let span = crate::ops::progress::run_span(&plan.job.name);
+    // Progress on a terminal only; paused before the summary is printed.
+    let _progress = crate::ops::progress::Display::start();
     runtime.block_on(tracing::Instrument::instrument(
         execute(plan, file, head, items),
         span,
@@ -337,6 +339,7 @@ async fn write_and_report(
         failed,
         webhook,
     } = write_items(plan, ledger, items).await?;
+    crate::ops::progress::pause();
     write_backfill_csv(&mut dir, &rows)?;
     let status = if failed > 0 {
         Status::Discrepancies

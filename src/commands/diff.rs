@@ -251,10 +251,13 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     let mut engine = DiffEngine::new(plan.spec.clone());
     // Two stages on two threads: one parses and encodes both files in
     // turn, the other indexes (source) and probes (target).
+    // Progress on a terminal only, while the files are read.
+    let progress = crate::ops::progress::Display::start();
     let source_done = feed_files(
         &mut engine,
         vec![(source, Side::Source, None), (target, Side::Target, None)],
     )?;
+    drop(progress);
     let source_ms = source_done.unwrap_or_else(|| started.elapsed()).as_millis();
     tracing::debug!(
         message = "Source side indexed.",

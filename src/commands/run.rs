@@ -28,5 +28,7 @@ fn run_plan(args: &RunArgs) -> Result<Status> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    // Progress on a terminal only; dropped (line cleared) when the run ends.
+    let _progress = crate::ops::progress::Display::start();
     runtime.block_on(execute(plan))
 }

@@ -107,6 +107,8 @@ fn read_side(
             Err(ReadError::Caller(e)) => return Err(e),
         };
         if !batch.is_empty() {
+            let (read, total) = reader.progress();
+            crate::ops::progress::file_batch(side == Side::Source, batch.len(), read, total);
             let msg = match side {
                 // Estimate the source's size from the first batch's bytes
                 // per row, so that the engine sizes its index once.

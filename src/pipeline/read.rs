@@ -158,6 +158,7 @@ async fn feed(
     let mut pages = side.read(window);
     let mut batch = RecordBatch::new(engine.spec());
     while let Some(page) = pages.try_next().await? {
+        crate::ops::progress::page(source_side, page.records.len());
         batch.clear();
         let mut values = Vec::with_capacity(schema.fields.len());
         for r in &page.records {
@@ -274,6 +275,7 @@ async fn lookup(side: &dyn Source, records: &Records) -> Result<HashMap<String, 
         return Ok(HashMap::new());
     }
     let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
+    crate::ops::progress::looked_up(keys.len());
     let found = side.lookup(&keys).await?;
     Ok(found.into_iter().map(|r| (r.key.clone(), r)).collect())
 }
