@@ -737,6 +737,67 @@ mod tests {
     }
 
     #[test]
+    fn plans_mask_secrets_and_shopify_gets_its_headers() {
+        let cfg: WebhookConfig = toml::from_str(
+            r#"
+url = "https://hooks.example.com/orders?token=abcdef123456"
+envelope = "shopify"
+signing_secret = "shpss_0123456789"
+headers = { Authorization = "Bearer literal-token-99", X-Plain = "visible" }
+"#,
+        )
+        .unwrap();
+        use crate::config::{BackfillMode, BackfillVia};
+        let wh = resolve(
+            "orders",
+            BackfillVia::Webhook,
+            BackfillMode::Insert,
+            Some(&cfg),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(wh.policy.requests_per_second, 5);
+        assert_eq!(wh.verify_after, Duration::from_secs(120));
+        let key = idempotency_key("orders", "1001", "");
+        let p = Prepared {
+            external_id: "1001".into(),
+            key: key.clone(),
+            body: "{\"id\":1001}".into(),
+        };
+        let r = wh.plan_request(&p);
+        assert_eq!(r.headers["X-Shopify-Topic"], "orders/create");
+        assert_eq!(r.headers["X-Shopify-Webhook-Id"], key);
+        assert_eq!(r.headers["X-Shopify-Hmac-Sha256"], "***");
+        assert_eq!(r.headers["Authorization"], "***");
+        assert_eq!(r.headers["X-Plain"], "visible");
+        assert_eq!(r.headers[IDEMPOTENCY_HEADER], key);
+        assert_eq!(r.body, serde_json::json!({"id": 1001}));
+        let text = serde_json::to_string(&r).unwrap();
+        for secret in ["abcdef123456", "literal-token-99", "shpss_0123456789"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        // via and the table must agree; upsert cannot be replayed.
+        let e = resolve(
+            "orders",
+            BackfillVia::Target,
+            BackfillMode::Insert,
+            Some(&cfg),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("set backfill.via = \"webhook\""), "{e}");
+        let e = resolve(
+            "orders",
+            BackfillVia::Webhook,
+            BackfillMode::Upsert,
+            Some(&cfg),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("backfill.mode = \"insert\""), "{e}");
+    }
+
+    #[test]
     fn envelopes_wrap_the_object() {
         let obj = serde_json::json!({"id": "ch_1", "object": "charge", "livemode": false});
         let key = idempotency_key("j", "ch_1", "");
