@@ -123,9 +123,7 @@ fn parse_prometheus(text: &str) -> Result<BTreeMap<String, Family>, String> {
             continue;
         }
         // A sample: name, optional labels, value; no timestamp.
-        let name_end = line
-            .find(|c: char| c == '{' || c == ' ')
-            .ok_or_else(|| at("no value".into()))?;
+        let name_end = line.find(['{', ' ']).ok_or_else(|| at("no value".into()))?;
         let name = &line[..name_end];
         if !valid_metric_name(name) {
             return Err(at(format!("bad metric name `{name}`")));
@@ -416,10 +414,10 @@ async fn metrics_agree_with_summary_and_the_provider_and_keep_the_last_success()
         all.extend_from_slice(labels);
         value(&m, family, &all).unwrap_or_else(|| panic!("no {family} {labels:?}"))
     };
-    for (family, _) in &m {
-        assert!(m[family].help.is_some(), "{family} has HELP");
+    for (family, fam) in &m {
+        assert!(fam.help.is_some(), "{family} has HELP");
         assert!(
-            m[family].samples.iter().all(|(l, _)| l["job"] == "charges"),
+            fam.samples.iter().all(|(l, _)| l["job"] == "charges"),
             "{family}: every sample names the job"
         );
     }
