@@ -2,12 +2,14 @@
 //! the state store: when it was first seen and as what, its class in each
 //! run, each backfill attempt and outcome, and when it was resolved.
 //!
-//! The store keeps each discrepancy's latest streak (`recon_discrepancies`)
-//! and, since migration 7, every change (seen anew, resolved) in
-//! `recon_discrepancy_events`; the ledger keeps every planned write. A
-//! class is open in a run when the run lies in one of its streaks: from
-//! the run that saw it anew up to the last run that saw it (or up to, not
-//! including, the run that found it gone).
+//! The store keeps each discrepancy's latest streak (`recon_discrepancies`,
+//! overwritten when the ID comes back) and, since migration 7, every streak
+//! that ended (`recon_discrepancy_streaks`: first seen, resolved by which
+//! run); the ledger keeps every planned write. A class is open in a run when
+//! the run lies in one of its streaks: from the run that saw it anew (the
+//! first run started at or after its first sighting, which is that run's
+//! start) up to the last run that saw it, or up to, not including, the run
+//! that found it gone.
 
 use std::collections::HashMap;
 
@@ -56,7 +58,7 @@ enum End {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Streak {
     class: Class,
-    start_run: String,
+    start_run: Option<String>,
     start_at: Timestamp,
     end: End,
 }
@@ -86,7 +88,7 @@ pub struct Story {
     /// The ID.
     pub external_id: String,
     /// First sighting: when, by which run, as what.
-    pub first_seen: Option<(Timestamp, String, Class)>,
+    pub first_seen: Option<(Timestamp, Option<String>, Class)>,
     /// The runs from the first that saw it (or planned a write) to the
     /// last that did anything with it.
     pub runs: Vec<StoryRun>,
@@ -105,53 +107,53 @@ impl Story {
             .enumerate()
             .map(|(i, run)| (run.id.as_str(), i))
             .collect();
-        // Streaks from the recorded changes, oldest first.
-        let mut streaks: Vec<Streak> = Vec::new();
-        for e in &r.events {
-            if e.seen {
-                streaks.push(Streak {
-                    class: e.class,
-                    start_run: e.run_id.clone(),
-                    start_at: e.at,
-                    end: End::Open(e.run_id.clone()),
-                });
-            } else if let Some(s) = streaks
-                .iter_mut()
-                .rev()
-                .find(|s| s.class == e.class && matches!(s.end, End::Open(_)))
-            {
-                s.end = End::Resolved(Some(e.run_id.clone()), e.at);
-            }
-        }
-        // The latest streak per class, as the history table has it (the
-        // only record of streaks older than migration 7).
+        // The run that first saw a streak: the first to start at or after
+        // its first sighting (a run's sightings carry its start).
+        let start_of = |at: Timestamp| {
+            r.runs
+                .iter()
+                .find(|run| run.started_at >= at)
+                .map(|run| run.id.clone())
+        };
+        // Streaks that ended (recorded since migration 7).
+        let mut streaks: Vec<Streak> = r
+            .closed
+            .iter()
+            .map(|c| Streak {
+                class: c.class,
+                start_run: start_of(c.first_seen_at),
+                start_at: c.first_seen_at,
+                end: End::Resolved(Some(c.resolved_run.clone()), c.resolved_at),
+            })
+            .collect();
+        // The latest streak per class, as the history table has it: the
+        // open one, or the last closed one (the only record of streaks
+        // closed before migration 7).
         for d in &r.streaks {
-            let end = match d.resolved_at {
-                Some(at) => End::Resolved(None, at),
-                None => End::Open(d.last_seen_run.clone()),
-            };
-            match streaks
-                .iter_mut()
-                .find(|s| s.class == d.class && s.start_run == d.first_seen_run)
+            if streaks
+                .iter()
+                .any(|s| s.class == d.class && s.start_at == d.first_seen_at)
             {
-                Some(s) => match (&s.end, end) {
-                    (End::Resolved(Some(_), _), End::Resolved(None, _)) => {}
-                    (_, end) => s.end = end,
-                },
-                None => streaks.push(Streak {
-                    class: d.class,
-                    start_run: d.first_seen_run.clone(),
-                    start_at: d.first_seen_at,
-                    end,
-                }),
+                continue;
             }
+            streaks.push(Streak {
+                class: d.class,
+                start_run: Some(d.first_seen_run.clone()),
+                start_at: d.first_seen_at,
+                end: match d.resolved_at {
+                    Some(at) => End::Resolved(None, at),
+                    None => End::Open(d.last_seen_run.clone()),
+                },
+            });
         }
         streaks.sort_by(|a, b| a.start_at.cmp(&b.start_at).then(a.class.cmp(&b.class)));
 
         let in_streak = |s: &Streak, i: usize| -> bool {
             let run = &r.runs[i];
-            let started = index
-                .get(s.start_run.as_str())
+            let started = s
+                .start_run
+                .as_deref()
+                .and_then(|id| index.get(id))
                 .map_or(s.start_at <= run.started_at, |&k| k <= i);
             let before_end = match &s.end {
                 End::Open(last) => index.get(last.as_str()).is_none_or(|&k| i <= k),
@@ -287,8 +289,11 @@ impl Story {
         if let Some((at, run, class)) = &self.first_seen {
             let _ = writeln!(
                 out,
-                "first seen  {} by run {run}, as {class}",
-                format_timestamp(*at)
+                "first seen  {}{}, as {class}",
+                format_timestamp(*at),
+                run.as_ref()
+                    .map(|r| format!(" by run {r}"))
+                    .unwrap_or_default()
             );
         }
         let _ = writeln!(
@@ -363,7 +368,7 @@ impl Story {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{DiscrepancyEvent, DiscrepancyStreak, ItemStatus, RunRow};
+    use crate::state::{ClosedStreak, DiscrepancyStreak, ItemStatus, RunRow};
 
     fn t(h: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + h * 3600).unwrap()
@@ -385,12 +390,12 @@ mod tests {
         }
     }
 
-    fn event(class: Class, run: &str, h: i64, seen: bool) -> DiscrepancyEvent {
-        DiscrepancyEvent {
+    fn closed(class: Class, first: i64, by: &str, at: i64) -> ClosedStreak {
+        ClosedStreak {
             class,
-            run_id: run.into(),
-            at: t(h),
-            seen,
+            first_seen_at: t(first),
+            resolved_run: by.into(),
+            resolved_at: t(at),
         }
     }
 
@@ -413,11 +418,7 @@ mod tests {
                 last_seen_at: t(4),
                 resolved_at: None,
             }],
-            events: vec![
-                event(Class::Gap, "r1", 1, true),
-                event(Class::Gap, "r2", 2, false),
-                event(Class::Gap, "r4", 4, true),
-            ],
+            closed: vec![closed(Class::Gap, 1, "r2", 2)],
             items: vec![ItemRecord {
                 plan_id: "r1".into(),
                 action: "insert".into(),
@@ -442,7 +443,7 @@ mod tests {
                 ("r4", vec![Class::Gap])
             ]
         );
-        assert_eq!(s.first_seen, Some((t(1), "r1".into(), Class::Gap)));
+        assert_eq!(s.first_seen, Some((t(1), Some("r1".into()), Class::Gap)));
         assert_eq!(s.resolved, [(Class::Gap, t(2), Some("r2".into()))]);
         assert_eq!(s.open, [(Class::Gap, t(4))]);
         assert_eq!(s.runs[0].items.len(), 1);

@@ -53,7 +53,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
 
 pub use lock::RunLock;
-pub use story::{DiscrepancyEvent, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
+pub use story::{ClosedStreak, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
 
 /// How long opening the first connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);

@@ -1,8 +1,8 @@
 //! What `report.html` and `recon history` read back from the store (tables
 //! of migration 7): each run's money totals per currency, and each
-//! discrepancy's transitions (seen anew, resolved), beside what the other
-//! tables already keep (runs, ledger items, the latest streak of each
-//! discrepancy).
+//! discrepancy's closed streaks (first seen, resolved by which run), beside
+//! what the other tables already keep (runs, ledger items, the latest
+//! streak of each discrepancy, which is overwritten when an ID comes back).
 
 use std::collections::HashMap;
 
@@ -28,17 +28,18 @@ pub struct RunTotals {
     pub target_minor: i128,
 }
 
-/// A change in a discrepancy's life, as `recon_discrepancy_events` keeps it.
+/// A stretch of runs in which a discrepancy was open, now over, as
+/// `recon_discrepancy_streaks` keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiscrepancyEvent {
+pub struct ClosedStreak {
     /// Its class.
     pub class: Class,
-    /// The run that saw the change.
-    pub run_id: String,
-    /// When (the run's start).
-    pub at: Timestamp,
-    /// `true`: seen anew; `false`: resolved.
-    pub seen: bool,
+    /// When it was first seen (the start of the run that saw it).
+    pub first_seen_at: Timestamp,
+    /// The run that found it gone.
+    pub resolved_run: String,
+    /// When.
+    pub resolved_at: Timestamp,
 }
 
 /// The latest streak of one discrepancy (`recon_discrepancies`).
@@ -82,8 +83,8 @@ pub struct IdRecords {
     pub runs: Vec<RunRow>,
     /// The latest streak of each class the ID had.
     pub streaks: Vec<DiscrepancyStreak>,
-    /// Its transitions, oldest first (kept since migration 7).
-    pub events: Vec<DiscrepancyEvent>,
+    /// Its closed streaks, oldest first (kept since migration 7).
+    pub closed: Vec<ClosedStreak>,
     /// Its ledger items, in run order.
     pub items: Vec<ItemRecord>,
 }
@@ -172,29 +173,30 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Records what changed in the discrepancy history with one run (its
-    /// [`DiscrepancyDelta`]): the new ones as seen, the resolved ones as
-    /// resolved, at `now`. Persisting ones write nothing. Recording the
-    /// same run again changes nothing. ([`StateStore::write_discrepancies`]
-    /// records them with the history itself.)
-    pub async fn record_discrepancy_events(
+    /// Records the streaks that ended with one run: each discrepancy its
+    /// [`DiscrepancyDelta`] resolved, with when it was first seen. New and
+    /// persisting ones write nothing, so a backlog left open costs nothing
+    /// here however long it stays. Recording the same run again changes
+    /// nothing. ([`StateStore::write_discrepancies`] records them with the
+    /// history itself.)
+    pub async fn record_closed_streaks(
         &self,
         job: &str,
         run_id: &str,
         now: Timestamp,
         delta: &DiscrepancyDelta,
     ) -> Result<(), StateError> {
-        if delta.new.is_empty() && delta.resolved.is_empty() {
+        if delta.resolved.is_empty() {
             return Ok(());
         }
-        let context = "recording discrepancy changes";
+        let context = "recording resolved discrepancies";
         let mut tx = self.begin_write(context).await?;
         self.insert_events(&mut tx, job, run_id, &ts_text(now), delta)
             .await?;
         tx.commit().await.map_err(self.db(context))
     }
 
-    /// The events of `delta`, inside a write transaction.
+    /// The streaks `delta` closed, inside a write transaction.
     pub(super) async fn insert_events(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -203,25 +205,22 @@ impl StateStore {
         now_s: &str,
         delta: &DiscrepancyDelta,
     ) -> Result<(), StateError> {
-        let context = "recording discrepancy changes";
-        let mut rows: Vec<[&str; 3]> = Vec::with_capacity(delta.new.len() + delta.resolved.len());
-        rows.extend(
-            delta
-                .new
-                .iter()
-                .map(|(c, id)| [c.as_str(), id.as_str(), "seen"]),
-        );
-        rows.extend(
-            delta
-                .resolved
-                .iter()
-                .map(|(c, id, _)| [c.as_str(), id.as_str(), "resolved"]),
-        );
+        if delta.resolved.is_empty() {
+            return Ok(());
+        }
+        let context = "recording resolved discrepancies";
+        // `delta.resolved` is sorted by class and key: the primary key's
+        // b-tree is filled in order.
+        let rows: Vec<[String; 3]> = delta
+            .resolved
+            .iter()
+            .map(|(c, id, first)| [c.as_str().to_string(), id.clone(), ts_text(*first)])
+            .collect();
         let sql = format!(
-            "INSERT INTO recon_discrepancy_events (job, external_id, class, run_id, at, event) \
-             SELECT $1, v.external_id, v.class, $2, $3, v.event FROM {} WHERE true \
-             ON CONFLICT (job, external_id, run_id, class) DO NOTHING",
-            self.json_rows("$4", &["class", "external_id", "event"])
+            "INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at, \
+             resolved_run, resolved_at) SELECT $1, v.external_id, v.class, v.first_seen_at, $2, $3 \
+             FROM {} WHERE true ON CONFLICT (job, external_id, class, first_seen_at) DO NOTHING",
+            self.json_rows("$4", &["class", "external_id", "first_seen_at"])
         );
         for chunk in rows.chunks(JSON_BATCH) {
             sqlx::query(&sql)
@@ -237,7 +236,7 @@ impl StateStore {
     }
 
     /// Everything the store holds about `external_id` in `job`: the job's
-    /// runs, the ID's latest streak per class, its transitions and its
+    /// runs, the ID's latest streak per class, its closed streaks and its
     /// ledger items. Every read goes through a primary key (ledger items
     /// are probed by each run's id, never by scanning the ledger).
     pub async fn id_records(&self, job: &str, external_id: &str) -> Result<IdRecords, StateError> {
@@ -275,25 +274,25 @@ impl StateStore {
         }
 
         let rows = sqlx::query(
-            "SELECT class, run_id, at, event FROM recon_discrepancy_events \
-             WHERE job = $1 AND external_id = $2 ORDER BY at, event DESC, class",
+            "SELECT class, first_seen_at, resolved_run, resolved_at FROM recon_discrepancy_streaks \
+             WHERE job = $1 AND external_id = $2 ORDER BY first_seen_at, class",
         )
         .bind(job.to_string())
         .bind(external_id.to_string())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(context))?;
-        let mut events = Vec::with_capacity(rows.len());
+        let mut closed = Vec::with_capacity(rows.len());
         for r in &rows {
             let text =
                 |i: usize| -> Result<String, StateError> { r.try_get(i).map_err(self.db(context)) };
-            events.push(DiscrepancyEvent {
+            closed.push(ClosedStreak {
                 class: text(0)?
                     .parse()
                     .map_err(|e: StateError| self.corrupt(context, e.to_string()))?,
-                run_id: text(1)?,
-                at: self.parse_ts(context, &text(2)?)?,
-                seen: text(3)? == "seen",
+                first_seen_at: self.parse_ts(context, &text(1)?)?,
+                resolved_run: text(2)?,
+                resolved_at: self.parse_ts(context, &text(3)?)?,
             });
         }
 
@@ -337,7 +336,7 @@ impl StateStore {
         Ok(IdRecords {
             runs,
             streaks,
-            events,
+            closed,
             items,
         })
     }
@@ -396,12 +395,9 @@ mod tests {
             .update_discrepancies("j", &r1, t1, &gap)
             .await
             .unwrap();
+        // Nothing closed yet: nothing recorded.
         store
-            .record_discrepancy_events("j", &r1, t1, &d1)
-            .await
-            .unwrap();
-        store
-            .record_discrepancy_events("j", &r1, t1, &d1)
+            .record_closed_streaks("j", &r1, t1, &d1)
             .await
             .unwrap();
         store
@@ -425,8 +421,9 @@ mod tests {
         let r2 = store.start_run("j", day, false).await.unwrap();
         let t2: Timestamp = "2026-12-01T06:00:00Z".parse().unwrap();
         let d2 = store.update_discrepancies("j", &r2, t2, &[]).await.unwrap();
+        // Recorded with the history; once, however often it is recorded.
         store
-            .record_discrepancy_events("j", &r2, t2, &d2)
+            .record_closed_streaks("j", &r2, t2, &d2)
             .await
             .unwrap();
 
@@ -436,21 +433,13 @@ mod tests {
             [r1.as_str(), r2.as_str()]
         );
         assert_eq!(
-            r.events,
-            [
-                DiscrepancyEvent {
-                    class: Class::Gap,
-                    run_id: r1.clone(),
-                    at: t1,
-                    seen: true
-                },
-                DiscrepancyEvent {
-                    class: Class::Gap,
-                    run_id: r2.clone(),
-                    at: t2,
-                    seen: false
-                },
-            ]
+            r.closed,
+            [ClosedStreak {
+                class: Class::Gap,
+                first_seen_at: t1,
+                resolved_run: r2.clone(),
+                resolved_at: t2,
+            }]
         );
         assert_eq!(r.streaks.len(), 1);
         assert_eq!(r.streaks[0].first_seen_run, r1);
@@ -460,18 +449,18 @@ mod tests {
         assert_eq!(r.items[0].status, ItemStatus::Applied);
         assert_eq!(r.items[0].attempts, 1);
         let none = store.id_records("j", "ch_2").await.unwrap();
-        assert!(none.streaks.is_empty() && none.events.is_empty() && none.items.is_empty());
+        assert!(none.streaks.is_empty() && none.closed.is_empty() && none.items.is_empty());
         store.close().await;
         db.drop_db().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn totals_events_and_an_ids_records_sqlite() {
+    async fn totals_closed_streaks_and_an_ids_records_sqlite() {
         round_trip(Dialect::Sqlite).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn totals_events_and_an_ids_records_postgres() {
+    async fn totals_closed_streaks_and_an_ids_records_postgres() {
         round_trip(Dialect::Postgres).await;
     }
 }

@@ -856,7 +856,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Sqlite, "0004_ledger_unknown_index.sql", "ced4f5fa20d781549dc7168d620b04c30a28e8e12a5e7dd4116529b7bdb6e28c1b9329c08be808ca1542f1351a887883"),
     (Backend::Sqlite, "0005_ledger_and_history_without_rowid.sql", "3a13d21ad2c3ffd66502139a8d767842c18591861e13ae640d190fc71a1be8e12e7fe1dd7302159fca66abb9368137a2"),
     (Backend::Sqlite, "0006_ledger_hot_updates_unknown_items.sql", "ce42c25c5ae632379ccb7bd7fd2ef60fc7630dc77b6bf541f63819618dc16ec7c65085b62101e52317c2d37574641e23"),
-    (Backend::Sqlite, "0007_run_totals_and_discrepancy_events.sql", "500142933002bec3e5f730c57f18ce31582024395b2424bd17bc8fa19e491d5ebd30b08ab310ba1d0a1ed364fd054595"),
+    (Backend::Sqlite, "0007_run_totals_and_discrepancy_streaks.sql", "afe09baa0b73fb74b7faa4cdd680410ce0faed3a3c4450b9ba47b8bf84c9d7f7731c03e3b791e91deb1e493433459d08"),
     (Backend::Sqlite, "0008_webhook_deliveries.sql", "2b87121d52b325af7ac4fa0c64fa23a749a2863dd06df3b081cb6bf646225d527e47e4a756b2db9813c0b266156fcefe"),
     (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
     (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
@@ -864,7 +864,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Postgres, "0004_ledger_unknown_index.sql", "ced4f5fa20d781549dc7168d620b04c30a28e8e12a5e7dd4116529b7bdb6e28c1b9329c08be808ca1542f1351a887883"),
     (Backend::Postgres, "0005_ledger_and_history_without_rowid.sql", "5cd970f66e8a9e1d598b14ee5951f1ae42a09e69c4298ae825b6ee52a791306b5548e90bb4666afb70f52cac6cfc27a5"),
     (Backend::Postgres, "0006_ledger_hot_updates_unknown_items.sql", "7dd9c2879130c90f6927d16cccf7de57e1e8d1cb5fc0babd94c0bad123f21f765a218f934c142d6c592ceb16e02b2a57"),
-    (Backend::Postgres, "0007_run_totals_and_discrepancy_events.sql", "9bc729904760e943c554f3d985410c2907663e74874021debc9aed62b6cfb6f496e0d64c01b6b1318f21c691510ce91d"),
+    (Backend::Postgres, "0007_run_totals_and_discrepancy_streaks.sql", "64936a744df6791cc9f0e6980a292135e151d3d9b81f917654e50b90d88613c51b61d4d2c205308082a88ded42caf77e"),
     (Backend::Postgres, "0008_webhook_deliveries.sql", "37a3362b6aad9ba50a9a4c18147a4219d7d5f75da3297a981f4a0c7cbc11ec6846b4ba47c280fa8d2f666668b6c76d2f"),
 ];
 
