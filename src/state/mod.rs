@@ -556,6 +556,16 @@ impl StateStore {
                         sqlx::query(&format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"))
                             .execute(&mut *conn)
                             .await?;
+                        // A run's history transaction dirties tens of MB of
+                        // B-tree pages: past SQLite's 2 MB cache they were
+                        // written to the WAL mid-transaction (spilled), read
+                        // back and written again. Dirty pages now stay in
+                        // memory until their commit (measured on a 200k-gap
+                        // backfill: a quarter less CPU, half the system
+                        // time, about 25 MB more peak RSS).
+                        sqlx::query("PRAGMA cache_spill = OFF")
+                            .execute(&mut *conn)
+                            .await?;
                     }
                     Ok(())
                 })
