@@ -49,6 +49,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use recon_core::{redact_url, Window};
+use futures_util::TryStreamExt;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
 
@@ -1143,17 +1144,16 @@ impl StateStore {
         current: &[(Class, String)],
     ) -> Result<DiscrepancyDelta, StateError> {
         let context = "reading the discrepancy history";
-        let open = sqlx::query(
+        // Streamed: the open set is held once, as keys, never as rows.
+        let mut open = sqlx::query(
             "SELECT class, external_id, first_seen_at FROM recon_discrepancies \
              WHERE job = $1 AND resolved_at IS NULL",
         )
         .bind(job.to_string())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.db(context))?;
-        let mut before: HashMap<(Class, String), Timestamp> = HashMap::with_capacity(open.len());
-        for row in &open {
-            let (class, external_id, _, first_at) = self.discrepancy_row(row, false)?;
+        .fetch(&self.pool);
+        let mut before: HashMap<(Class, String), Timestamp> = HashMap::new();
+        while let Some(row) = open.try_next().await.map_err(self.db(context))? {
+            let (class, external_id, _, first_at) = self.discrepancy_row(&row, false)?;
             before.insert((class, external_id), first_at);
         }
         drop(open);
