@@ -9,7 +9,7 @@ use super::backfill::{self, Guard, Item, Ledger};
 use super::read::Sides;
 use crate::diff::DiffOutcome;
 use crate::report::{HistoryMap, ResolvedRow};
-use crate::state::{Backend, Class, DiscrepancyDelta, StateError};
+use crate::state::{Backend, Class, DiscrepancyDelta, StateError, StateStore};
 
 /// Every open discrepancy of this run, by class and key.
 fn current(outcome: &DiffOutcome) -> Vec<(Class, String)> {
@@ -36,15 +36,48 @@ fn current(outcome: &DiffOutcome) -> Vec<(Class, String)> {
     current
 }
 
-/// The history's write, when it runs beside the reports: awaited before
-/// the report folder is committed.
+/// The history's write, when it runs beside the reports: started once
+/// nothing else needs the state store's writer ([`Recording::start`]) and
+/// awaited before the report folder is committed ([`Recording::finish`]).
 #[must_use = "the history is recorded only when awaited"]
-pub struct Recording(Option<tokio::task::JoinHandle<Result<(), StateError>>>);
+pub struct Recording(Write);
+
+enum Write {
+    /// Already recorded (PostgreSQL: beside the backfill).
+    Done,
+    /// Not started yet: what it records.
+    Deferred(Box<Deferred>),
+    /// Running on its own task.
+    Running(tokio::task::JoinHandle<Result<(), StateError>>),
+}
+
+struct Deferred {
+    state: StateStore,
+    job: String,
+    run: String,
+    now: Timestamp,
+    current: Vec<(Class, String)>,
+    events: DiscrepancyDelta,
+}
 
 impl Recording {
-    /// Waits for the history to be recorded.
+    /// Starts the write on its own task (SQLite has one writer: after the
+    /// backfill and the webhook deliveries, whose ledger needs it between
+    /// batches, and while the reports are rendered).
+    pub fn start(self) -> Recording {
+        match self.0 {
+            Write::Deferred(d) => Recording(Write::Running(tokio::spawn(async move {
+                d.state
+                    .write_discrepancies(&d.job, &d.run, d.now, &d.current, &d.events)
+                    .await
+            }))),
+            other => Recording(other),
+        }
+    }
+
+    /// Waits for the history to be recorded (starting it if it was not).
     pub async fn finish(self) -> Result<()> {
-        if let Some(handle) = self.0 {
+        if let Write::Running(handle) = self.start().0 {
             handle
                 .await
                 .map_err(|e| anyhow!("recording the discrepancy history: {e}"))??;
@@ -58,8 +91,8 @@ impl Recording {
 /// applies the backfill; the history itself is written beside the work
 /// that takes longest. A PostgreSQL state store writes it while the target
 /// is written. SQLite has one writer, which the backfill's ledger needs
-/// between target batches: the history is written after the backfill,
-/// while the reports are rendered ([`Recording`]).
+/// between target batches: the history is written after the backfill (and
+/// the webhook deliveries), while the reports are rendered ([`Recording`]).
 pub async fn update_while_applying(
     ledger: &Ledger<'_>,
     sides: &Sides,
@@ -90,21 +123,30 @@ pub async fn update_while_applying(
                 state.write_discrepancies(ledger.job, ledger.plan_id, now, &current, &events);
             let (written, outcomes) = tokio::join!(history, backfill);
             written?;
-            Ok((delta, outcomes?, Recording(None)))
+            Ok((delta, outcomes?, Recording(Write::Done)))
         }
         Backend::Sqlite => {
-            let outcomes = backfill.await?;
-            let (state, job, run) = (
-                state.clone(),
-                ledger.job.to_string(),
-                ledger.plan_id.to_string(),
-            );
-            let handle = tokio::spawn(async move {
-                state
-                    .write_discrepancies(&job, &run, now, &current, &events)
-                    .await
-            });
-            Ok((delta, outcomes, Recording(Some(handle))))
+            let outcomes = backfill.await;
+            let write = Deferred {
+                state: state.clone(),
+                job: ledger.job.to_string(),
+                run: ledger.plan_id.to_string(),
+                now,
+                current,
+                events,
+            };
+            let recording = Recording(Write::Deferred(Box::new(write)));
+            match outcomes {
+                Ok(outcomes) => Ok((delta, outcomes, recording)),
+                // A failed backfill still records what the run found, as
+                // on PostgreSQL.
+                Err(e) => {
+                    if let Err(h) = recording.finish().await {
+                        tracing::warn!(message = "Could not record the discrepancy history.", error = %h);
+                    }
+                    Err(e)
+                }
+            }
         }
     }
 }

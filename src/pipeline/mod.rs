@@ -153,6 +153,9 @@ async fn run_locked(
     )
     .await?;
     let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;
+    // SQLite's single writer is free now: the history is recorded while
+    // the reports are rendered.
+    let recording = recording.start();
     let context = finish::Context {
         plan,
         run_id: ledger.plan_id,
