@@ -612,3 +612,268 @@ mode = "off"
     }
     db.drop_db().await;
 }
+
+/// The checks of a job that backfills through a webhook: the target is
+/// only read (its unique key is not asked for), then the endpoint.
+const WEBHOOK_CHECKS: [&str; 9] = [
+    "config",
+    "secrets",
+    "job",
+    "source",
+    "target",
+    "target uniqueness",
+    "webhook endpoint",
+    "state store",
+    "report folder",
+];
+
+/// A listener that records how many bytes each connection sent (until the
+/// client closes or 2 s pass), so a test can show nothing was POSTed.
+fn byte_counting_listener() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<usize>>>) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { return };
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            let mut buf = Vec::new();
+            let _ = conn.read_to_end(&mut buf);
+            record.lock().unwrap().push(buf.len());
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_job_reads_its_target_and_connects_to_the_endpoint_without_posting() {
+    let stripe = stripe().await;
+    let db = TestDb::create(Dialect::Sqlite).await;
+    // No unique key: `recon run` never writes here on a webhook route.
+    db.exec("CREATE TABLE payments (charge_id TEXT NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)").await;
+    let (port, seen) = byte_counting_listener();
+    let dir = tempfile::tempdir().unwrap();
+    let job = |name: &str, url: &str| {
+        format!(
+            r#"
+[jobs.{name}]
+{FIELDS}
+[jobs.{name}.source]
+type = "stripe"
+object = "charges"
+api_key = "{key}"
+base_url = "{stripe}"
+[jobs.{name}.target]
+type = "sql"
+url = "{db}"
+table = "payments"
+key = "charge_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+[jobs.{name}.backfill]
+mode = "insert"
+via = "webhook"
+[jobs.{name}.backfill.webhook]
+url = "{url}"
+"#,
+            key = stripe.api_key,
+            stripe = stripe.base_url,
+            db = db.url,
+        )
+    };
+    let secret_path = "hooks/catch/123456/zz9secretpathtoken";
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}{}",
+            dir.path().join("state.db").display(),
+            dir.path().join("reports").display(),
+            job("good", &format!("http://127.0.0.1:{port}/{secret_path}")),
+            job(
+                "down",
+                &format!("http://127.0.0.1:{}/{secret_path}", closed_port())
+            ),
+        ),
+    );
+
+    let o = check(&config, "good", &[], &[]).await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let names: Vec<&str> = l.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(names, WEBHOOK_CHECKS, "{}", text(&o));
+    for (status, name, _) in &l {
+        let want = if name == "target uniqueness" {
+            "skip"
+        } else {
+            "ok"
+        };
+        assert_eq!(status, want, "{name}: {}", text(&o));
+    }
+    assert!(
+        detail(&l, "target uniqueness").contains("backfill.via = \"webhook\""),
+        "{}",
+        text(&o)
+    );
+    let endpoint = detail(&l, "webhook endpoint");
+    assert!(
+        endpoint.starts_with(&format!("http://127.0.0.1:{port} accepts connections")),
+        "{endpoint}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("zz9secretpathtoken"), "{out}");
+    // The endpoint saw one connection and not a byte of a request.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while seen.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![0],
+        "bytes received per connection"
+    );
+
+    let o = check(&config, "down", &[], &[]).await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let fails: Vec<&str> = l
+        .iter()
+        .filter(|(s, _, _)| s == "FAIL")
+        .map(|(_, n, _)| n.as_str())
+        .collect();
+    assert_eq!(fails, ["webhook endpoint"], "{}", text(&o));
+    let why = detail(&l, "webhook endpoint");
+    assert!(
+        why.contains("cannot connect to http://127.0.0.1:") && why.contains(" -> fix: "),
+        "{why}"
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("zz9secretpathtoken"));
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_recon_run_refuses_to_start_with_fails_the_check_too() {
+    let stripe = stripe().await;
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec("CREATE TABLE payments (charge_id TEXT PRIMARY KEY, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("textfile")).unwrap();
+    let job = |name: &str, metrics: &Path| {
+        format!(
+            r#"
+[jobs.{name}]
+{FIELDS}
+metrics_file = "{metrics}"
+[jobs.{name}.source]
+type = "stripe"
+object = "charges"
+api_key = "{key}"
+base_url = "{stripe}"
+[jobs.{name}.target]
+type = "sql"
+url = "{db}"
+table = "payments"
+key = "charge_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+"#,
+            metrics = metrics.display(),
+            key = stripe.api_key,
+            stripe = stripe.base_url,
+            db = db.url,
+        )
+    };
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n[notify]\nurl = \"${{RECON_TEST_CHECK_HOOK}}\"\non = [\"trouble\", \"discrepancies\"]\n{}{}",
+            dir.path().join("state.db").display(),
+            dir.path().join("reports").display(),
+            job("good", &dir.path().join("textfile/{job}.prom")),
+            job("no_folder", &dir.path().join("missing/recon.prom")),
+        ),
+    );
+    let hook = "http://127.0.0.1:9/services/T000/B000/zz9hooksecret";
+    let mut names: Vec<&str> = CHECKS.to_vec();
+    names.extend(["metrics file", "notify"]);
+
+    let o = check(&config, "good", &[("RECON_TEST_CHECK_HOOK", hook)], &[]).await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        l.iter().map(|(_, n, _)| n.as_str()).collect::<Vec<_>>(),
+        names,
+        "{}",
+        text(&o)
+    );
+    assert!(l.iter().all(|(s, _, _)| s == "ok"), "{}", text(&o));
+    assert!(
+        detail(&l, "metrics file").contains("textfile/good.prom"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        detail(&l, "notify"),
+        "posts to http://127.0.0.1:9 on trouble, discrepancies"
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("zz9hooksecret"));
+    // The check left no file where the metrics go.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("textfile"))
+            .unwrap()
+            .count(),
+        0
+    );
+
+    // The metrics file's folder is missing: exactly that check fails.
+    let o = check(
+        &config,
+        "no_folder",
+        &[("RECON_TEST_CHECK_HOOK", hook)],
+        &[],
+    )
+    .await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let fails: Vec<&str> = l
+        .iter()
+        .filter(|(s, _, _)| s == "FAIL")
+        .map(|(_, n, _)| n.as_str())
+        .collect();
+    assert_eq!(fails, ["metrics file"], "{}", text(&o));
+    assert!(
+        detail(&l, "metrics file").contains("does not exist"),
+        "{}",
+        text(&o)
+    );
+
+    // The notify URL's variable is not set: exactly that check fails.
+    let o = check(&config, "good", &[], &["RECON_TEST_CHECK_HOOK"]).await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let fails: Vec<&str> = l
+        .iter()
+        .filter(|(s, _, _)| s == "FAIL")
+        .map(|(_, n, _)| n.as_str())
+        .collect();
+    assert_eq!(fails, ["notify"], "{}", text(&o));
+    let why = detail(&l, "notify");
+    assert!(why.contains("RECON_TEST_CHECK_HOOK"), "{why}");
+    // And `recon run` indeed refuses to start for the same reason.
+    let mut run = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+    run.args(["run", "--config"])
+        .arg(&config)
+        .args(["--job", "good"])
+        .env_remove("RECON_CONFIG")
+        .env_remove("RECON_TEST_CHECK_HOOK");
+    let o = tokio::task::spawn_blocking(move || run.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("RECON_TEST_CHECK_HOOK"),
+        "{}",
+        text(&o)
+    );
+    db.drop_db().await;
+}

@@ -10,6 +10,9 @@
 //! | `target uniqueness` | when the job backfills: [`recon_core::Target::check_idempotent`], the unique key a write needs |
 //! | `state store` | opened and migrated; a run row written and rolled back |
 //! | `report folder` | a temporary file created and removed where the run's reports go |
+//! | `webhook endpoint` | with `backfill.via = "webhook"`: the URL parses and its host accepts a TCP connection (nothing is POSTed; only `scheme://host:port` is shown); the target is then only read, its unique key not asked for |
+//! | `metrics file` | when the job has a `metrics_file`: its folder exists and takes a file, as `recon run` requires |
+//! | `notify` | with a `[notify]` section: its URL's `${VAR}` is set and the URL is valid, as `recon run` requires |
 //!
 //! A check that cannot run because an earlier one failed is shown as
 //! `skip` with the reason. The exit status is 0 when every check passed, 2
@@ -105,20 +108,6 @@ pub fn run(args: CheckArgs) -> Result<Status> {
 }
 
 fn check(args: &CheckArgs, report: &mut Report) -> Result<Status> {
-    const LATER: [&str; 6] = [
-        "job",
-        "source",
-        "target",
-        "target uniqueness",
-        "state store",
-        "report folder",
-    ];
-    let skip_rest = |report: &mut Report, from: usize, why: &str| {
-        for name in &LATER[from..] {
-            report.skip(name, why);
-        }
-    };
-
     // config: the file parses and names a job; nothing is expanded yet.
     let name = match config::load(&args.config).and_then(|f| job_name(f, args.job.as_deref())) {
         Ok(name) => {
@@ -134,14 +123,45 @@ fn check(args: &CheckArgs, report: &mut Report) -> Result<Status> {
                 format!("{e:#}"),
                 "correct the config file as the message says (examples/recon.toml is a complete, commented example)",
             );
-            report.skip("secrets", "the config does not parse");
-            skip_rest(report, 0, "the config does not parse");
+            for name in [
+                "secrets",
+                "job",
+                "source",
+                "target",
+                "target uniqueness",
+                "state store",
+                "report folder",
+            ] {
+                report.skip(name, "the config does not parse");
+            }
             return Ok(report.status());
         }
     };
 
+    job_checks(args, &name, report)?;
+    ops_checks(&args.config, &name, report);
+    Ok(report.status())
+}
+
+/// The checks of the job itself: secrets, plan, both sides, the unique key
+/// or the webhook endpoint, the state store and the report folder.
+fn job_checks(args: &CheckArgs, name: &str, report: &mut Report) -> Result<()> {
+    const LATER: [&str; 6] = [
+        "job",
+        "source",
+        "target",
+        "target uniqueness",
+        "state store",
+        "report folder",
+    ];
+    let skip_rest = |report: &mut Report, from: usize, why: &str| {
+        for name in &LATER[from..] {
+            report.skip(name, why);
+        }
+    };
+
     // secrets: every ${VAR} of the job is set.
-    let uses = placeholders(&args.config, &name)?;
+    let uses = placeholders(&args.config, name)?;
     let missing: Vec<&(String, String)> = uses
         .iter()
         .filter(|(_, var)| std::env::var_os(var).is_none())
@@ -174,7 +194,7 @@ fn check(args: &CheckArgs, report: &mut Report) -> Result<Status> {
             ),
         );
         skip_rest(report, 0, "the job's secrets are not all set");
-        return Ok(report.status());
+        return Ok(());
     }
 
     // job: the plan `recon run` would make, before any connection.
@@ -190,7 +210,7 @@ fn check(args: &CheckArgs, report: &mut Report) -> Result<Status> {
                 "correct the job's settings as the message says",
             );
             skip_rest(report, 1, "the job is not valid");
-            return Ok(report.status());
+            return Ok(());
         }
     };
 
@@ -199,7 +219,7 @@ fn check(args: &CheckArgs, report: &mut Report) -> Result<Status> {
         .enable_all()
         .build()?;
     runtime.block_on(connect_checks(&plan, report));
-    Ok(report.status())
+    Ok(())
 }
 
 /// The job's name as `recon run` would pick it.
@@ -370,9 +390,13 @@ async fn connect_checks(plan: &RunPlan, report: &mut Report) {
         Err(e) => report.fail(&source_name, format!("{e:#}"), connector_fix("source", &e)),
     }
 
-    // target: as a writer when the run writes (then its unique key is
-    // checked), else as a side that is read.
-    let writes = plan.writes() && job.target.connector().target_role() == TargetRole::Writable;
+    // target: as a writer when the run writes into it (then its unique key
+    // is checked), else as a side that is read: a webhook route reads the
+    // target only, to verify, as `recon run` builds it.
+    let webhook = plan.webhook.as_ref();
+    let writes = plan.writes()
+        && webhook.is_none()
+        && job.target.connector().target_role() == TargetRole::Writable;
     let target_cfg = job.target.connector();
     if writes {
         let built = timed("target", async {
@@ -422,8 +446,27 @@ async fn connect_checks(plan: &RunPlan, report: &mut Report) {
         }
         report.skip(
             "target uniqueness",
-            "backfill.mode = \"off\": the job never writes into the target",
+            if webhook.is_some() {
+                "backfill.via = \"webhook\": recon never writes into the target (the endpoint's handler creates the records; recon reads them back to verify)"
+            } else {
+                "backfill.mode = \"off\": the job never writes into the target"
+            },
         );
+    }
+
+    // webhook endpoint: the URL's host accepts a connection; nothing is sent.
+    if let Some(w) = webhook {
+        if plan.writes() {
+            match webhook_endpoint(w.url.expose(), w.policy.timeout.min(CHECK_TIMEOUT)).await {
+                Ok(detail) => report.ok("webhook endpoint", detail),
+                Err((what, fix)) => report.fail("webhook endpoint", what, fix),
+            }
+        } else {
+            report.skip(
+                "webhook endpoint",
+                "backfill.mode = \"off\": nothing is delivered",
+            );
+        }
     }
 
     // state store: opened (created and migrated as a run would), then a
@@ -463,6 +506,87 @@ async fn connect_checks(plan: &RunPlan, report: &mut Report) {
                 folder.display()
             ),
         ),
+    }
+}
+
+/// What `recon run` checks before it starts ([`crate::ops::Ops::start`]),
+/// one line each when the job has it: the metrics file's folder exists and
+/// takes a file; the `[notify]` section's URL is set and valid.
+fn ops_checks(config: &Path, job: &str, report: &mut Report) {
+    let pre = crate::ops::preflight(config, job);
+    if let Some(path) = &pre.metrics_file {
+        let checked = crate::ops::metrics::check_destination(path).and_then(|()| {
+            let folder = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            check_folder(folder)
+        });
+        match checked {
+            Ok(_) => report.ok(
+                "metrics file",
+                format!("{}: its folder exists and takes a file", path.display()),
+            ),
+            Err(e) => report.fail(
+                "metrics file",
+                format!("{e:#}"),
+                "create the folder (node_exporter's --collector.textfile.directory) and let this user write it, or fix metrics_file",
+            ),
+        }
+    }
+    match pre.notify {
+        Some(Ok(detail)) => report.ok("notify", detail),
+        Some(Err(what)) => report.fail(
+            "notify",
+            what,
+            "set the variable [notify] url names (in cron, in the crontab or a wrapper script) or correct the url",
+        ),
+        None => {}
+    }
+}
+
+/// The webhook's URL parses and its host accepts a TCP connection within
+/// `timeout`. Nothing is POSTed (a delivery would create a record), and
+/// only `scheme://host:port` is shown: the path and query of a webhook URL
+/// are often its credential. `Err((what, fix))`.
+async fn webhook_endpoint(
+    url: &str,
+    timeout: Duration,
+) -> std::result::Result<String, (String, String)> {
+    let fix_url = "write backfill.webhook.url as the endpoint's full URL, e.g. https://hooks.example.com/recon".to_string();
+    let parsed = url::Url::parse(url).map_err(|e| {
+        (
+            format!("backfill.webhook.url is not a valid URL ({e}; value not shown)"),
+            fix_url.clone(),
+        )
+    })?;
+    let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
+        return Err((
+            "backfill.webhook.url names no host (value not shown)".into(),
+            fix_url,
+        ));
+    };
+    let at = format!("{}://{host}:{port}", parsed.scheme());
+    let fix = format!(
+        "check that the endpoint's server is running and reachable from this host at {at} (backfill.webhook.url), and the network or firewall between"
+    );
+    match tokio::time::timeout(
+        timeout,
+        tokio::net::TcpStream::connect(format!("{host}:{port}")),
+    )
+    .await
+    {
+        Ok(Ok(_stream)) => Ok(format!(
+            "{at} accepts connections (connected only; nothing is POSTed)"
+        )),
+        Ok(Err(e)) => Err((format!("cannot connect to {at}: {e}"), fix)),
+        Err(_) => Err((
+            format!(
+                "cannot connect to {at}: no answer within {} s (backfill.webhook.timeout)",
+                timeout.as_secs_f64()
+            ),
+            fix,
+        )),
     }
 }
 

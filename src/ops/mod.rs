@@ -141,6 +141,31 @@ impl Settings {
     }
 }
 
+/// What [`Ops::start`] would find for `job` (read by `recon check`, which
+/// has no `--metrics-file`): the configured metrics file, and the
+/// `[notify]` section resolved (`None` without one; `Err` with the reason
+/// `recon run` would refuse to start).
+pub struct Preflight {
+    /// The job's (or the defaults') `metrics_file`, `{job}` expanded.
+    pub metrics_file: Option<PathBuf>,
+    /// The `[notify]` section: `Ok(when)` (`on trouble, discrepancies`).
+    pub notify: Option<Result<String, String>>,
+}
+
+/// The settings [`Ops::start`] checks, for `recon check`.
+pub fn preflight(config: &Path, job: &str) -> Preflight {
+    let (settings, problem) = Settings::load(config, Some(job), None);
+    let notify = match (problem, &settings.notify) {
+        (Some(p), _) => Some(Err(format!("config {}: [notify]: {p}", config.display()))),
+        (None, Some(n)) => Some(Ok(n.describe())),
+        (None, None) => None,
+    };
+    Preflight {
+        metrics_file: settings.metrics_file,
+        notify,
+    }
+}
+
 /// `{job}` in a metrics path becomes the job's name (one file per job for
 /// the textfile collector).
 fn expand_job(path: &Path, job: Option<&str>) -> PathBuf {

@@ -113,6 +113,32 @@ impl Notify {
         })
     }
 
+    /// `posts to https://hooks.example.com:443 on trouble, discrepancies`:
+    /// the URL's scheme, host and port only (its path is the credential).
+    pub fn describe(&self) -> String {
+        let at = url::Url::parse(self.url.expose())
+            .ok()
+            .and_then(|u| {
+                let host = u.host_str()?.to_string();
+                let port = u.port_or_known_default()?;
+                Some(format!("{}://{host}:{port}", u.scheme()))
+            })
+            .unwrap_or_else(|| "the webhook".into());
+        let on: Vec<&str> = self
+            .on
+            .iter()
+            .map(|o| match o {
+                NotifyOn::Trouble => "trouble",
+                NotifyOn::Discrepancies => "discrepancies",
+            })
+            .collect();
+        if on.is_empty() {
+            format!("{at}: set, but `on` lists no outcome, so nothing is posted")
+        } else {
+            format!("posts to {at} on {}", on.join(", "))
+        }
+    }
+
     /// Whether a run of this status is posted.
     pub fn wants(&self, status: RunStatus) -> bool {
         match status {
