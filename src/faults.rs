@@ -34,6 +34,17 @@ pub fn abort_after_items() -> Option<usize> {
     value.to_str()?.trim().parse().ok()
 }
 
+/// Environment variable of the ledger-failure hook: recording the outcome
+/// of webhook deliveries fails (as a lost state-store connection would)
+/// once any delivery was answered.
+pub const FAULT_WEBHOOK_MARK_FAILS: &str = "RECON_FAULT_WEBHOOK_MARK_FAILS";
+
+/// Whether [`FAULT_WEBHOOK_MARK_FAILS`] is set (to anything) in a build with
+/// the hooks; always `false` without the `fault-injection` feature.
+pub fn webhook_mark_fails() -> bool {
+    ENABLED && std::env::var_os(FAULT_WEBHOOK_MARK_FAILS).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

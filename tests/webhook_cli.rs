@@ -890,3 +890,52 @@ verify_after = "0s"
     }
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_failure_stops_delivering_at_once_and_the_rerun_sends_the_rest() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        latency: Duration::from_millis(50),
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 1\nverify_after = \"0s\"",
+        rx.url
+    ));
+    // Recording the first answer fails: the run ends in trouble and sends
+    // nothing more (before the fix, every remaining item went out
+    // unrecorded while the run was already failing).
+    let o = f
+        .run("r1", &[], &[("RECON_FAULT_WEBHOOK_MARK_FAILS", "1")])
+        .await;
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("recording webhook outcomes failed"),
+        "{}",
+        text(&o)
+    );
+    let keys = gap_keys(&f);
+    let at_failure = rx.stats();
+    // The answered one and at most the next in flight (concurrency 1).
+    assert!(
+        (1..=2).contains(&at_failure.requests),
+        "sent after the ledger failed: {at_failure:?}"
+    );
+    let ledger = f.ledger().await;
+    assert!(
+        f.gaps().iter().all(|g| ledger[g] == "planned"),
+        "{ledger:?}"
+    );
+    // A rerun sends the rest (what the handler created before the failure
+    // is no longer a gap), and each record is created once.
+    let o = f.run("r2", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    for k in &keys {
+        assert_eq!(stats.per_key.get(k), Some(&1), "{k}: {stats:?}");
+    }
+    all_created_once(&stats, &keys);
+}

@@ -248,6 +248,7 @@ pub async fn deliver(
     let stop = AtomicBool::new(false);
     let why: Mutex<Option<String>> = Mutex::new(None);
     let abort_after = crate::faults::abort_after_items();
+    let mark_fails = crate::faults::webhook_mark_fails();
     let mut answered = 0usize;
     let mut lock_checked = Instant::now();
     let mut lost_lock = false;
@@ -260,7 +261,7 @@ pub async fn deliver(
         // The POSTs never wait for the ledger: answers go through a channel
         // to the marking loop, which records whatever has arrived in one
         // transaction while the next deliveries are in flight.
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let produce = async move {
             let mut results = futures_util::stream::iter(to_send.iter().copied())
                 .map(|p| async move {
@@ -277,60 +278,78 @@ pub async fn deliver(
             }
         };
         let consume = async {
-            let mut chunk = Vec::new();
-            while rx.recv_many(&mut chunk, 1024).await > 0 {
-                let chunk = std::mem::take(&mut chunk);
-                answered += chunk.iter().filter(|(_, s)| s.is_some()).count();
-                if abort_after.is_some_and(|n| answered >= n) {
-                    // Test-only fault hook: die like a SIGKILL after POSTs were
-                    // answered and before their outcome is recorded.
-                    std::process::abort();
-                }
-                let mut marks: Vec<DeliveryMark> = Vec::with_capacity(chunk.len());
-                for (p, sent) in chunk {
-                    let id = p.external_id.clone();
-                    match sent {
-                        None => {
-                            ended.insert(id, Ended::NotSent);
+            // Owned here: when marking fails and this returns, the receiver
+            // is closed at once, so the producer's next send fails and no
+            // further delivery goes out unrecorded.
+            let mut rx = rx;
+            let marked = async {
+                let mut chunk = Vec::new();
+                while rx.recv_many(&mut chunk, 1024).await > 0 {
+                    let chunk = std::mem::take(&mut chunk);
+                    answered += chunk.iter().filter(|(_, s)| s.is_some()).count();
+                    if abort_after.is_some_and(|n| answered >= n) {
+                        // Test-only fault hook: die like a SIGKILL after POSTs were
+                        // answered and before their outcome is recorded.
+                        std::process::abort();
+                    }
+                    let mut marks: Vec<DeliveryMark> = Vec::with_capacity(chunk.len());
+                    for (p, sent) in chunk {
+                        let id = p.external_id.clone();
+                        match sent {
+                            None => {
+                                ended.insert(id, Ended::NotSent);
+                            }
+                            Some(sent) => {
+                                marks.push(match &sent {
+                                    Sent::Delivered(s) => {
+                                        (id.clone(), DeliveryStatus::Delivered, Some(*s), None)
+                                    }
+                                    Sent::AlreadyDone => {
+                                        (id.clone(), DeliveryStatus::AlreadyDone, Some(409), None)
+                                    }
+                                    Sent::Refused(s, m) => (
+                                        id.clone(),
+                                        DeliveryStatus::Failed,
+                                        Some(*s),
+                                        Some(m.clone()),
+                                    ),
+                                    Sent::Unsure(m) => {
+                                        // Outcome unknown: stays planned, sent again
+                                        // (same key) by the next run.
+                                        stop.store(true, Ordering::Relaxed);
+                                        why.lock()
+                                            .unwrap_or_else(|e| e.into_inner())
+                                            .get_or_insert_with(|| m.clone());
+                                        (id.clone(), DeliveryStatus::Planned, None, Some(m.clone()))
+                                    }
+                                });
+                                ended.insert(id, Ended::Sent(sent));
+                            }
                         }
-                        Some(sent) => {
-                            marks.push(match &sent {
-                                Sent::Delivered(s) => {
-                                    (id.clone(), DeliveryStatus::Delivered, Some(*s), None)
-                                }
-                                Sent::AlreadyDone => {
-                                    (id.clone(), DeliveryStatus::AlreadyDone, Some(409), None)
-                                }
-                                Sent::Refused(s, m) => (
-                                    id.clone(),
-                                    DeliveryStatus::Failed,
-                                    Some(*s),
-                                    Some(m.clone()),
-                                ),
-                                Sent::Unsure(m) => {
-                                    // Outcome unknown: stays planned, sent again
-                                    // (same key) by the next run.
-                                    stop.store(true, Ordering::Relaxed);
-                                    why.lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .get_or_insert_with(|| m.clone());
-                                    (id.clone(), DeliveryStatus::Planned, None, Some(m.clone()))
-                                }
-                            });
-                            ended.insert(id, Ended::Sent(sent));
+                    }
+                    if mark_fails && !marks.is_empty() {
+                        // Test-only fault hook: the state store is lost.
+                        bail!("job `{job}`: recording webhook outcomes failed (fault injection)");
+                    }
+                    state.webhook_mark(job, &marks).await?;
+                    if lock_checked.elapsed().as_secs() >= 2 {
+                        lock_checked = Instant::now();
+                        if !ledger.lock.verify().await? {
+                            lost_lock = true;
+                            stop.store(true, Ordering::Relaxed);
                         }
                     }
                 }
-                state.webhook_mark(job, &marks).await?;
-                if lock_checked.elapsed().as_secs() >= 2 {
-                    lock_checked = Instant::now();
-                    if !ledger.lock.verify().await? {
-                        lost_lock = true;
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
+                Ok::<(), anyhow::Error>(())
             }
-            Ok::<(), anyhow::Error>(())
+            .await;
+            if marked.is_err() {
+                // Nothing more is sent: the items not yet started see the
+                // flag, and the producer stops at its next send.
+                stop.store(true, Ordering::Relaxed);
+                rx.close();
+            }
+            marked
         };
         let ((), consumed) = tokio::join!(produce, consume);
         consumed?;
