@@ -45,6 +45,28 @@ pub fn webhook_mark_fails() -> bool {
     ENABLED && std::env::var_os(FAULT_WEBHOOK_MARK_FAILS).is_some()
 }
 
+/// Environment variable of the slow-reader hook: a file side sleeps this
+/// many milliseconds after each batch it parses, so that a test sees the
+/// progress display at work however fast the machine reads.
+pub const FAULT_READ_DELAY_MS: &str = "RECON_FAULT_READ_DELAY_MS";
+
+/// The pause after each parsed file batch, from [`FAULT_READ_DELAY_MS`]
+/// (read once); always `None` without the `fault-injection` feature.
+pub fn read_delay() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        if !ENABLED {
+            return None;
+        }
+        let ms: u64 = std::env::var(FAULT_READ_DELAY_MS)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(std::time::Duration::from_millis(ms))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

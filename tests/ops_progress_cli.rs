@@ -123,11 +123,14 @@ fn on_a_terminal_a_progress_line_is_drawn_and_cleared_before_the_summary() {
         .arg("--version")
         .output();
     if !script.is_ok_and(|o| o.status.success()) {
-        println!("skipped: util-linux `script` (to make a pseudo-terminal) is not installed");
+        eprintln!("skipped: util-linux `script` (to make a pseudo-terminal) is not installed");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // Large enough to be read for more than a tenth of a second.
+    // 400,000 records a side: 49 batches of 8,192, each followed by a
+    // 25-ms pause (the test hook), so each side is read for over a second
+    // however fast the machine: the display draws (every 0.1 s) and
+    // shows a rate (after 0.5 s of reading).
     exports(dir.path(), 400_000);
     let bin = assert_cmd::cargo::cargo_bin("recon");
     let command = std::iter::once(bin.display().to_string())
@@ -138,6 +141,7 @@ fn on_a_terminal_a_progress_line_is_drawn_and_cleared_before_the_summary() {
     let o = std::process::Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .env("COLUMNS", "200")
+        .env("RECON_FAULT_READ_DELAY_MS", "25")
         .output()
         .unwrap();
     let all = String::from_utf8_lossy(&o.stdout);

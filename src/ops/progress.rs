@@ -79,6 +79,11 @@ pub fn file_batch(source: bool, records: usize, read: u64, total: u64) {
     s.records.fetch_add(records as u64, Ordering::Relaxed);
     s.bytes.store(read, Ordering::Relaxed);
     s.bytes_total.store(total, Ordering::Relaxed);
+    // Test builds only: a reader slowed on purpose (called on the file
+    // side's own thread, never on the async runtime).
+    if let Some(pause) = crate::faults::read_delay() {
+        std::thread::sleep(pause);
+    }
 }
 
 /// An API or database side delivered a page of `records`.
