@@ -408,18 +408,31 @@ impl SqlTable {
         chunk: &[String],
     ) -> Result<Vec<sqlx::any::AnyRow>, ConnectorError> {
         let mut args = AnyArguments::default();
-        let marks: Vec<String> = (1..=chunk.len())
-            .map(|i| self.dialect.text_param(&self.dialect.placeholder(i)))
-            .collect();
-        for k in chunk {
-            let _ = args.add(k.clone());
-        }
-        let sql = format!(
-            "SELECT {select} FROM {} WHERE {} IN ({})",
-            self.table(),
-            self.key_cmp(key),
-            marks.join(", ")
-        );
+        let sql = if self.dialect == Dialect::Postgres {
+            // One bound JSON array, expanded by the server: no statement
+            // of thousands of parameters to build, send and plan. `=
+            // ANY(ARRAY(…))` probes the key's index (an `IN (subquery)`
+            // may be planned as a scan of the table).
+            let _ = args.add(serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into()));
+            format!(
+                "SELECT {select} FROM {} WHERE {} = ANY(ARRAY(SELECT json_array_elements_text(CAST($1 AS json))))",
+                self.table(),
+                self.key_cmp(key),
+            )
+        } else {
+            let marks: Vec<String> = (1..=chunk.len())
+                .map(|i| self.dialect.text_param(&self.dialect.placeholder(i)))
+                .collect();
+            for k in chunk {
+                let _ = args.add(k.clone());
+            }
+            format!(
+                "SELECT {select} FROM {} WHERE {} IN ({})",
+                self.table(),
+                self.key_cmp(key),
+                marks.join(", ")
+            )
+        };
         sqlx::query_with(&sql, args)
             .fetch_all(&self.pool)
             .await

@@ -128,6 +128,22 @@ async fn suite(dialect: Dialect) {
     assert!(want.len() > 500, "the keys hit the table: {}", want.len());
     assert_eq!(found, want, "{dialect:?}");
 
+    // Keys with quotes, backslashes, JSON escapes and non-ASCII text are
+    // found exactly (PostgreSQL binds them as one JSON array).
+    let mut odd = record(5000);
+    odd.key = "ch_\"q'\\u00e9\\n\u{e9}\u{1F600}".into();
+    let out = t.write(&[odd.clone()], WriteMode::Insert).await.unwrap();
+    assert_eq!(out, vec![WriteOutcome::Created], "{dialect:?}");
+    let found = t
+        .lookup(&[
+            odd.key.clone(),
+            "ch_\"q'".into(),
+            "CH_\"Q'\\U00E9\\N\u{e9}\u{1F600}".into(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(found, vec![odd], "{dialect:?}");
+
     // Upsert repairs a field and reports which rows it created or updated.
     let mut changed = record(5);
     changed.values[1] = Value::Text("refunded".into());
