@@ -939,3 +939,114 @@ async fn a_ledger_failure_stops_delivering_at_once_and_the_rerun_sends_the_rest(
     }
     all_created_once(&stats, &keys);
 }
+
+/// A raw HTTP/1.1 server on 127.0.0.1 answering every request with
+/// `answer` (bytes as written, then the connection is closed); returns its
+/// URL and the request lines it saw (`POST /path`, `GET /other`).
+fn raw_server(answer: Vec<u8>) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // The head, then the body by Content-Length.
+            let head_end = loop {
+                let n = conn.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(i + 4);
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    n.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            while buf.len() < head_end + len {
+                let n = conn.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let line = head.lines().next().unwrap_or("");
+            let mut parts = line.split(' ');
+            let (m, p) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            log.lock().unwrap().push(format!("{m} {p}"));
+            let _ = conn.write_all(&answer);
+            let _ = conn.flush();
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2xx_with_a_broken_body_is_delivered_and_never_sent_again() {
+    let f = Fixture::new().await;
+    // 200 with a body that is not UTF-8 and is cut short (Content-Length
+    // promises more than is sent before the connection closes).
+    let mut answer = b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\nConnection: close\r\n\r\n".to_vec();
+    answer.extend_from_slice(&[0xff, 0xfe, 0xfd]);
+    let (url, seen) = raw_server(answer);
+    f.write_config(&format!(
+        "url = \"{url}/hook\"\nrate_limit = \"50/s\"\nverify_after = \"0s\""
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    // Acknowledged; nothing created (this server is no handler): exit 1.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let n = f.gaps().len();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), n, "each delivery sent once: {seen:?}");
+    let rows = backfill(&f.path("r1"));
+    assert!(
+        rows.values().all(|(o, _)| o == "delivered_not_created"),
+        "{rows:?}"
+    );
+    let s = summary(&f.path("r1"));
+    assert_eq!(s["webhook"]["retries"], 0, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_not_followed_and_fails_the_item_naming_where_it_points() {
+    let f = Fixture::new().await;
+    let answer = b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/hooks/catch/998877/zz9secretpath\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec();
+    let (url, seen) = raw_server(answer);
+    f.write_config(&format!(
+        "url = \"{url}/hook\"\nrate_limit = \"50/s\"\nverify_after = \"0s\""
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let n = f.gaps().len();
+    let seen = seen.lock().unwrap().clone();
+    // Only the POSTs: no GET to the Location, no retry.
+    assert_eq!(seen.len(), n, "{seen:?}");
+    assert!(seen.iter().all(|l| l == "POST /hook"), "{seen:?}");
+    let rows = backfill(&f.path("r1"));
+    assert_eq!(rows.len(), n);
+    assert!(
+        rows.values().all(|(o, e)| o == "failed"
+            && e.contains("302")
+            && e.contains("http://127.0.0.1:9/***")
+            && e.contains("not followed")),
+        "{rows:?}"
+    );
+    let csv = std::fs::read_to_string(f.path("r1/backfill.csv")).unwrap();
+    assert!(!csv.contains("zz9secretpath"), "{csv}");
+    assert_eq!(
+        f.ledger().await.values().filter(|s| *s == "failed").count(),
+        n
+    );
+}

@@ -297,6 +297,10 @@ pub fn resolve(
     let (n, interval) = rate(name, cfg.rate_limit.as_ref())?;
     let mut policy = HttpPolicy::new(n);
     policy.interval = interval;
+    // A redirected POST would arrive as a GET without its body (301-303)
+    // or carry the headers and signature to another host: a 3xx fails the
+    // item, naming where it pointed.
+    policy.follow_redirects = false;
     policy.timeout = duration(
         name,
         "timeout",
@@ -650,12 +654,14 @@ impl Sender {
             }
             req.body(p.body.clone())
         };
+        // Decided on the status alone: a 2xx whose body is not UTF-8 or is
+        // cut short was accepted, and must not be sent again.
         match self
             .client
-            .send_text(Method::POST, w.url.expose(), build)
+            .send_status(Method::POST, w.url.expose(), build)
             .await
         {
-            Ok((_, meta)) => Sent::Delivered(meta.status),
+            Ok(meta) => Sent::Delivered(meta.status),
             Err(HttpError::Status { status: 409, .. }) => Sent::AlreadyDone,
             Err(HttpError::Status {
                 status, message, ..

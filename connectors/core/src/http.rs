@@ -121,6 +121,11 @@ pub struct HttpPolicy {
     /// Headers reporting what is left of the provider's window, if it sends
     /// them (default none).
     pub limit_headers: Option<LimitHeaders>,
+    /// Whether 3xx answers are followed (default `true`, up to 10 hops:
+    /// reqwest's default). When `false`, a 3xx is a final error naming the
+    /// `Location` (its origin; the path is masked): a POST must not turn
+    /// into a GET without its body, nor carry its headers to another host.
+    pub follow_redirects: bool,
 }
 
 impl HttpPolicy {
@@ -140,6 +145,7 @@ impl HttpPolicy {
             base_backoff: Duration::from_millis(250),
             max_backoff: Duration::from_secs(20),
             limit_headers: None,
+            follow_redirects: true,
         }
     }
 
@@ -941,9 +947,15 @@ impl HttpClient {
                 .map_err(|_| fail(format!("invalid value for header {name}")))?;
             map.insert(header_name(name)?, value);
         }
+        let redirects = if policy.follow_redirects {
+            reqwest::redirect::Policy::default()
+        } else {
+            reqwest::redirect::Policy::none()
+        };
         let client = reqwest::Client::builder()
             .default_headers(map)
             .timeout(policy.timeout)
+            .redirect(redirects)
             .build()
             .map_err(|e| fail(root_cause(&e)))?;
         let limiter = Arc::new(Limiter::new(&policy));
@@ -1037,6 +1049,20 @@ impl HttpClient {
         build: impl Fn(RequestBuilder) -> RequestBuilder,
     ) -> Result<(String, ResponseMeta), HttpError> {
         self.call(method, url, build).await
+    }
+
+    /// Like [`HttpClient::send_text`], but decided on the status alone: a
+    /// 2xx is success whatever its body (not UTF-8, cut short by a reset),
+    /// which is read and dropped. For calls that must never be repeated
+    /// once the server accepted them (a webhook delivery).
+    pub async fn send_status(
+        &self,
+        method: Method,
+        url: &str,
+        build: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<ResponseMeta, HttpError> {
+        let (StatusOnly, meta) = self.call(method, url, build).await?;
+        Ok(meta)
     }
 
     /// Totals since the client was created, over all its clones.
@@ -1298,6 +1324,8 @@ impl HttpClient {
         if (200..300).contains(&status) {
             let bytes = match body {
                 Ok(b) => b,
+                // Accepted: what follows the status does not matter.
+                Err(_) if T::STATUS_ONLY => Default::default(),
                 Err(e) => {
                     return Outcome::Retry(Failure {
                         last: self.scrub(describe(&e)),
@@ -1327,6 +1355,26 @@ impl HttpClient {
             };
         }
 
+        if (300..400).contains(&status) && !inner.policy.follow_redirects {
+            let to = headers
+                .get(reqwest::header::LOCATION)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            let message = match to {
+                Some(to) => format!(
+                    "redirected ({status}) to {}; redirects are not followed: configure the final address",
+                    crate::redact::redact_url_path(&to)
+                ),
+                None => format!("redirected ({status}) without a Location; redirects are not followed"),
+            };
+            return Outcome::Fatal(HttpError::Status {
+                provider,
+                endpoint: endpoint.to_string(),
+                status,
+                request_id,
+                message: self.scrub(crate::scrub(&message).into_owned()),
+                body_code: None,
+            });
+        }
         let said = body
             .ok()
             .and_then(|b| (inner.provider.error_body)(&b))
@@ -1392,7 +1440,20 @@ impl HttpClient {
 /// How a 2xx body becomes the caller's value; `Err` is retried like any
 /// malformed body.
 trait Decode: Sized {
+    /// Success is the 2xx status alone: a body that cannot be read is no
+    /// reason to retry.
+    const STATUS_ONLY: bool = false;
     fn decode(bytes: &[u8]) -> Result<Self, String>;
+}
+
+/// A 2xx whose body is ignored ([`HttpClient::send_status`]).
+struct StatusOnly;
+
+impl Decode for StatusOnly {
+    const STATUS_ONLY: bool = true;
+    fn decode(_: &[u8]) -> Result<Self, String> {
+        Ok(StatusOnly)
+    }
 }
 
 /// A body parsed as JSON into `T`.
@@ -1626,6 +1687,7 @@ mod tests {
             base_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(10),
             limit_headers: None,
+            follow_redirects: true,
         }
     }
 

@@ -31,4 +31,6 @@ pub use probe::Probe;
 pub use record::{
     format_timestamp, AmountFormat, Field, FieldKind, Record, Schema, Value, ValueRef,
 };
-pub use redact::{redact_url, register_secret, scrub, url_secrets, Secret, MIN_SCRUB_LEN};
+pub use redact::{
+    redact_url, redact_url_path, register_secret, scrub, url_secrets, Secret, MIN_SCRUB_LEN,
+};

@@ -244,6 +244,27 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
+/// A URL reduced to its origin: `https://hooks.example.com/***` (the
+/// path and query masked, as a catch-hook URL's path is its token;
+/// `https://hooks.example.com` when there is no path or query), the
+/// password dropped. Text that is not an absolute URL is shown as `***`.
+pub fn redact_url_path(url: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url.trim()) else {
+        return "***".to_string();
+    };
+    let Some(host) = parsed.host_str() else {
+        return "***".to_string();
+    };
+    let mut out = format!("{}://{host}", parsed.scheme());
+    if let Some(port) = parsed.port() {
+        out.push_str(&format!(":{port}"));
+    }
+    if parsed.path() != "/" || parsed.query().is_some() || parsed.fragment().is_some() {
+        out.push_str("/***");
+    }
+    out
+}
+
 /// Every secret a URL holds, in each form it may be echoed: the password as
 /// typed and percent-decoded, the parser's password, and the values of
 /// secret-bearing query parameters. Empty for a URL without secrets.
@@ -277,6 +298,23 @@ pub fn url_secrets(url: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_paths_are_masked_to_the_origin() {
+        assert_eq!(
+            redact_url_path("https://hooks.zapier.com/hooks/catch/123456/abcdef/"),
+            "https://hooks.zapier.com/***"
+        );
+        assert_eq!(
+            redact_url_path("http://u:pw@127.0.0.1:8080/h?token=x"),
+            "http://127.0.0.1:8080/***"
+        );
+        assert_eq!(
+            redact_url_path("https://example.com"),
+            "https://example.com"
+        );
+        assert_eq!(redact_url_path("/relative/secret"), "***");
+    }
 
     #[test]
     fn urls_lose_their_passwords() {
