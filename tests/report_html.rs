@@ -4,9 +4,11 @@
 //! charts, the largest discrepancies, links) and a screenshot. Then
 //! `recon report` writes it again from the state store.
 //!
-//! Without a Chromium binary (`chromium`, `chromium-browser`, or
-//! RECON_TEST_CHROMIUM) the browser part prints why and is skipped; the
-//! page's own content is still checked.
+//! Without a Chromium binary that answers `--version` (`chromium`,
+//! `chromium-browser`, or RECON_TEST_CHROMIUM) the browser part prints why
+//! on stderr and is skipped; the page's own content is still checked. With
+//! RECON_REQUIRE_CHROMIUM=1 (scripts/test sets it when chromium is
+//! installed) that is a failure instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command as Std, Output, Stdio};
@@ -153,8 +155,9 @@ fn folder(o: &Output) -> PathBuf {
 
 /// A Chromium binary, or why there is none.
 fn chromium() -> Result<PathBuf, String> {
+    let mut candidates = Vec::new();
     if let Ok(p) = std::env::var("RECON_TEST_CHROMIUM") {
-        return Ok(PathBuf::from(p));
+        candidates.push(PathBuf::from(p));
     }
     for name in ["chromium", "chromium-browser"] {
         if let Ok(o) = Std::new("sh")
@@ -163,15 +166,68 @@ fn chromium() -> Result<PathBuf, String> {
         {
             let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
             if o.status.success() && !p.is_empty() {
-                return Ok(PathBuf::from(p));
+                candidates.push(PathBuf::from(p));
             }
         }
     }
-    Err(
-        "no chromium on PATH (scripts/test installs Debian's `chromium` when run as root; \
-         or set RECON_TEST_CHROMIUM)"
-            .into(),
-    )
+    if candidates.is_empty() {
+        return Err(
+            "no chromium on PATH (scripts/test installs Debian's `chromium` when run as root; \
+             or set RECON_TEST_CHROMIUM)"
+                .into(),
+        );
+    }
+    // A name on PATH is not a browser: a snap shim or a broken install
+    // fails `--version`; only one that answers it is used.
+    let mut why = Vec::new();
+    for bin in candidates {
+        match version_of(&bin) {
+            Ok(v) => {
+                eprintln!("report_html: using {} ({v})", bin.display());
+                return Ok(bin);
+            }
+            Err(e) => why.push(format!("{}: {e}", bin.display())),
+        }
+    }
+    Err(format!(
+        "no working chromium ({}); install Debian's `chromium` or set RECON_TEST_CHROMIUM",
+        why.join("; ")
+    ))
+}
+
+/// `<bin> --version`'s answer, within 60 s and with exit status 0.
+fn version_of(bin: &Path) -> Result<String, String> {
+    let mut child = Std::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start it: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut out = String::new();
+                if let Some(mut o) = child.stdout.take() {
+                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
+                }
+                let out = out.trim().to_string();
+                return if status.success() && !out.is_empty() {
+                    Ok(out)
+                } else {
+                    Err(format!("`--version` failed ({status}, printed {out:?})"))
+                };
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("`--version` did not answer within 60 s".into());
+            }
+            Err(e) => return Err(format!("cannot wait for it: {e}")),
+        }
+    }
 }
 
 /// Runs headless Chromium on a page with extra flags; its stdout.
@@ -298,6 +354,11 @@ async fn report_html_in_a_headless_browser() {
     }
 
     match chromium() {
+        // scripts/test sets RECON_REQUIRE_CHROMIUM=1 when chromium is
+        // installed: then a browser that does not work is a failure.
+        Err(why) if std::env::var_os("RECON_REQUIRE_CHROMIUM").is_some_and(|v| v == "1") => {
+            panic!("RECON_REQUIRE_CHROMIUM=1 but {why}")
+        }
         Err(why) => eprintln!("SKIPPED the browser part of report_html: {why}"),
         Ok(bin) => {
             let profile = f.dir.path().join("chromium-profile");
