@@ -583,16 +583,21 @@ async fn a_dry_run_plans_exactly_what_apply_sends_and_no_secret_is_in_any_report
     let rx = Receiver::start(ReceiverConfig {
         secret: Some(secret.into()),
         envelope: recon::webhook::Envelope::Stripe,
+        // Retries log the endpoint: its path must not show.
+        fail_once_every: Some(3),
         create: Some(f.create_hook()),
         ..ReceiverConfig::default()
     })
     .await
     .unwrap();
+    // A catch-hook URL: the token is the path (Zapier, Make, n8n).
+    let path_token = "zq81CatchToken77";
+    let hook_url = format!("{}/catch/4471/{path_token}/", rx.url);
+    let origin = rx.url.trim_end_matches("/hook").to_string();
     f.write_config(&format!(
-        "url = \"{}\"\nenvelope = \"stripe\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\n\
+        "url = \"{hook_url}\"\nenvelope = \"stripe\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\n\
          signing_secret = \"${{RECON_TEST_WH_SECRET}}\"\n\
-         headers = {{ Authorization = \"Bearer ${{RECON_TEST_WH_TOKEN}}\", X-Source = \"recon\" }}",
-        rx.url
+         headers = {{ Authorization = \"Bearer ${{RECON_TEST_WH_TOKEN}}\", X-Source = \"recon\" }}"
     ));
     let envs = [
         ("RECON_TEST_WH_SECRET", secret),
@@ -614,7 +619,12 @@ async fn a_dry_run_plans_exactly_what_apply_sends_and_no_secret_is_in_any_report
     for l in &lines {
         let w = &l["webhook"];
         assert_eq!(w["method"], "POST");
-        assert_eq!(w["url"], rx.url);
+        assert_eq!(w["url"], format!("{origin}/***"));
+        let digest: String = <Sha256 as sha2::Digest>::digest(hook_url.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(w["url_sha256"], digest);
         assert_eq!(w["headers"]["Authorization"], "***");
         assert_eq!(w["headers"]["X-Source"], "recon");
         assert_eq!(w["headers"]["Recon-Signature"], "t=<at send>,v1=***");
@@ -672,7 +682,11 @@ async fn a_dry_run_plans_exactly_what_apply_sends_and_no_secret_is_in_any_report
     everything.push_str(&String::from_utf8_lossy(
         &std::fs::read(f.path("state.db")).unwrap(),
     ));
-    for s in [token, "Sec/ret#42", secret] {
+    assert!(
+        everything.contains("Retrying request"),
+        "a retry was logged"
+    );
+    for s in [token, "Sec/ret#42", secret, path_token, "/catch/4471"] {
         assert!(!everything.contains(s), "secret {s} leaked");
     }
     let _: HashSet<()> = HashSet::new();

@@ -471,7 +471,8 @@ async fn write_webhook(
 ) -> Result<Written> {
     use crate::webhook::{idempotency_key, identity, Prepared, IDEMPOTENCY_HEADER};
     let job = &plan.job.name;
-    let url = recon_core::redact_url(wh.url.expose());
+    let url = crate::webhook::shown_url(wh.url.expose());
+    let digest = crate::webhook::url_digest(wh.url.expose());
     let mut prepared = Vec::with_capacity(items.len());
     for i in items {
         let key = &i.record.key;
@@ -482,11 +483,13 @@ async fn write_webhook(
                  `recon run --dry-run`"
             );
         };
-        if req.url != url {
+        if req.url != url || req.url_sha256 != digest {
             bail!(
-                "the plan sends to {} but job `{job}` now has backfill.webhook.url = {url}; make the plan again \
-                 with `recon run --dry-run`",
-                req.url
+                "the plan sends to {} (URL sha256 {}) but job `{job}` now has backfill.webhook.url = {url} \
+                 (sha256 {}), another endpoint; make the plan again with `recon run --dry-run`",
+                req.url,
+                if req.url_sha256.is_empty() { "not recorded" } else { &req.url_sha256[..req.url_sha256.len().min(12)] },
+                &digest[..12]
             );
         }
         let idem = idempotency_key(job, key, &identity(&i.record, plan.time_field));

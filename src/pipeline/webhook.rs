@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use futures_util::StreamExt;
-use recon_core::{redact_url, Record, Source};
+use recon_core::{Record, Source};
 use serde_json::json;
 
 use super::backfill::{Guard, Item, Ledger};
@@ -368,7 +368,7 @@ pub async fn deliver(
         let unsure = count(&|e| matches!(e, Ended::Sent(Sent::Unsure(_)) | Ended::NotSent));
         bail!(
             "job `{job}`: the webhook endpoint {} kept failing ({m}); stopped delivering: {delivered_now} of {} items were delivered; {unsure} are recorded as planned and the next run sends them again with the same Idempotency-Key (the handler deduplicates). Check the endpoint, then run again",
-            redact_url(wh.url.expose()),
+            crate::webhook::shown_url(wh.url.expose()),
             prepared.len()
         );
     }
@@ -436,7 +436,7 @@ pub async fn deliver(
         recon_core::http::human_duration(wh.verify_after)
     );
     let mut out = Delivered {
-        url: redact_url(wh.url.expose()),
+        url: crate::webhook::shown_url(wh.url.expose()),
         requests: stats.requests,
         retries: stats.retries,
         ..Delivered::default()

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use recon_core::http::{HttpClient, HttpError, HttpPolicy, Method, Provider, ProviderError};
-use recon_core::{format_timestamp, redact_url, Record, Schema, Secret, Value};
+use recon_core::{format_timestamp, Record, Schema, Secret, Value};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -246,10 +246,11 @@ pub fn resolve(
         crate::config::expand_env(value, &format!("job `{name}` backfill.webhook.{setting}"))
     };
     let url = expand(cfg.url.expose(), "url")?;
+    register_url_path(&url);
     if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() < 10 {
         bail!(
             "job `{name}`: backfill.webhook.url `{}` is not an http(s) URL; write the endpoint as https://host/path",
-            redact_url(&url)
+            shown_url(&url)
         );
     }
     let mut headers = Vec::new();
@@ -337,6 +338,81 @@ pub fn resolve(
         concurrency,
         verify_after,
     }))
+}
+
+/// Registers the path and query of a webhook URL with [`recon_core::scrub`]:
+/// a catch-hook URL (Zapier, Make, n8n) carries its token in the path, so
+/// an error or log line naming the path (`POST /hooks/catch/…`) or a server
+/// echoing a segment must not show it. Registered: the path with and
+/// without the query, the query, their percent-decoded forms, and each
+/// token-like path segment or query value (8 characters or more with a
+/// digit).
+fn register_url_path(url: &str) {
+    let Ok(parsed) = url::Url::parse(url.trim()) else {
+        return;
+    };
+    let path = parsed.path();
+    let query = parsed.query().unwrap_or("");
+    let mut parts: Vec<String> = Vec::new();
+    if path != "/" {
+        parts.push(path.to_string());
+        parts.push(path.trim_end_matches('/').to_string());
+    }
+    if !query.is_empty() {
+        parts.push(format!("{path}?{query}"));
+        parts.push(query.to_string());
+    }
+    let token_like = |s: &str| s.len() >= 8 && s.bytes().any(|b| b.is_ascii_digit());
+    parts.extend(
+        path.split('/')
+            .filter(|s| token_like(s))
+            .map(str::to_string),
+    );
+    parts.extend(
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
+            .filter(|v| token_like(v))
+            .map(str::to_string),
+    );
+    for p in parts {
+        let decoded = percent_decode(&p);
+        recon_core::register_secret(&p);
+        recon_core::register_secret(&decoded);
+    }
+}
+
+/// `%XX` escapes decoded (invalid ones kept as written), lossy UTF-8.
+fn percent_decode(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A webhook URL as shown anywhere (plans, summary, terminal, errors):
+/// `scheme://host[:port]/***`; the path and query may hold the token.
+pub fn shown_url(url: &str) -> String {
+    recon_core::redact_url_path(url)
+}
+
+/// The lower-case hex SHA-256 of the full URL: how a plan names its
+/// endpoint without showing it, so that `recon apply` can tell the same
+/// endpoint from another one behind the same host.
+pub fn url_digest(url: &str) -> String {
+    hex(&Sha256::digest(url.as_bytes()))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -519,8 +595,13 @@ pub struct Prepared {
 pub struct PlanRequest {
     /// `POST`.
     pub method: String,
-    /// The endpoint, passwords and secret query values hidden.
+    /// The endpoint as `scheme://host[:port]/***` (its path and query may
+    /// be the token).
     pub url: String,
+    /// The hex SHA-256 of the full endpoint URL, which `recon apply`
+    /// compares with its configuration's.
+    #[serde(default)]
+    pub url_sha256: String,
     /// Every header recon sends, secrets as `***` (the signature is made at
     /// sending time: `t=<at send>,v1=***`).
     pub headers: BTreeMap<String, String>,
@@ -571,7 +652,8 @@ impl Webhook {
         }
         PlanRequest {
             method: "POST".into(),
-            url: redact_url(self.url.expose()),
+            url: shown_url(self.url.expose()),
+            url_sha256: url_digest(self.url.expose()),
             headers,
             body: serde_json::from_str(&p.body).unwrap_or(serde_json::Value::Null),
         }
@@ -801,6 +883,25 @@ headers = { Authorization = "Bearer literal-token-99", X-Plain = "visible" }
         .unwrap_err()
         .to_string();
         assert!(e.contains("backfill.mode = \"insert\""), "{e}");
+    }
+
+    #[test]
+    fn a_catch_hook_path_is_scrubbed_everywhere_and_shown_as_the_origin() {
+        let url = "https://hooks.zapier.com/hooks/catch/9183/ab7Zk2q9%2Fx/?sig=Zz99yy88";
+        register_url_path(url);
+        assert_eq!(shown_url(url), "https://hooks.zapier.com/***");
+        for text in [
+            "POST /hooks/catch/9183/ab7Zk2q9%2Fx/ failed",
+            "unknown hook ab7Zk2q9/x",
+            "bad sig Zz99yy88",
+        ] {
+            let out = recon_core::scrub(text);
+            for leak in ["ab7Zk2q9", "Zz99yy88", "catch/9183"] {
+                assert!(!out.contains(leak), "{text} -> {out}");
+            }
+        }
+        assert_eq!(url_digest(url), hex(&Sha256::digest(url.as_bytes())));
+        assert_eq!(percent_decode("a%2Fb%zz%4"), "a/b%zz%4");
     }
 
     #[test]
