@@ -45,6 +45,17 @@ pub fn webhook_mark_fails() -> bool {
     ENABLED && std::env::var_os(FAULT_WEBHOOK_MARK_FAILS).is_some()
 }
 
+/// Environment variable of the report-page hook: rendering a run's
+/// `report.html` fails (as a state store that cannot record the run's
+/// totals, or a page that cannot be written, would).
+pub const FAULT_HTML_FAILS: &str = "RECON_FAULT_HTML_FAILS";
+
+/// Whether [`FAULT_HTML_FAILS`] is set (to anything) in a build with the
+/// hooks; always `false` without the `fault-injection` feature.
+pub fn html_fails() -> bool {
+    ENABLED && std::env::var_os(FAULT_HTML_FAILS).is_some()
+}
+
 /// Environment variable of the slow-reader hook: a file side sleeps this
 /// many milliseconds after each batch it parses, so that a test sees the
 /// progress display at work however fast the machine reads.

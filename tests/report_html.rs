@@ -124,11 +124,16 @@ max_ratio = 0.9
     }
 
     fn recon(&self, args: &[&str]) -> Output {
+        self.recon_env(args, &[])
+    }
+
+    fn recon_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         Command::cargo_bin("recon")
             .unwrap()
             .args(args)
             .arg("--config")
             .arg(self.dir.path().join("recon.toml"))
+            .envs(env.iter().copied())
             .output()
             .unwrap()
     }
@@ -443,4 +448,82 @@ async fn report_html_in_a_headless_browser() {
     assert!(text(&o).contains("has no runs"), "{}", text(&o));
     f.db.drop_db().await;
     empty.db.drop_db().await;
+}
+
+/// The notes of a report folder's summary.json.
+fn notes(folder: &Path) -> Vec<String> {
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.join("summary.json")).unwrap()).unwrap();
+    summary["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_page_that_cannot_be_made_fails_neither_the_run_nor_the_apply() {
+    const FAIL: (&str, &str) = ("RECON_FAULT_HTML_FAILS", "1");
+    let f = Fixture::new().await;
+    // The run: its status stands (gaps were found and backfilled), its
+    // folder is committed with every other file, the reason is noted.
+    let run = f.recon_env(&["run"], &[FAIL]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("warning: report.html was not written (injected failure"),
+        "{}",
+        text(&run)
+    );
+    let dir = folder(&run);
+    assert!(!dir.join("report.html").exists());
+    for f in ["summary.json", "summary.csv", "gaps.csv", "backfill.csv"] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    let backfill = std::fs::read_to_string(dir.join("backfill.csv")).unwrap();
+    assert!(
+        backfill.contains("ch_3") && backfill.contains("created"),
+        "{backfill}"
+    );
+    let n = notes(&dir);
+    assert!(
+        n.iter()
+            .any(|n| n.starts_with("report.html was not written (injected failure")),
+        "{n:?}"
+    );
+    // The written records are in the target: the run went through.
+    let again = f.recon(&["run", "--dry-run"]);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder(&again).join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["gaps"], 0, "{}", text(&again));
+    // `recon report` makes the page afterwards.
+    let o = f.recon(&["report", "--job", "charges"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // The apply: the same.
+    f.db.exec("DELETE FROM payments WHERE stripe_charge_id = 'ch_3'")
+        .await;
+    let dry = f.recon(&["run", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1), "{}", text(&dry));
+    let plan = folder(&dry).join("plan.jsonl");
+    let o = f.recon_env(&["apply", "--plan", plan.to_str().unwrap()], &[FAIL]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("warning: report.html was not written"),
+        "{}",
+        text(&o)
+    );
+    let applied = folder(&o);
+    assert!(!applied.join("report.html").exists());
+    assert!(applied.join("backfill.csv").is_file());
+    assert!(
+        notes(&applied)
+            .iter()
+            .any(|n| n.starts_with("report.html was not written")),
+        "{:?}",
+        notes(&applied)
+    );
+    f.db.drop_db().await;
 }

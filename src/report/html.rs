@@ -513,12 +513,50 @@ pub async fn render_folder(
 /// Writes report.html into a run's staging folder: the run's totals are
 /// recorded in the store and the charts drawn from the job's last
 /// [`DEFAULT_RUNS`] runs. Call it after the other files are staged.
+///
+/// The page is a view of files already staged: when it cannot be made,
+/// the run (or apply) is not failed for it. A warning is logged (scrubbed),
+/// the reason is added to summary.json's `notes`, and the folder is
+/// committed without the page (`recon report` can make it later). Only a
+/// summary.json that cannot be rewritten is an error.
 pub async fn write_for_run(
     dir: &mut ReportDir,
     state: &StateStore,
     job: &str,
     money_field: Option<&str>,
 ) -> Result<()> {
+    let Err(e) = try_write_for_run(dir, state, job, money_field).await else {
+        return Ok(());
+    };
+    let _ = std::fs::remove_file(dir.staged(FILE));
+    let why = recon_core::scrub(&format!("{e:#}")).into_owned();
+    let note = format!(
+        "report.html was not written ({why}); the CSV files and summary.json are complete; `recon report --job {job}` makes the page again"
+    );
+    crate::logging::stderr_line("warning", &note);
+    let path = dir.staged("summary.json");
+    let mut summary: Json = serde_json::from_slice(
+        &std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{} is not JSON", path.display()))?;
+    match summary.get_mut("notes").and_then(Json::as_array_mut) {
+        Some(notes) => notes.push(Json::String(note)),
+        None => summary["notes"] = Json::Array(vec![Json::String(note)]),
+    }
+    let mut text = serde_json::to_vec_pretty(&summary)?;
+    text.push(b'\n');
+    dir.write_all("summary.json", &text)
+}
+
+async fn try_write_for_run(
+    dir: &mut ReportDir,
+    state: &StateStore,
+    job: &str,
+    money_field: Option<&str>,
+) -> Result<()> {
+    if crate::faults::html_fails() {
+        anyhow::bail!("injected failure ({})", crate::faults::FAULT_HTML_FAILS);
+    }
     let folder = dir.staged("");
     let html = render_folder(&folder, state, job, money_field, DEFAULT_RUNS, "", true).await?;
     dir.write_all(FILE, html.as_bytes())
