@@ -1064,3 +1064,38 @@ async fn a_redirect_is_not_followed_and_fails_the_item_naming_where_it_points() 
         n
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applying_a_plan_to_a_handler_that_never_creates_exits_1() {
+    let f = Fixture::new().await;
+    // Acknowledges every delivery, creates nothing.
+    let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let o = f.run("dry", &["--dry-run"], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let config = f.path("recon.toml").display().to_string();
+    let plan = f.path("dry/plan.jsonl").display().to_string();
+    let out = f.path("applied").display().to_string();
+    let mut c = f.command(
+        &["apply", "--plan", &plan, "--config", &config, "--out", &out],
+        &[],
+    );
+    let o = tokio::task::spawn_blocking(move || c.output().unwrap())
+        .await
+        .unwrap();
+    let n = f.gaps().len();
+    assert_eq!(rx.stats().requests, n);
+    // As `recon run` would: the handler is broken, exit 1.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = summary(&f.path("applied"));
+    assert_eq!(s["delivered_not_created"], n, "{s}");
+    assert_eq!(s["exit_status"], 1, "{s}");
+    let rows = backfill(&f.path("applied"));
+    assert!(
+        rows.values().all(|(o, _)| o == "delivered_not_created"),
+        "{rows:?}"
+    );
+}

@@ -341,7 +341,13 @@ async fn write_and_report(
     } = write_items(plan, ledger, items).await?;
     crate::ops::progress::pause();
     write_backfill_csv(&mut dir, &rows)?;
-    let status = if failed > 0 {
+    // Acknowledged by the webhook endpoint but not in the target: the
+    // handler is broken, a discrepancy as `recon run` says.
+    let not_created = webhook
+        .as_ref()
+        .and_then(|w| w["delivered_not_created"].as_u64())
+        .unwrap_or(0);
+    let status = if failed > 0 || not_created > 0 {
         Status::Discrepancies
     } else {
         Status::Clean
