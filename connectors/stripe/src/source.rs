@@ -429,7 +429,12 @@ impl Source for StripeSource {
     }
 
     /// Each object as `GET /v1/{object}/{id}` returns it
-    /// (<https://docs.stripe.com/api/charges/retrieve>), for webhook replay.
+    /// (<https://docs.stripe.com/api/charges/retrieve>), for webhook replay,
+    /// with every `client_secret` (PaymentIntents, SetupIntents) replaced by
+    /// `"***"`: Stripe says it must not be stored, logged or shown to anyone
+    /// but the customer
+    /// (<https://docs.stripe.com/api/payment_intents/object#payment_intent_object-client_secret>),
+    /// and the body is written to plan.jsonl.
     async fn raw_json(
         &self,
         keys: &[String],
@@ -439,7 +444,10 @@ impl Source for StripeSource {
             .map(|key| async move {
                 let url = format!("{}/{}", self.url(), key);
                 match self.client.get_json::<serde_json::Value>(&url, &[]).await {
-                    Ok((v, _)) => Ok(Some((key, v.to_string()))),
+                    Ok((mut v, _)) => {
+                        mask_client_secrets(&mut v);
+                        Ok(Some((key, v.to_string())))
+                    }
                     Err(HttpError::Status { status: 404, .. }) => Ok(None),
                     Err(e) => Err(http_error(e)),
                 }
@@ -497,5 +505,27 @@ mod tests {
         assert_eq!(plan_slices(0, 50_000, 3.0, 94.0, 0.15, 256).len(), 3);
         assert_eq!(plan_slices(0, 2, 300.0, 94.0, 0.15, 256).len(), 2);
         assert_eq!(plan_slices(0, 50_000, 1e6, 94.0, 0.15, 256).len(), 256);
+    }
+}
+
+/// Every string `client_secret` in `v` (at any depth) replaced by `"***"`,
+/// its value registered with [`recon_core::scrub`] in case it shows
+/// elsewhere.
+pub fn mask_client_secrets(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                if k == "client_secret" {
+                    if let serde_json::Value::String(secret) = child {
+                        recon_core::register_secret(secret);
+                        *child = serde_json::Value::String("***".into());
+                    }
+                } else {
+                    mask_client_secrets(child);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(mask_client_secrets),
+        _ => {}
     }
 }

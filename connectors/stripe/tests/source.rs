@@ -262,3 +262,34 @@ async fn list_calls_exceed_pages_by_at_most_five_percent() {
     );
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_json_for_replay_masks_payment_intent_client_secrets() {
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let pi = Emulator::payment_intent("pi_3Qmask0001", 4200, "usd", "succeeded", START + 10);
+    let secret = pi["client_secret"].as_str().unwrap().to_string();
+    assert!(secret.contains("_secret_"), "{pi}");
+    emulator.insert(ObjectKind::PaymentIntent, pi.clone());
+    let mut cfg = StripeConfig::new(
+        Secret::new(emulator.api_key.clone()),
+        StripeObject::PaymentIntents,
+    );
+    cfg.base_url = emulator.base_url.clone();
+    cfg.requests_per_second = Some(1000);
+    let s = StripeSource::new(cfg, &schema()).unwrap();
+    let raw = s
+        .raw_json(&["pi_3Qmask0001".into()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.len(), 1);
+    let v: serde_json::Value = serde_json::from_str(&raw[0].1).unwrap();
+    assert_eq!(v["client_secret"], "***");
+    assert!(!raw[0].1.contains(&secret), "{}", raw[0].1);
+    // Everything else as Stripe returned it.
+    let mut want = pi;
+    want["client_secret"] = "***".into();
+    assert_eq!(v, want);
+    assert!(!recon_core::scrub(&format!("x {secret} y")).contains(&secret));
+    emulator.shutdown().await;
+}
