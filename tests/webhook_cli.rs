@@ -182,6 +182,19 @@ via = "webhook"
         keys
     }
 
+    /// The delivery ledger's `updated_at` of every row.
+    async fn ledger_times(&self) -> Vec<jiff::Timestamp> {
+        let url = format!("sqlite://{}", self.path("state.db").display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("SELECT updated_at FROM recon_webhook_deliveries")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>(0).parse().unwrap())
+            .collect()
+    }
+
     /// The delivery ledger: external ID → status.
     async fn ledger(&self) -> HashMap<String, String> {
         let url = format!("sqlite://{}", self.path("state.db").display());
@@ -341,14 +354,17 @@ async fn a_409_is_already_done_and_never_retried() {
 async fn a_slow_receiver_times_out_and_is_retried_with_the_same_key() {
     let f = Fixture::new().await;
     let rx = Receiver::start(ReceiverConfig {
-        slow_first: Some(Duration::from_secs(3)),
+        // Far beyond the timeout, so a loaded machine cannot blur the two:
+        // the first attempt always times out, the retry (answered at once,
+        // 409: the work is done) never does.
+        slow_first: Some(Duration::from_secs(10)),
         create: Some(f.create_hook()),
         ..ReceiverConfig::default()
     })
     .await
     .unwrap();
     f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 16\ntimeout = \"1s\"\nverify_after = \"0s\"",
+        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 16\ntimeout = \"3s\"\nverify_after = \"0s\"",
         rx.url
     ));
     let o = f.run("r1", &[], &[]).await;
@@ -522,16 +538,22 @@ async fn a_handler_that_acknowledges_but_never_creates_is_delivered_not_created(
     let f = Fixture::new().await;
     let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
     f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"1s\"",
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"2s\"",
         rx.url
     ));
-    let started = Instant::now();
     let o = f.run("r1", &[], &[]).await;
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "verify_after waited"
-    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // The verification (recorded in the ledger after the target lookup)
+    // came at least verify_after after the handler saw the last delivery.
+    let last = rx.stats().last_request_at.expect("deliveries");
+    let verified_at = f.ledger_times().await;
+    assert_eq!(verified_at.len(), f.gaps().len());
+    for t in verified_at {
+        assert!(
+            t >= last + jiff::SignedDuration::from_secs(2),
+            "verified at {t}, last delivery at {last}: verify_after did not wait"
+        );
+    }
     let n = f.gaps().len();
     let rows = backfill(&f.path("r1"));
     assert_eq!(rows.len(), n);

@@ -77,6 +77,8 @@ pub struct Stats {
     pub without_key: usize,
     /// Every header value received, for checks that no secret leaked.
     pub bodies: Vec<String>,
+    /// When the last request arrived (the handler's clock).
+    pub last_request_at: Option<jiff::Timestamp>,
 }
 
 #[derive(Default)]
@@ -174,6 +176,7 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     {
         let mut b = lock();
         b.stats.requests += 1;
+        b.stats.last_request_at = Some(jiff::Timestamp::now());
         let mut seen: Vec<String> = headers
             .iter()
             .map(|(n, v)| format!("{n}: {}", String::from_utf8_lossy(v.as_bytes())))
