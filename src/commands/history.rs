@@ -20,6 +20,7 @@ use serde_json::json;
 
 use crate::cli::HistoryArgs;
 use crate::config;
+use crate::state::webhook::DeliveryRow;
 use crate::state::{Class, IdRecords, ItemRecord, RunStatus, StateStore};
 use crate::Status;
 
@@ -33,10 +34,17 @@ pub fn run(args: HistoryArgs) -> Result<Status> {
     let records = runtime.block_on(async {
         let state = StateStore::open(job.state.expose()).await?;
         let r = state.id_records(&job.name, &args.id).await?;
+        // A `backfill.via = "webhook"` job keeps its deliveries apart.
+        let delivery = state
+            .webhook_rows(&job.name, std::slice::from_ref(&args.id))
+            .await?
+            .remove(&args.id);
         state.close().await;
-        Ok::<_, anyhow::Error>(r)
+        Ok::<_, anyhow::Error>((r, delivery))
     })?;
-    let story = Story::of(&job.name, &args.id, &records);
+    let (records, delivery) = records;
+    let mut story = Story::of(&job.name, &args.id, &records);
+    story.webhook = delivery;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&story.to_json())?);
     } else {
@@ -96,6 +104,9 @@ pub struct Story {
     pub resolved: Vec<(Class, Timestamp, Option<String>)>,
     /// Classes open now, with since when.
     pub open: Vec<(Class, Timestamp)>,
+    /// Its webhook delivery (`backfill.via = "webhook"`): one per ID, sent
+    /// with the same key by every run and `recon apply`.
+    pub webhook: Option<DeliveryRow>,
 }
 
 impl Story {
@@ -234,12 +245,33 @@ impl Story {
                 .filter(|s| matches!(s.end, End::Open(_)))
                 .map(|s| (s.class, s.start_at))
                 .collect(),
+            webhook: None,
         }
     }
 
     /// Whether the store knows anything about the ID.
     pub fn found(&self) -> bool {
-        self.first_seen.is_some() || !self.runs.is_empty()
+        self.first_seen.is_some() || !self.runs.is_empty() || self.webhook.is_some()
+    }
+
+    /// The webhook delivery in one line.
+    fn delivery_line(d: &DeliveryRow) -> String {
+        format!(
+            "{}{} ({} attempt{}), verified {}, key {}, last planned by run {}{}",
+            d.status.as_str(),
+            d.http_status
+                .map(|s| format!(" HTTP {s}"))
+                .unwrap_or_default(),
+            d.attempts,
+            if d.attempts == 1 { "" } else { "s" },
+            d.verified.as_str(),
+            d.idempotency_key,
+            d.plan_id,
+            d.last_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        )
     }
 
     /// The story as JSON.
@@ -271,6 +303,15 @@ impl Story {
             "open": self.open.iter().map(|(c, since)| json!({
                 "class": c.as_str(), "since": format_timestamp(*since),
             })).collect::<Vec<_>>(),
+            "webhook": self.webhook.as_ref().map(|d| json!({
+                "status": d.status.as_str(),
+                "http_status": d.http_status,
+                "attempts": d.attempts,
+                "verified": d.verified.as_str(),
+                "idempotency_key": d.idempotency_key,
+                "plan_id": d.plan_id,
+                "last_error": d.last_error,
+            })),
         })
     }
 
@@ -361,6 +402,9 @@ impl Story {
                 format_timestamp(*since)
             );
         }
+        if let Some(d) = &self.webhook {
+            let _ = writeln!(out, "webhook     {}", Self::delivery_line(d));
+        }
         out
     }
 }
@@ -450,6 +494,39 @@ mod tests {
         let text = s.render();
         assert!(text.contains("insert applied (1 attempt)"), "{text}");
         assert!(text.contains("open as gap since"), "{text}");
+    }
+
+    #[test]
+    fn a_webhook_delivery_is_part_of_the_story() {
+        use crate::state::webhook::{DeliveryStatus, Verified};
+        let records = IdRecords {
+            runs: vec![run("r1", 1)],
+            streaks: Vec::new(),
+            closed: Vec::new(),
+            items: Vec::new(),
+        };
+        let mut s = Story::of("j", "ch_1", &records);
+        assert!(!s.found(), "nothing known yet");
+        s.webhook = Some(DeliveryRow {
+            external_id: "ch_1".into(),
+            idempotency_key: "recon-abc".into(),
+            plan_id: "r1".into(),
+            status: DeliveryStatus::Delivered,
+            verified: Verified::NotCreated,
+            http_status: Some(200),
+            attempts: 2,
+            last_error: None,
+        });
+        assert!(s.found());
+        let text = s.render();
+        assert!(
+            text.contains("webhook     delivered HTTP 200 (2 attempts), verified not_created, key recon-abc, last planned by run r1"),
+            "{text}"
+        );
+        let j = s.to_json();
+        assert_eq!(j["webhook"]["verified"], "not_created");
+        assert_eq!(j["webhook"]["attempts"], 2);
+        assert_eq!(j["found"], true);
     }
 
     #[test]
