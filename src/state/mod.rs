@@ -47,9 +47,9 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures_util::TryStreamExt;
 use jiff::Timestamp;
 use recon_core::{redact_url, Window};
-use futures_util::TryStreamExt;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
 
