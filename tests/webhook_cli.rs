@@ -1205,3 +1205,92 @@ async fn a_crash_between_answer_and_record_resends_the_same_key_and_creates_once
     let o = f.run("r3", &[], &[]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_a_plan_whose_request_the_config_no_longer_makes() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        envelope: recon::webhook::Envelope::Stripe,
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    let base = "rate_limit = \"50/s\"\nverify_after = \"0s\"";
+    let planned = format!(
+        "url = \"{}\"\nenvelope = \"stripe\"\nheaders = {{ X-Source = \"recon\" }}\n{base}",
+        rx.url
+    );
+    f.write_config(&planned);
+    let o = f.run("dry", &["--dry-run"], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let apply = |out: &str| {
+        let config = f.path("recon.toml").display().to_string();
+        let plan = f.path("dry/plan.jsonl").display().to_string();
+        let out = f.path(out).display().to_string();
+        f.command(
+            &["apply", "--plan", &plan, "--config", &config, "--out", &out],
+            &[],
+        )
+        .output()
+        .unwrap()
+    };
+    let cases = [
+        (
+            format!(
+                "url = \"{}\"\nenvelope = \"stripe\"\nheaders = {{ X-Source = \"other\" }}\n{base}",
+                rx.url
+            ),
+            // (The new value is scrubbed: every configured header value
+            // is registered as a possible secret.)
+            "header X-Source is \"recon\" in the plan, ",
+        ),
+        (
+            format!("url = \"{}\"\nenvelope = \"stripe\"\n{base}", rx.url),
+            "header X-Source is in the plan, not set now",
+        ),
+        (
+            format!(
+                "url = \"{}\"\nenvelope = \"stripe\"\nevent_type = \"charge.captured\"\nheaders = {{ X-Source = \"recon\" }}\n{base}",
+                rx.url
+            ),
+            "event_type = \"charge.captured\" now",
+        ),
+        (
+            format!(
+                "url = \"{}\"\nheaders = {{ X-Source = \"recon\" }}\n{base}",
+                rx.url
+            ),
+            "the plan's body is a Stripe event, but envelope = \"none\" now",
+        ),
+        (
+            format!(
+                "url = \"{}\"\nenvelope = \"stripe\"\nsigning_secret = \"whsec_0123456789\"\nheaders = {{ X-Source = \"recon\" }}\n{base}",
+                rx.url
+            ),
+            "header Recon-Signature is set now, not in the plan",
+        ),
+        // Another endpoint on the same host: the same shown URL, another digest.
+        (
+            format!(
+                "url = \"{}/other\"\nenvelope = \"stripe\"\nheaders = {{ X-Source = \"recon\" }}\n{base}",
+                rx.url
+            ),
+            "another endpoint",
+        ),
+    ];
+    for (i, (config, want)) in cases.iter().enumerate() {
+        f.write_config(config);
+        let o = tokio::task::block_in_place(|| apply(&format!("a{i}")));
+        assert_eq!(o.status.code(), Some(2), "{config}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{config}: {err}");
+        assert!(err.contains("make the plan again"), "{err}");
+    }
+    assert_eq!(rx.stats().requests, 0, "nothing sent");
+    // The settings the plan was made with: sent.
+    f.write_config(&planned);
+    let o = tokio::task::block_in_place(|| apply("ok"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    all_created_once(&rx.stats(), &gap_keys(&f));
+}

@@ -465,6 +465,60 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
     Ok(written)
 }
 
+/// How a planned webhook request differs from the one the configuration
+/// makes now (`now`, built from the plan's body): method, headers (masked
+/// values compared as masked), and whether the body is the configured
+/// envelope's (a Stripe event of the configured type, or not an event).
+fn request_differences(
+    wh: &crate::webhook::Webhook,
+    planned: &crate::webhook::PlanRequest,
+    now: &crate::webhook::PlanRequest,
+) -> Vec<String> {
+    use crate::webhook::Envelope;
+    let mut out = Vec::new();
+    if planned.method != now.method {
+        out.push(format!(
+            "method {} in the plan, {} now",
+            planned.method, now.method
+        ));
+    }
+    let names: std::collections::BTreeSet<&String> =
+        planned.headers.keys().chain(now.headers.keys()).collect();
+    for name in names {
+        match (planned.headers.get(name), now.headers.get(name)) {
+            (Some(a), Some(b)) if a != b => {
+                out.push(format!("header {name} is {a:?} in the plan, {b:?} now"))
+            }
+            (Some(_), None) => out.push(format!("header {name} is in the plan, not set now")),
+            (None, Some(_)) => out.push(format!("header {name} is set now, not in the plan")),
+            _ => {}
+        }
+    }
+    let body = &planned.body;
+    let is_event =
+        body.get("object").and_then(|o| o.as_str()) == Some("event") && body.get("data").is_some();
+    match wh.envelope {
+        Envelope::Stripe if !is_event => {
+            out.push("the plan's body is not a Stripe event, but envelope = \"stripe\" now".into())
+        }
+        Envelope::Stripe => {
+            let t = body.get("type").and_then(|t| t.as_str()).unwrap_or("");
+            if t != wh.event_type {
+                out.push(format!(
+                    "the plan's event type is {t:?}, event_type = {:?} now",
+                    wh.event_type
+                ));
+            }
+        }
+        Envelope::None | Envelope::Shopify if is_event => out.push(format!(
+            "the plan's body is a Stripe event, but envelope = {:?} now",
+            format!("{:?}", wh.envelope).to_ascii_lowercase()
+        )),
+        _ => {}
+    }
+    out
+}
+
 /// `backfill.via = "webhook"`: sends exactly the requests of the plan (its
 /// bodies and idempotency keys; the URL and headers' secrets come from the
 /// config, which must still name the plan's endpoint), skipping inserts
@@ -505,11 +559,23 @@ async fn write_webhook(
                  ({idem}); make the plan again with `recon run --dry-run`"
             );
         }
-        prepared.push(Prepared {
+        let p = Prepared {
             external_id: key.clone(),
             key: idem,
             body: req.body.to_string(),
-        });
+        };
+        // The whole request as the config would send it now (secrets masked
+        // alike) must be the planned one: a header, the signing or the
+        // envelope changed since the dry run is refused, not sent silently.
+        let differences = request_differences(wh, req, &wh.plan_request(&p));
+        if !differences.is_empty() {
+            bail!(
+                "the plan's request of `{key}` is not what job `{job}` would send now: {}; make the plan \
+                 again with `recon run --dry-run` (or restore the settings the plan was made with)",
+                differences.join("; ")
+            );
+        }
+        prepared.push(p);
     }
     let cx = BuildContext {
         schema: &plan.spec.schema,
