@@ -1294,3 +1294,58 @@ async fn apply_refuses_a_plan_whose_request_the_config_no_longer_makes() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     all_created_once(&rx.stats(), &gap_keys(&f));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_outcomes_are_in_the_metrics_and_deliveries_log_in_the_backfill_phase() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"1s\"",
+        rx.url
+    ));
+    let metrics = f.path("recon.prom").display().to_string();
+    let o = f
+        .run(
+            "r1",
+            &[
+                "--metrics-file",
+                &metrics,
+                "--log-format",
+                "json",
+                "--log",
+                "info",
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let n = f.gaps().len();
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    for (outcome, count) in [
+        ("delivered", n),
+        ("already_done", 0),
+        ("delivered_not_created", 0),
+        ("created", 0),
+    ] {
+        let line =
+            format!("recon_backfilled_total{{job=\"charges\",outcome=\"{outcome}\"}} {count}");
+        assert!(prom.contains(&line), "{line} in:\n{prom}");
+    }
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let waiting: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("verifying webhook deliveries"))
+        })
+        .collect();
+    assert_eq!(waiting.len(), 1, "{stderr}");
+    assert_eq!(waiting[0]["phase"], "backfill", "{}", waiting[0]);
+}

@@ -593,7 +593,11 @@ async fn write_webhook(
     let (skipped, todo): (Vec<Prepared>, Vec<Prepared>) = prepared
         .into_iter()
         .partition(|p| present.contains(&p.external_id));
-    let delivered = crate::pipeline::webhook::deliver(ledger, wh, target.as_ref(), todo).await?;
+    let delivered = crate::ops::progress::phase(
+        "backfill",
+        crate::pipeline::webhook::deliver(ledger, wh, target.as_ref(), todo),
+    )
+    .await?;
     println!("{}", delivered.render());
     let mut rows: Vec<BackfillRow> = skipped
         .iter()

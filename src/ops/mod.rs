@@ -380,6 +380,16 @@ fn backfill_counts(dir: &Path) -> Vec<(String, u64)> {
     use crate::report::BackfillOutcome as O;
     let all = [O::Created, O::Updated, O::Unchanged, O::Failed, O::Skipped];
     let mut counts: Vec<(String, u64)> = all.iter().map(|o| (o.as_str().to_string(), 0)).collect();
+    // A webhook route's run (its summary has a `webhook` object): its
+    // outcomes too, listed like the others.
+    let webhook = std::fs::read(dir.join("summary.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|s| s.get("webhook").is_some_and(|w| w.is_object()));
+    if webhook {
+        let more = [O::Delivered, O::AlreadyDone, O::DeliveredNotCreated];
+        counts.extend(more.iter().map(|o| (o.as_str().to_string(), 0)));
+    }
     let Ok(mut reader) = csv::Reader::from_path(dir.join("backfill.csv")) else {
         return counts;
     };

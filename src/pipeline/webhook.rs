@@ -112,6 +112,22 @@ pub async fn stage(
     let Some(wh) = &plan.webhook else {
         return Ok(None);
     };
+    // The deliveries are the run's backfill: their logs carry its phase.
+    crate::ops::progress::phase(
+        "backfill",
+        stage_inner(plan, wh, ledger, sides, items, guard),
+    )
+    .await
+}
+
+async fn stage_inner(
+    plan: &RunPlan,
+    wh: &Webhook,
+    ledger: &Ledger<'_>,
+    sides: &Sides,
+    items: &[Item],
+    guard: &Guard,
+) -> Result<Option<Report>> {
     let mut report = Report::default();
     let records: Vec<&Record> = items.iter().map(|(r, _)| r).collect();
     let prepared = prepare(plan, wh, sides.source.as_ref(), &records).await?;
