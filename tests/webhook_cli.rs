@@ -1349,3 +1349,41 @@ async fn webhook_outcomes_are_in_the_metrics_and_deliveries_log_in_the_backfill_
     assert_eq!(waiting.len(), 1, "{stderr}");
     assert_eq!(waiting[0]["phase"], "backfill", "{}", waiting[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_replaced_under_the_same_id_is_delivered_again_under_its_new_key() {
+    let f = Fixture::new().await;
+    // Acknowledges, creates nothing: every gap stays open.
+    let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let n = f.gaps().len();
+    assert_eq!(rx.stats().requests, n);
+    // ch_0001 is replaced at the source by another charge under the same
+    // ID (another `created`): a new identity, so a new key.
+    let (id, amount, created) = Fixture::charge(f.now, 1);
+    let csv = std::fs::read_to_string(f.path("charges.csv")).unwrap();
+    let old_line = format!("{id},{amount},usd,succeeded,{created}");
+    assert!(csv.contains(&old_line));
+    std::fs::write(
+        f.path("charges.csv"),
+        csv.replace(
+            &old_line,
+            &format!("{id},{amount},usd,succeeded,{}", created + 30),
+        ),
+    )
+    .unwrap();
+    let o = f.run("r2", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stats = rx.stats();
+    let new_key = key_of("charges", &id, created + 30);
+    assert_eq!(stats.per_key.get(&new_key), Some(&1), "{stats:?}");
+    // Only that one: the others were delivered under their own keys.
+    assert_eq!(stats.requests, n + 1, "{stats:?}");
+    let rows = backfill(&f.path("r2"));
+    assert!(!rows[&id].1.contains("not sent again"), "{rows:?}");
+}

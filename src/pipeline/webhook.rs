@@ -9,8 +9,10 @@
 //!
 //! Exactly once: the delivery ledger (`recon_webhook_deliveries`) records
 //! each item before its POST and its outcome after. An item delivered (2xx)
-//! or already done (409) is never sent again, by this run or any later one
-//! (a later run that still sees the gap reports it `delivered_not_created`);
+//! or already done (409) is never sent again under its key, by this run or
+//! any later one (a later run that still sees the gap reports it
+//! `delivered_not_created`; a record replaced under its ID has a new key
+//! and is sent);
 //! an item left `planned` by a crash is sent again with the same
 //! `Idempotency-Key`, which the handler deduplicates.
 
@@ -245,7 +247,9 @@ pub async fn deliver(
     let mut to_send: Vec<&Prepared> = Vec::new();
     for p in &prepared {
         match before.get(&p.external_id) {
-            Some(row) if row.status.is_done() => {
+            // Done under this key. A record replaced under the same ID (a
+            // new identity, so a new key) is another delivery: sent.
+            Some(row) if row.status.is_done() && row.idempotency_key == p.key => {
                 ended.insert(
                     p.external_id.clone(),
                     Ended::Earlier(row.status, row.plan_id.clone()),

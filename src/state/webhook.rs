@@ -190,7 +190,9 @@ impl StateStore {
 
     /// Records `(external ID, idempotency key)` pairs as `planned` under
     /// `plan_id`, before anything is sent. A row already delivered or
-    /// already done is left as it is (callers never plan those).
+    /// already done under the same key is left as it is (callers never plan
+    /// those); under another key (the source record was replaced under its
+    /// ID) it is planned again.
     pub async fn webhook_plan(
         &self,
         plan_id: &str,
@@ -209,7 +211,8 @@ impl StateStore {
              FROM {} WHERE true ON CONFLICT (job, external_id) DO UPDATE SET \
              plan_id = excluded.plan_id, idempotency_key = excluded.idempotency_key, \
              status = 'planned', verified = 'no', updated_at = excluded.updated_at \
-             WHERE recon_webhook_deliveries.status NOT IN ('delivered', 'already_done')",
+             WHERE recon_webhook_deliveries.status NOT IN ('delivered', 'already_done') \
+             OR recon_webhook_deliveries.idempotency_key <> excluded.idempotency_key",
             self.json_rows("$4", &["external_id", "idempotency_key"])
         );
         let mut tx = self.begin_write(context).await?;
