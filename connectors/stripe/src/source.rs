@@ -486,28 +486,6 @@ impl Source for StripeSource {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::plan_slices;
-
-    #[test]
-    fn slices_hold_about_twenty_pages_but_keep_the_limiter_busy() {
-        // 500 pages at 25/s and 100 ms: 25 slices of 20 pages, covering
-        // [0, 50_000) without gaps or overlaps.
-        let s = plan_slices(0, 50_000, 500.0, 23.5, 0.1, 256);
-        assert_eq!(s.len(), 25);
-        assert_eq!(s[0].0, 0);
-        assert_eq!(s.last().unwrap().1, 50_000);
-        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
-        // At 94/s and 150 ms, 29 requests should be in flight: 29 slices.
-        assert_eq!(plan_slices(0, 50_000, 500.0, 94.0, 0.15, 256).len(), 29);
-        // Never more slices than pages, seconds, or the cap.
-        assert_eq!(plan_slices(0, 50_000, 3.0, 94.0, 0.15, 256).len(), 3);
-        assert_eq!(plan_slices(0, 2, 300.0, 94.0, 0.15, 256).len(), 2);
-        assert_eq!(plan_slices(0, 50_000, 1e6, 94.0, 0.15, 256).len(), 256);
-    }
-}
-
 /// Every string `client_secret` in `v` (at any depth) replaced by `"***"`,
 /// its value registered with [`recon_core::scrub`] in case it shows
 /// elsewhere.
@@ -527,5 +505,27 @@ pub fn mask_client_secrets(v: &mut serde_json::Value) {
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(mask_client_secrets),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_slices;
+
+    #[test]
+    fn slices_hold_about_twenty_pages_but_keep_the_limiter_busy() {
+        // 500 pages at 25/s and 100 ms: 25 slices of 20 pages, covering
+        // [0, 50_000) without gaps or overlaps.
+        let s = plan_slices(0, 50_000, 500.0, 23.5, 0.1, 256);
+        assert_eq!(s.len(), 25);
+        assert_eq!(s[0].0, 0);
+        assert_eq!(s.last().unwrap().1, 50_000);
+        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+        // At 94/s and 150 ms, 29 requests should be in flight: 29 slices.
+        assert_eq!(plan_slices(0, 50_000, 500.0, 94.0, 0.15, 256).len(), 29);
+        // Never more slices than pages, seconds, or the cap.
+        assert_eq!(plan_slices(0, 50_000, 3.0, 94.0, 0.15, 256).len(), 3);
+        assert_eq!(plan_slices(0, 2, 300.0, 94.0, 0.15, 256).len(), 2);
+        assert_eq!(plan_slices(0, 50_000, 1e6, 94.0, 0.15, 256).len(), 256);
     }
 }
