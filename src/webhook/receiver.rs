@@ -166,6 +166,16 @@ fn answer(status: StatusCode, text: &str) -> Response {
 }
 
 async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    // On its own task: a client that goes away (recon killed mid-delivery)
+    // does not cancel the handler halfway, between claiming the key and
+    // creating the record, as hyper would by dropping this future. Like
+    // most real handlers, the work runs to its end.
+    tokio::spawn(process(shared, headers, body))
+        .await
+        .unwrap_or_else(|_| answer(StatusCode::INTERNAL_SERVER_ERROR, "handler panicked"))
+}
+
+async fn process(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let cfg = &shared.cfg;
     let lock = || shared.book.lock().unwrap_or_else(|e| e.into_inner());
     let text = String::from_utf8_lossy(&body).into_owned();
