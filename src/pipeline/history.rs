@@ -57,7 +57,6 @@ struct Deferred {
     run: String,
     now: Timestamp,
     current: Vec<(Class, String)>,
-    events: DiscrepancyDelta,
 }
 
 impl Recording {
@@ -68,7 +67,7 @@ impl Recording {
         match self.0 {
             Write::Deferred(d) => Recording(Write::Running(tokio::spawn(async move {
                 d.state
-                    .write_discrepancies(&d.job, &d.run, d.now, &d.current, &d.events)
+                    .write_discrepancies(&d.job, &d.run, d.now, &d.current)
                     .await
             }))),
             other => Recording(other),
@@ -103,14 +102,7 @@ pub async fn update_while_applying(
 ) -> Result<(DiscrepancyDelta, Option<Vec<WriteOutcome>>, Recording)> {
     let current = current(outcome);
     let state = ledger.state;
-    let mut delta = state.discrepancy_delta(ledger.job, &current).await?;
-    // What the write records as events; the reports need only the
-    // persisting and resolved ones.
-    let events = DiscrepancyDelta {
-        new: std::mem::take(&mut delta.new),
-        persisting: Default::default(),
-        resolved: delta.resolved.clone(),
-    };
+    let delta = state.discrepancy_delta(ledger.job, &current).await?;
     let backfill = async {
         match (guard.write, sides.writer()) {
             (true, Some(target)) => backfill::apply(ledger, target, items).await.map(Some),
@@ -119,8 +111,7 @@ pub async fn update_while_applying(
     };
     match state.backend() {
         Backend::Postgres => {
-            let history =
-                state.write_discrepancies(ledger.job, ledger.plan_id, now, &current, &events);
+            let history = state.write_discrepancies(ledger.job, ledger.plan_id, now, &current);
             let (written, outcomes) = tokio::join!(history, backfill);
             written?;
             Ok((delta, outcomes?, Recording(Write::Done)))
@@ -133,7 +124,6 @@ pub async fn update_while_applying(
                 run: ledger.plan_id.to_string(),
                 now,
                 current,
-                events,
             };
             let recording = Recording(Write::Deferred(Box::new(write)));
             match outcomes {

@@ -1125,8 +1125,7 @@ impl StateStore {
         current: &[(Class, String)],
     ) -> Result<DiscrepancyDelta, StateError> {
         let delta = self.discrepancy_delta(job, current).await?;
-        self.write_discrepancies(job, run_id, now, current, &delta)
-            .await?;
+        self.write_discrepancies(job, run_id, now, current).await?;
         Ok(delta)
     }
 
@@ -1175,21 +1174,19 @@ impl StateStore {
     }
 
     /// Records in the history of `job` what run `run_id` found at `now`
-    /// (`current`, with the `delta` [`Self::discrepancy_delta`] computed
-    /// from it), in one transaction: each current `(class, id)` is
+    /// (`current`), in one transaction: each current `(class, id)` is
     /// upserted (a new one, or one resolved before that reappears, is first
     /// seen in this run; an open one keeps its first sighting), every open
-    /// one not in `current` is resolved at `now`, and the changes (seen
-    /// anew, resolved) are recorded as events for `recon history`.
-    /// Statements are multi-row (50,000 rows each); duplicates in
-    /// `current` count once.
+    /// one not in `current` ends its streak (copied into
+    /// `recon_discrepancy_streaks` for `recon history`, by the database
+    /// itself) and is resolved at `now`. Statements are multi-row (50,000
+    /// rows each); duplicates in `current` count once.
     pub async fn write_discrepancies(
         &self,
         job: &str,
         run_id: &str,
         now: Timestamp,
         current: &[(Class, String)],
-        delta: &DiscrepancyDelta,
     ) -> Result<(), StateError> {
         let context = "updating the discrepancy history";
         let mut seen: HashSet<(Class, &str)> = HashSet::with_capacity(current.len());
@@ -1226,6 +1223,22 @@ impl StateStore {
                 .map_err(self.db(context))?;
         }
         drop(unique);
+        // The streaks this run ends: every open one it did not see (the
+        // upsert gave the ones it saw this run as their last), copied
+        // set-wise before they are resolved: no key crosses the wire.
+        sqlx::query(
+            "INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at, \
+             resolved_run, resolved_at) SELECT job, external_id, class, first_seen_at, $2, $3 \
+             FROM recon_discrepancies WHERE job = $1 AND resolved_at IS NULL \
+             AND last_seen_run <> $2 \
+             ON CONFLICT (job, external_id, class, first_seen_at) DO NOTHING",
+        )
+        .bind(job.to_string())
+        .bind(run_id.to_string())
+        .bind(now_s.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(self.db(context))?;
         sqlx::query(
             "UPDATE recon_discrepancies SET resolved_at = $1 \
              WHERE job = $2 AND resolved_at IS NULL AND last_seen_run <> $3",
@@ -1236,8 +1249,6 @@ impl StateStore {
         .execute(&mut *tx)
         .await
         .map_err(self.db(context))?;
-        self.insert_events(&mut tx, job, run_id, &now_s, delta)
-            .await?;
         tx.commit().await.map_err(self.db(context))
     }
 

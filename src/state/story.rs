@@ -421,6 +421,11 @@ mod tests {
         let r2 = store.start_run("j", day, false).await.unwrap();
         let t2: Timestamp = "2026-12-01T06:00:00Z".parse().unwrap();
         let d2 = store.update_discrepancies("j", &r2, t2, &[]).await.unwrap();
+        // The history's own write records the streak it ends.
+        let closed = store.id_records("j", "ch_1").await.unwrap().closed;
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert_eq!((closed[0].first_seen_at, closed[0].resolved_at), (t1, t2));
+        assert_eq!(closed[0].resolved_run, r2);
         // Recorded with the history; once, however often it is recorded.
         store
             .record_closed_streaks("j", &r2, t2, &d2)
