@@ -858,6 +858,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Sqlite, "0006_ledger_hot_updates_unknown_items.sql", "ce42c25c5ae632379ccb7bd7fd2ef60fc7630dc77b6bf541f63819618dc16ec7c65085b62101e52317c2d37574641e23"),
     (Backend::Sqlite, "0007_run_totals_and_discrepancy_streaks.sql", "afe09baa0b73fb74b7faa4cdd680410ce0faed3a3c4450b9ba47b8bf84c9d7f7731c03e3b791e91deb1e493433459d08"),
     (Backend::Sqlite, "0008_webhook_deliveries.sql", "2b87121d52b325af7ac4fa0c64fa23a749a2863dd06df3b081cb6bf646225d527e47e4a756b2db9813c0b266156fcefe"),
+    (Backend::Sqlite, "0009_history_hot_updates.sql", "204be0e2599efdd8ac850cd016ba9a99225e5b11c3ecdaaba70987b8c4a5e7a59667a40f523be6e32ba5ec879803c09c"),
     (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
     (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
     (Backend::Postgres, "0003_unknown_outcomes_and_run_owners.sql", "b3938c4f7bb0ff9e4f9d51198cecc37500bee6e256e35dc59a9d9f795e1eb1fdb0a35bdc88736a9ab8b73e9cccb8746b"),
@@ -866,6 +867,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Postgres, "0006_ledger_hot_updates_unknown_items.sql", "7dd9c2879130c90f6927d16cccf7de57e1e8d1cb5fc0babd94c0bad123f21f765a218f934c142d6c592ceb16e02b2a57"),
     (Backend::Postgres, "0007_run_totals_and_discrepancy_streaks.sql", "64936a744df6791cc9f0e6980a292135e151d3d9b81f917654e50b90d88613c51b61d4d2c205308082a88ded42caf77e"),
     (Backend::Postgres, "0008_webhook_deliveries.sql", "37a3362b6aad9ba50a9a4c18147a4219d7d5f75da3297a981f4a0c7cbc11ec6846b4ba47c280fa8d2f666668b6c76d2f"),
+    (Backend::Postgres, "0009_history_hot_updates.sql", "4505aac01f00bf9466ef26de91b2bcb6859b035479e6b6a194b93294aba80cfba21d27bea3be834e8fb9a1420a7a3115"),
 ];
 
 fn hex(bytes: &[u8]) -> String {
