@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 use recon_core::Currency;
-use sqlx::{Any, Row, Transaction};
+use sqlx::Row;
 
-use super::{json_text, ts_text, Class, DiscrepancyDelta, ItemStatus, RunRow, StateError};
+use super::{json_text, Class, ItemStatus, RunRow, StateError};
 use super::{StateStore, JSON_BATCH};
 
 /// One currency's totals of one run, both sides, in exact minor units.
@@ -173,68 +173,6 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Records the streaks that ended with one run: each discrepancy its
-    /// [`DiscrepancyDelta`] resolved, with when it was first seen. New and
-    /// persisting ones write nothing, so a backlog left open costs nothing
-    /// here however long it stays. Recording the same run again changes
-    /// nothing. ([`StateStore::write_discrepancies`] records them with the
-    /// history itself.)
-    pub async fn record_closed_streaks(
-        &self,
-        job: &str,
-        run_id: &str,
-        now: Timestamp,
-        delta: &DiscrepancyDelta,
-    ) -> Result<(), StateError> {
-        if delta.resolved.is_empty() {
-            return Ok(());
-        }
-        let context = "recording resolved discrepancies";
-        let mut tx = self.begin_write(context).await?;
-        self.insert_events(&mut tx, job, run_id, &ts_text(now), delta)
-            .await?;
-        tx.commit().await.map_err(self.db(context))
-    }
-
-    /// The streaks `delta` closed, inside a write transaction.
-    pub(super) async fn insert_events(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        job: &str,
-        run_id: &str,
-        now_s: &str,
-        delta: &DiscrepancyDelta,
-    ) -> Result<(), StateError> {
-        if delta.resolved.is_empty() {
-            return Ok(());
-        }
-        let context = "recording resolved discrepancies";
-        // `delta.resolved` is sorted by class and key: the primary key's
-        // b-tree is filled in order.
-        let rows: Vec<[String; 3]> = delta
-            .resolved
-            .iter()
-            .map(|(c, id, first)| [c.as_str().to_string(), id.clone(), ts_text(*first)])
-            .collect();
-        let sql = format!(
-            "INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at, \
-             resolved_run, resolved_at) SELECT $1, v.external_id, v.class, v.first_seen_at, $2, $3 \
-             FROM {} WHERE true ON CONFLICT (job, external_id, class, first_seen_at) DO NOTHING",
-            self.json_rows("$4", &["class", "external_id", "first_seen_at"])
-        );
-        for chunk in rows.chunks(JSON_BATCH) {
-            sqlx::query(&sql)
-                .bind(job.to_string())
-                .bind(run_id.to_string())
-                .bind(now_s.to_string())
-                .bind(json_text(&chunk))
-                .execute(&mut **tx)
-                .await
-                .map_err(self.db(context))?;
-        }
-        Ok(())
-    }
-
     /// Everything the store holds about `external_id` in `job`: the job's
     /// runs, the ID's latest streak per class, its closed streaks and its
     /// ledger items. Every read goes through a primary key (ledger items
@@ -391,13 +329,8 @@ mod tests {
         // Run 1 sees a gap and plans its write; run 2 finds it resolved.
         let t1: Timestamp = "2026-11-30T06:00:00Z".parse().unwrap();
         let gap = [(Class::Gap, "ch_1".to_string())];
-        let d1 = store
-            .update_discrepancies("j", &r1, t1, &gap)
-            .await
-            .unwrap();
-        // Nothing closed yet: nothing recorded.
         store
-            .record_closed_streaks("j", &r1, t1, &d1)
+            .update_discrepancies("j", &r1, t1, &gap)
             .await
             .unwrap();
         store
@@ -420,17 +353,12 @@ mod tests {
             .unwrap();
         let r2 = store.start_run("j", day, false).await.unwrap();
         let t2: Timestamp = "2026-12-01T06:00:00Z".parse().unwrap();
-        let d2 = store.update_discrepancies("j", &r2, t2, &[]).await.unwrap();
+        store.update_discrepancies("j", &r2, t2, &[]).await.unwrap();
         // The history's own write records the streak it ends.
         let closed = store.id_records("j", "ch_1").await.unwrap().closed;
         assert_eq!(closed.len(), 1, "{closed:?}");
         assert_eq!((closed[0].first_seen_at, closed[0].resolved_at), (t1, t2));
         assert_eq!(closed[0].resolved_run, r2);
-        // Recorded with the history; once, however often it is recorded.
-        store
-            .record_closed_streaks("j", &r2, t2, &d2)
-            .await
-            .unwrap();
 
         let r = store.id_records("j", "ch_1").await.unwrap();
         assert_eq!(
