@@ -10,7 +10,7 @@ use super::RunPlan;
 use crate::config::BackfillMode;
 use crate::diff::DiffOutcome;
 use crate::plan::Action;
-use crate::state::{ItemStatus, RunLock, StateError, StateStore};
+use crate::state::{BatchOutcome, ItemStatus, LedgerBatch, RunLock, StateError, StateStore};
 
 /// How long a SQLite run lock may go without a heartbeat before another
 /// run may take it over (the holder died without releasing it).
@@ -183,11 +183,57 @@ pub struct Ledger<'a> {
 /// A ledger mark: key, status, error.
 type Mark = (String, ItemStatus, Option<String>);
 
-/// The ledger mark of one written item.
-fn mark(r: &Record, o: &WriteOutcome) -> Mark {
-    match o {
-        WriteOutcome::Failed(e) => (r.key.clone(), ItemStatus::Failed, Some(e.clone())),
-        _ => (r.key.clone(), ItemStatus::Applied, None),
+/// A batch of one write mode, numbered in the plan (its ledger row).
+struct Batch {
+    seq: u64,
+    mode: WriteMode,
+    records: Vec<Record>,
+}
+
+impl Batch {
+    /// Its ledger row, as planned.
+    fn planned(&self) -> LedgerBatch<'_> {
+        LedgerBatch {
+            seq: self.seq,
+            action: Action::from(self.mode).as_str(),
+            keys: self.records.iter().map(|r| r.key.as_str()).collect(),
+        }
+    }
+
+    /// Its ledger mark after a write that returned: applied, but for the
+    /// items the target refused (failed, with the error).
+    fn written(&self, outcomes: &[WriteOutcome]) -> BatchOutcome {
+        let exceptions = self
+            .records
+            .iter()
+            .zip(outcomes)
+            .filter_map(|(r, o)| match o {
+                WriteOutcome::Failed(e) => {
+                    Some((r.key.clone(), ItemStatus::Failed, Some(e.clone())))
+                }
+                _ => None,
+            })
+            .collect();
+        self.mark(ItemStatus::Applied, exceptions)
+    }
+
+    /// Its ledger mark when its outcome is unknown: every item, with why.
+    fn unknown(&self, why: &str) -> BatchOutcome {
+        let exceptions = self
+            .records
+            .iter()
+            .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(why.to_string())))
+            .collect();
+        self.mark(ItemStatus::Unknown, exceptions)
+    }
+
+    fn mark(&self, status: ItemStatus, exceptions: Vec<Mark>) -> BatchOutcome {
+        BatchOutcome {
+            seq: self.seq,
+            action: Action::from(self.mode).as_str(),
+            status,
+            exceptions,
+        }
     }
 }
 
@@ -235,8 +281,9 @@ async fn settle_unknown(ledger: &Ledger<'_>, target: &dyn Target) -> Result<()> 
     Ok(())
 }
 
-/// Batches of one mode each, in plan order, built as they are sent.
-fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = (WriteMode, Vec<Record>)> + '_ {
+/// Batches of one mode each, in plan order, numbered, built as they are
+/// sent.
+fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = Batch> + '_ {
     items
         .chunks(batch.max(1))
         .flat_map(|chunk| {
@@ -250,17 +297,13 @@ fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = (WriteMode, Vec
             })
         })
         .filter(|(_, records)| !records.is_empty())
+        .zip(0u64..)
+        .map(|((mode, records), seq)| Batch { seq, mode, records })
 }
 
 /// The ledger rows of a group of batches, as planned.
-fn planned(group: &[(WriteMode, Vec<Record>)]) -> Vec<(String, &'static str)> {
-    group
-        .iter()
-        .flat_map(|(mode, records)| {
-            let action = Action::from(*mode).as_str();
-            records.iter().map(move |r| (r.key.clone(), action))
-        })
-        .collect()
+fn planned(group: &[Batch]) -> Vec<LedgerBatch<'_>> {
+    group.iter().map(Batch::planned).collect()
 }
 
 /// Writes the plan's items in batches, recording each in the ledger first
@@ -302,11 +345,10 @@ pub async fn apply(
         WRITES_IN_FLIGHT
     };
     let mut batches = batches(items, target.write_batch());
-    let mut next_group =
-        || -> Vec<(WriteMode, Vec<Record>)> { batches.by_ref().take(in_flight).collect() };
+    let mut next_group = || -> Vec<Batch> { batches.by_ref().take(in_flight).collect() };
     let mut group = next_group();
     state
-        .record_plan(plan_id, ledger.job, &planned(&group))
+        .ledger_step(plan_id, ledger.job, &[], &planned(&group))
         .await?;
     let mut outcomes: HashMap<String, WriteOutcome> = HashMap::with_capacity(items.len());
     // `in_flight` batches (disjoint keys) are written at once, and the
@@ -314,11 +356,13 @@ pub async fn apply(
     // their own write, as exactly-once requires), with the next ones'
     // plan (always before their own write): neither the target's round
     // trips nor the state store's commits wait for each other.
-    let mut unmarked: Vec<Mark> = Vec::new();
+    let mut unmarked: Vec<BatchOutcome> = Vec::new();
     let mut written = 0usize;
     while !group.is_empty() {
         if !ledger.lock.verify().await? {
-            state.mark_items(plan_id, &unmarked).await?;
+            state
+                .ledger_step(plan_id, ledger.job, &unmarked, &[])
+                .await?;
             bail!(
                 "job `{}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
                 ledger.job,
@@ -331,18 +375,20 @@ pub async fn apply(
             planned: planned(&upcoming),
         };
         let results = write_group(ledger, target, &group, step, written).await?;
-        for ((_, records), result) in group.iter().zip(results) {
-            written += records.len();
+        for (batch, result) in group.iter().zip(results) {
+            written += batch.records.len();
             if abort_after.is_some_and(|n| written >= n) {
                 // Test-only fault hook: die like a SIGKILL, mid-backfill.
                 std::process::abort();
             }
-            unmarked.extend(records.iter().zip(&result).map(|(r, o)| mark(r, o)));
-            outcomes.extend(records.iter().map(|r| r.key.clone()).zip(result));
+            unmarked.push(batch.written(&result));
+            outcomes.extend(batch.records.iter().map(|r| r.key.clone()).zip(result));
         }
         group = upcoming;
     }
-    state.mark_items(plan_id, &unmarked).await?;
+    state
+        .ledger_step(plan_id, ledger.job, &unmarked, &[])
+        .await?;
     // Back into plan order.
     items
         .iter()
@@ -356,9 +402,9 @@ pub async fn apply(
 
 /// What the ledger records while a group is written: the previous group's
 /// outcomes and the next group's plan.
-struct Step {
-    marks: Vec<Mark>,
-    planned: Vec<(String, &'static str)>,
+struct Step<'a> {
+    marks: Vec<BatchOutcome>,
+    planned: Vec<LedgerBatch<'a>>,
 }
 
 /// Writes one group of batches at once while the ledger records the
@@ -368,15 +414,13 @@ struct Step {
 async fn write_group(
     ledger: &Ledger<'_>,
     target: &dyn Target,
-    group: &[(WriteMode, Vec<Record>)],
-    step: Step,
+    group: &[Batch],
+    step: Step<'_>,
     written: usize,
 ) -> Result<Vec<Vec<WriteOutcome>>> {
     let (state, plan_id) = (ledger.state, ledger.plan_id);
-    crate::ops::progress::wrote(group.iter().map(|(_, r)| r.len()).sum());
-    let writes = group
-        .iter()
-        .map(|(mode, records)| target.write(records, *mode));
+    crate::ops::progress::wrote(group.iter().map(|b| b.records.len()).sum());
+    let writes = group.iter().map(|b| target.write(&b.records, b.mode));
     let (marked, results) = tokio::join!(
         state.ledger_step(plan_id, ledger.job, &step.marks, &step.planned),
         futures_util::future::join_all(writes)
@@ -390,19 +434,20 @@ async fn write_group(
     let Some(m) = lost else {
         return results.into_iter().map(|r| r.map_err(Into::into)).collect();
     };
-    let mut marks = Vec::new();
-    for ((_, records), result) in group.iter().zip(&results) {
-        match result {
-            Ok(outcomes) => marks.extend(records.iter().zip(outcomes).map(|(r, o)| mark(r, o))),
-            Err(_) => marks.extend(
-                records
-                    .iter()
-                    .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(m.clone()))),
-            ),
-        }
-    }
-    state.mark_items(plan_id, &marks).await?;
-    let unknown = marks.iter().filter(|m| m.1 == ItemStatus::Unknown).count();
+    let marks: Vec<BatchOutcome> = group
+        .iter()
+        .zip(&results)
+        .map(|(batch, result)| match result {
+            Ok(outcomes) => batch.written(outcomes),
+            Err(_) => batch.unknown(&m),
+        })
+        .collect();
+    state.ledger_step(plan_id, ledger.job, &marks, &[]).await?;
+    let unknown: usize = marks
+        .iter()
+        .filter(|b| b.status == ItemStatus::Unknown)
+        .map(|b| b.exceptions.len())
+        .sum();
     bail!(
         "job `{}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again",
         ledger.job

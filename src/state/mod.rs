@@ -9,9 +9,11 @@
 //!   its job starts died (the run lock guarantees none is live), so
 //!   [`StateStore::start_run`] marks it `crashed`.
 //!   [`StateStore::last_success_end`] feeds the `since-last-success` window.
-//! - **Backfill ledger** (`recon_backfill_items`): every planned write and
-//!   its outcome, so that a run started again after a crash writes each
-//!   missing record exactly once. A plan's id is the id of the run that made
+//! - **Backfill ledger** (`recon_backfill_items`, a view of one row per
+//!   item over `recon_ledger_batches`, one row per write batch, and
+//!   `recon_ledger_items`, the items whose outcome differs from their
+//!   batch's): every planned write and its outcome, so that a run started
+//!   again after a crash writes each missing record exactly once. A plan's id is the id of the run that made
 //!   it; that link is how a crashed run's `planned` items become
 //!   `superseded`.
 //! - **Discrepancy history** (`recon_discrepancies`): when each open
@@ -352,6 +354,33 @@ pub struct LedgerItem {
     pub attempts: i64,
     /// The error of the last attempt, if it failed.
     pub last_error: Option<String>,
+}
+
+/// One write batch of a backfill, as the ledger records it before the
+/// batch is written: one row for all its items (see migration 10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerBatch<'a> {
+    /// Its number within the plan, from 0, in the order written.
+    pub seq: u64,
+    /// `insert` or `update`: every item of a batch has the same.
+    pub action: &'static str,
+    /// The external IDs it writes.
+    pub keys: Vec<&'a str>,
+}
+
+/// The outcome of one write batch, as the ledger records it after the
+/// write: `status` for every item but the `exceptions`, which keep their
+/// own status and error (a row of their own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// The batch's number ([`LedgerBatch::seq`]).
+    pub seq: u64,
+    /// `insert` or `update`, as planned.
+    pub action: &'static str,
+    /// The status of its items (`applied` after a write that returned).
+    pub status: ItemStatus,
+    /// Items whose outcome differs: key, status, error.
+    pub exceptions: Vec<(String, ItemStatus, Option<String>)>,
 }
 
 /// One run, as [`StateStore::recent_runs`] lists it.
@@ -731,17 +760,32 @@ impl StateStore {
         let now_s = ts_text(now);
         let context = "recording the start of a run";
         let mut tx = self.begin_write(context).await?;
-        let superseded = sqlx::query(
-            "UPDATE recon_backfill_items SET status = 'superseded', updated_at = $1 \
-             WHERE job = $2 AND status = 'planned' AND plan_id IN \
-             (SELECT id FROM recon_runs WHERE job = $2 AND status = 'running')",
-        )
+        let crashed_plans = "job = $2 AND status = 'planned' AND plan_id IN \
+             (SELECT id FROM recon_runs WHERE job = $2 AND status = 'running')";
+        let mut superseded = sqlx::query(&format!(
+            "UPDATE recon_ledger_items SET status = 'superseded', updated_at = $1 \
+             WHERE {crashed_plans}"
+        ))
         .bind(now_s.clone())
         .bind(job.to_string())
         .execute(&mut *tx)
         .await
         .map_err(self.db(context))?
         .rows_affected();
+        // A batch planned but never marked: its write may or may not have
+        // reached the target; the next run's diff decides what is missing.
+        let batches = sqlx::query(&format!(
+            "UPDATE recon_ledger_batches SET status = 'superseded', updated_at = $1 \
+             WHERE {crashed_plans} RETURNING items"
+        ))
+        .bind(now_s.clone())
+        .bind(job.to_string())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(self.db(context))?;
+        for b in &batches {
+            superseded += b.try_get::<i64, _>(0).map_err(self.db(context))? as u64;
+        }
         let crashed = sqlx::query(
             "UPDATE recon_runs SET status = 'crashed', error = COALESCE(error, $1) \
              WHERE job = $2 AND status = 'running' RETURNING id",
@@ -866,7 +910,7 @@ impl StateStore {
         job: &str,
         items: &[(String, &str)],
     ) -> Result<(), StateError> {
-        self.ledger_step(plan_id, job, &[], items).await
+        self.item_step(plan_id, job, &[], items).await
     }
 
     /// Records write outcomes: each item's status and error, one more
@@ -877,17 +921,12 @@ impl StateStore {
         plan_id: &str,
         outcomes: &[(String, ItemStatus, Option<String>)],
     ) -> Result<(), StateError> {
-        self.ledger_step(plan_id, "", outcomes, &[]).await
+        self.item_step(plan_id, "", outcomes, &[]).await
     }
 
-    /// One step of a backfill's ledger, in one transaction (one commit):
-    /// the outcomes of the batches just written (as [`Self::mark_items`]),
-    /// then the items of the next batches as planned (as
-    /// [`Self::record_plan`]), before any of them is written. A backfill
-    /// records each batch's plan in the same commit as the previous
-    /// batch's outcomes, while the target writes: the ledger never waits
-    /// for the target, nor the target for the ledger.
-    pub async fn ledger_step(
+    /// Outcomes ([`Self::mark_items`]) then planned items
+    /// ([`Self::record_plan`]), one row per item, in one transaction.
+    async fn item_step(
         &self,
         plan_id: &str,
         job: &str,
@@ -902,10 +941,10 @@ impl StateStore {
         if outcomes.is_empty() && planned.is_empty() {
             return Ok(());
         }
-        let context = match (outcomes.is_empty(), planned.is_empty()) {
-            (true, _) => "recording a backfill plan",
-            (false, true) => "recording backfill outcomes",
-            (false, false) => "recording backfill outcomes and the next planned items",
+        let context = if outcomes.is_empty() {
+            "recording a backfill plan"
+        } else {
+            "recording backfill outcomes"
         };
         let now_s = ts_text(Timestamp::now());
         let mut tx = self.begin_write(context).await?;
@@ -922,6 +961,148 @@ impl StateStore {
                 outcomes = unique,
                 recorded = matched,
             );
+        }
+        Ok(())
+    }
+
+    /// One step of a backfill's ledger, in one transaction (one commit):
+    /// the outcomes of the batches just written, then the next batches as
+    /// planned, before any of them is written. A batch is one row whatever
+    /// its size (migration 10); only the items whose outcome differs from
+    /// their batch's get rows of their own. A backfill records each
+    /// batch's plan in the same commit as the previous batch's outcomes,
+    /// while the target writes: the ledger never waits for the target, nor
+    /// the target for the ledger.
+    pub async fn ledger_step(
+        &self,
+        plan_id: &str,
+        job: &str,
+        done: &[BatchOutcome],
+        planned: &[LedgerBatch<'_>],
+    ) -> Result<(), StateError> {
+        let actions = done
+            .iter()
+            .map(|b| b.action)
+            .chain(planned.iter().map(|b| b.action));
+        if let Some(action) = actions.into_iter().find(|a| !ACTIONS.contains(a)) {
+            return Err(StateError::Invalid(format!(
+                "a backfill batch has action `{action}`; expected insert or update"
+            )));
+        }
+        if done.is_empty() && planned.is_empty() {
+            return Ok(());
+        }
+        let context = match (done.is_empty(), planned.is_empty()) {
+            (true, _) => "recording a backfill plan",
+            (false, true) => "recording backfill outcomes",
+            (false, false) => "recording backfill outcomes and the next planned batches",
+        };
+        let now_s = ts_text(Timestamp::now());
+        let mut tx = self.begin_write(context).await?;
+        let mut unmatched = Vec::new();
+        for b in done {
+            let marked = sqlx::query(
+                "UPDATE recon_ledger_batches SET status = $3, attempts = attempts + 1, \
+                 updated_at = $4 WHERE plan_id = $1 AND seq = $2",
+            )
+            .bind(plan_id.to_string())
+            .bind(b.seq as i64)
+            .bind(b.status.as_str().to_string())
+            .bind(now_s.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(context))?
+            .rows_affected();
+            if marked == 0 {
+                unmatched.push(b.seq);
+                continue;
+            }
+            self.except_in(&mut tx, context, plan_id, job, &now_s, b)
+                .await?;
+        }
+        let insert = "INSERT INTO recon_ledger_batches (plan_id, seq, job, action, status, \
+             attempts, updated_at, items, keys) VALUES ($1, $2, $3, $4, 'planned', 0, $5, $6, $7) \
+             ON CONFLICT (plan_id, seq) DO NOTHING";
+        for b in planned {
+            sqlx::query(insert)
+                .bind(plan_id.to_string())
+                .bind(b.seq as i64)
+                .bind(job.to_string())
+                .bind(b.action.to_string())
+                .bind(now_s.clone())
+                .bind(b.keys.len() as i64)
+                .bind(json_text(&b.keys))
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(context))?;
+        }
+        tx.commit().await.map_err(self.db(context))?;
+        if !unmatched.is_empty() {
+            tracing::warn!(
+                message = "Some backfill outcomes name batches that are not in the plan; they were not recorded.",
+                plan = plan_id,
+                batches = ?unmatched,
+            );
+        }
+        Ok(())
+    }
+
+    /// The items of a marked batch whose outcome differs from the batch's:
+    /// a row each in `recon_ledger_items` (which wins over the batch), and
+    /// the unknown ones listed in `recon_unknown_items`.
+    async fn except_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        context: &str,
+        plan_id: &str,
+        job: &str,
+        now_s: &str,
+        batch: &BatchOutcome,
+    ) -> Result<(), StateError> {
+        if batch.exceptions.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO recon_ledger_items (plan_id, job, external_id, action, status, \
+             attempts, last_error, updated_at) SELECT $1, $2, v.external_id, $3, v.status, 1, \
+             v.last_error, $4 FROM {} WHERE true ON CONFLICT (plan_id, external_id) DO UPDATE \
+             SET status = excluded.status, attempts = recon_ledger_items.attempts + 1, \
+             last_error = excluded.last_error, updated_at = excluded.updated_at",
+            self.json_rows("$5", &["external_id", "status", "last_error"])
+        );
+        let list = format!(
+            "INSERT INTO recon_unknown_items (plan_id, job, external_id) \
+             SELECT $1, $2, v.external_id FROM {} WHERE v.status = 'unknown' \
+             ON CONFLICT (plan_id, external_id) DO NOTHING",
+            self.json_rows("$3", &["external_id", "status"])
+        );
+        for chunk in batch.exceptions.chunks(JSON_BATCH) {
+            let rows: Vec<(&str, &str, Option<&str>)> = chunk
+                .iter()
+                .map(|(id, status, error)| (id.as_str(), status.as_str(), error.as_deref()))
+                .collect();
+            let rows = json_text(&rows);
+            sqlx::query(&sql)
+                .bind(plan_id.to_string())
+                .bind(job.to_string())
+                .bind(batch.action.to_string())
+                .bind(now_s.to_string())
+                .bind(rows.clone())
+                .execute(&mut **tx)
+                .await
+                .map_err(self.db(context))?;
+            if chunk
+                .iter()
+                .any(|(_, status, _)| *status == ItemStatus::Unknown)
+            {
+                sqlx::query(&list)
+                    .bind(plan_id.to_string())
+                    .bind(job.to_string())
+                    .bind(rows)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(self.db(context))?;
+            }
         }
         Ok(())
     }
@@ -943,7 +1124,7 @@ impl StateStore {
         // (json_each / json_array_elements), instead of thousands of bound
         // parameters per statement.
         let sql = format!(
-            "INSERT INTO recon_backfill_items (plan_id, job, external_id, action, status, \
+            "INSERT INTO recon_ledger_items (plan_id, job, external_id, action, status, \
              attempts, last_error, updated_at) SELECT $1, $2, v.external_id, v.action, 'planned', \
              0, NULL, $3 FROM {} WHERE true ON CONFLICT (plan_id, external_id) DO NOTHING",
             self.json_rows("$4", &["external_id", "action"])
@@ -1011,7 +1192,7 @@ impl StateStore {
             ),
         };
         let sql = format!(
-            "UPDATE recon_backfill_items SET status = $2, attempts = attempts + 1, \
+            "UPDATE recon_ledger_items SET status = $2, attempts = attempts + 1, \
              last_error = $3, updated_at = $4 WHERE plan_id = $1 AND external_id {keys}"
         );
         // Items of unknown outcome are also listed in `recon_unknown_items`
@@ -1025,7 +1206,7 @@ impl StateStore {
             .is_some();
         let list = format!(
             "INSERT INTO recon_unknown_items (plan_id, job, external_id) \
-             SELECT i.plan_id, i.job, i.external_id FROM recon_backfill_items i \
+             SELECT i.plan_id, i.job, i.external_id FROM recon_ledger_items i \
              WHERE i.plan_id = $1 AND i.external_id {} ON CONFLICT (plan_id, external_id) DO NOTHING",
             keys.replace("$5", "$2")
         );

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use recon_core::Currency;
 use sqlx::Row;
 
-use super::{json_text, Class, ItemStatus, RunRow, StateError};
+use super::{json_text, Backend, Class, ItemStatus, RunRow, StateError};
 use super::{StateStore, JSON_BATCH};
 
 /// One currency's totals of one run, both sides, in exact minor units.
@@ -234,12 +234,29 @@ impl StateStore {
             });
         }
 
+        // The item's own rows, and the batches that hold it (migration 10)
+        // where it has none: a batch's keys are searched as text first
+        // (the key as JSON, quotes included), then exactly.
+        let plans = self.json_rows("$1", &["plan_id"]);
+        let (found_in, keys) = match self.backend {
+            Backend::Sqlite => ("instr(b.keys, $3) > 0", "json_each(b.keys) AS k"),
+            Backend::Postgres => (
+                "strpos(b.keys, $3) > 0",
+                "json_array_elements_text(CAST(b.keys AS json)) AS k(value)",
+            ),
+        };
         let sql = format!(
             "SELECT plan_id, action, status, attempts, last_error, updated_at \
-             FROM recon_backfill_items WHERE external_id = $2 \
-             AND plan_id IN (SELECT v.plan_id FROM {})",
-            self.json_rows("$1", &["plan_id"])
+             FROM recon_ledger_items WHERE external_id = $2 \
+             AND plan_id IN (SELECT v.plan_id FROM {plans}) \
+             UNION ALL \
+             SELECT b.plan_id, b.action, b.status, b.attempts, NULL, b.updated_at \
+             FROM recon_ledger_batches AS b WHERE b.plan_id IN (SELECT v.plan_id FROM {plans}) \
+             AND {found_in} AND EXISTS (SELECT 1 FROM {keys} WHERE k.value = $2) \
+             AND NOT EXISTS (SELECT 1 FROM recon_ledger_items AS i \
+             WHERE i.plan_id = b.plan_id AND i.external_id = $2)"
         );
+        let quoted = serde_json::to_string(external_id).unwrap_or_default();
         let order: HashMap<&str, usize> = runs
             .iter()
             .enumerate()
@@ -251,6 +268,7 @@ impl StateStore {
             let found = sqlx::query(&sql)
                 .bind(json_text(&ids))
                 .bind(external_id.to_string())
+                .bind(quoted.clone())
                 .fetch_all(&self.pool)
                 .await
                 .map_err(self.db(context))?;

@@ -859,6 +859,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Sqlite, "0007_run_totals_and_discrepancy_streaks.sql", "afe09baa0b73fb74b7faa4cdd680410ce0faed3a3c4450b9ba47b8bf84c9d7f7731c03e3b791e91deb1e493433459d08"),
     (Backend::Sqlite, "0008_webhook_deliveries.sql", "2b87121d52b325af7ac4fa0c64fa23a749a2863dd06df3b081cb6bf646225d527e47e4a756b2db9813c0b266156fcefe"),
     (Backend::Sqlite, "0009_history_hot_updates.sql", "204be0e2599efdd8ac850cd016ba9a99225e5b11c3ecdaaba70987b8c4a5e7a59667a40f523be6e32ba5ec879803c09c"),
+    (Backend::Sqlite, "0010_ledger_batches.sql", "920a88ca462d38acab358f1fd9608bef118c59f3df347df0e61c401858076b95f53c0c87f6f9ef74ed354ff6ab247c49"),
     (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
     (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
     (Backend::Postgres, "0003_unknown_outcomes_and_run_owners.sql", "b3938c4f7bb0ff9e4f9d51198cecc37500bee6e256e35dc59a9d9f795e1eb1fdb0a35bdc88736a9ab8b73e9cccb8746b"),
@@ -868,6 +869,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Postgres, "0007_run_totals_and_discrepancy_streaks.sql", "64936a744df6791cc9f0e6980a292135e151d3d9b81f917654e50b90d88613c51b61d4d2c205308082a88ded42caf77e"),
     (Backend::Postgres, "0008_webhook_deliveries.sql", "37a3362b6aad9ba50a9a4c18147a4219d7d5f75da3297a981f4a0c7cbc11ec6846b4ba47c280fa8d2f666668b6c76d2f"),
     (Backend::Postgres, "0009_history_hot_updates.sql", "4505aac01f00bf9466ef26de91b2bcb6859b035479e6b6a194b93294aba80cfba21d27bea3be834e8fb9a1420a7a3115"),
+    (Backend::Postgres, "0010_ledger_batches.sql", "4ec1dd96cb7872b42d379e6391b5504ce68b3b98ed3f5781733066fd3d43151afdfc220c97ee157c4007918fdc8132cd"),
 ];
 
 fn hex(bytes: &[u8]) -> String {
@@ -1513,4 +1515,157 @@ async fn unknown_items_are_listed_until_settled(url: String) {
             ItemStatus::Applied
         ]
     );
+}
+
+both!(batch_ledger_round_trip);
+
+/// The backfill's ledger (migration 10): a batch is one row, planned before
+/// its write and marked after; the items whose outcome differs from their
+/// batch's keep rows of their own, which win. Every reader still sees one
+/// row per item: `plan_items`, `unknown_items`, the crashed-run supersede,
+/// `id_records` (keys found exactly, JSON escapes included, never by a
+/// longer key that contains them) and the `recon_backfill_items` view.
+async fn batch_ledger_round_trip(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let run = store.start_run("nightly", day(), false).await.unwrap();
+    let odd = "quo\"te\\ü/é";
+    let planned = [
+        LedgerBatch {
+            seq: 0,
+            action: "insert",
+            keys: vec!["a", "b", "c"],
+        },
+        LedgerBatch {
+            seq: 1,
+            action: "update",
+            keys: vec![odd, "d", "ab"],
+        },
+    ];
+    store
+        .ledger_step(&run, "nightly", &[], &planned)
+        .await
+        .unwrap();
+    let items = store.plan_items(&run).await.unwrap();
+    assert_eq!(items.len(), 6, "{items:?}");
+    assert!(items
+        .iter()
+        .all(|i| i.status == ItemStatus::Planned && i.attempts == 0));
+    let action = |items: &[LedgerItem], id: &str| {
+        items
+            .iter()
+            .find(|i| i.external_id == id)
+            .map(|i| i.action.clone())
+    };
+    assert_eq!(action(&items, "c").as_deref(), Some("insert"));
+    assert_eq!(action(&items, odd).as_deref(), Some("update"));
+
+    // Batch 0 written (b refused), batch 1 lost, batch 2 planned meanwhile.
+    let lost = "connection lost".to_string();
+    let done = [
+        BatchOutcome {
+            seq: 0,
+            action: "insert",
+            status: ItemStatus::Applied,
+            exceptions: vec![("b".into(), ItemStatus::Failed, Some("HTTP 500".into()))],
+        },
+        BatchOutcome {
+            seq: 1,
+            action: "update",
+            status: ItemStatus::Unknown,
+            exceptions: [odd, "d", "ab"]
+                .iter()
+                .map(|k| (k.to_string(), ItemStatus::Unknown, Some(lost.clone())))
+                .collect(),
+        },
+    ];
+    let next = [LedgerBatch {
+        seq: 2,
+        action: "insert",
+        keys: vec!["e", "f"],
+    }];
+    store
+        .ledger_step(&run, "nightly", &done, &next)
+        .await
+        .unwrap();
+    let items = store.plan_items(&run).await.unwrap();
+    let of = |id: &str| items.iter().find(|i| i.external_id == id).unwrap().clone();
+    assert_eq!(items.len(), 8, "{items:?}");
+    assert_eq!((of("a").status, of("a").attempts), (ItemStatus::Applied, 1));
+    assert_eq!(of("b").status, ItemStatus::Failed);
+    assert_eq!(of("b").last_error.as_deref(), Some("HTTP 500"));
+    assert_eq!(of("c").status, ItemStatus::Applied);
+    assert_eq!(of(odd).status, ItemStatus::Unknown);
+    assert_eq!(of("e").status, ItemStatus::Planned);
+    let mut unknown = store.unknown_items("nightly").await.unwrap();
+    unknown.sort();
+    let mut want: Vec<(String, String)> = ["ab", "d", odd]
+        .iter()
+        .map(|k| (run.clone(), k.to_string()))
+        .collect();
+    want.sort();
+    assert_eq!(unknown, want);
+    // The next run settles the unknown items one by one.
+    store
+        .mark_items(
+            &run,
+            &[
+                ("d".into(), ItemStatus::Applied, None),
+                (odd.into(), ItemStatus::Applied, None),
+                (
+                    "ab".into(),
+                    ItemStatus::Failed,
+                    Some("not committed".into()),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(store.unknown_items("nightly").await.unwrap().is_empty());
+    let items = store.plan_items(&run).await.unwrap();
+    let of = |id: &str| items.iter().find(|i| i.external_id == id).unwrap().clone();
+    assert_eq!((of(odd).status, of(odd).attempts), (ItemStatus::Applied, 2));
+    assert_eq!(of("ab").status, ItemStatus::Failed);
+
+    // The run dies with batch 2 planned: the next run supersedes it.
+    let next_run = store.start_run("nightly", day(), false).await.unwrap();
+    let items = store.plan_items(&run).await.unwrap();
+    let of = |id: &str| items.iter().find(|i| i.external_id == id).unwrap().clone();
+    assert_eq!(of("e").status, ItemStatus::Superseded);
+    assert_eq!(of("f").status, ItemStatus::Superseded);
+    assert_eq!(of("a").status, ItemStatus::Applied, "marked batches stay");
+    assert!(store.plan_items(&next_run).await.unwrap().is_empty());
+
+    // One ID's story finds it in its batch, exactly.
+    let story = |id: &'static str| {
+        let store = store.clone();
+        async move { store.id_records("nightly", id).await.unwrap().items }
+    };
+    let a = story("a").await;
+    assert_eq!(a.len(), 1, "`a`, not `ab`: {a:?}");
+    assert_eq!((a[0].status, a[0].attempts), (ItemStatus::Applied, 1));
+    assert_eq!(a[0].plan_id, run);
+    let b = story("b").await;
+    assert_eq!(b.len(), 1, "its own row wins over its batch: {b:?}");
+    assert_eq!(b[0].last_error.as_deref(), Some("HTTP 500"));
+    let q = story(odd).await;
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(q[0].action, "update");
+    assert_eq!(story("e").await[0].status, ItemStatus::Superseded);
+    assert!(story("quo").await.is_empty());
+
+    // Raw SQL sees one row per item through the view.
+    let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+    let rows: i64 = sqlx::query("SELECT COUNT(*) FROM recon_backfill_items WHERE plan_id = $1")
+        .bind(run.clone())
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 8);
+    let batches: i64 = sqlx::query("SELECT COUNT(*) FROM recon_ledger_batches")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(batches, 3, "one row per batch");
 }
