@@ -442,7 +442,7 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
     let outcomes = if work.is_empty() {
         Vec::new()
     } else {
-        apply(ledger, target.as_ref(), &work).await?
+        apply(ledger, target.as_ref(), &work, None).await?
     };
     let done = crate::pipeline::finish::backfill_rows(&work, &outcomes);
     let mut rows: Vec<BackfillRow> = skipped

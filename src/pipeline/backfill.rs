@@ -183,28 +183,37 @@ pub struct Ledger<'a> {
 /// A ledger mark: key, status, error.
 type Mark = (String, ItemStatus, Option<String>);
 
-/// A batch of one write mode, numbered in the plan (its ledger row).
-struct Batch {
+/// A batch of one write mode, numbered in the plan (its ledger row): the
+/// indexes of its items.
+struct Slot {
     seq: u64,
     mode: WriteMode,
-    records: Vec<Record>,
+    items: Vec<usize>,
 }
 
-impl Batch {
+impl Slot {
     /// Its ledger row, as planned.
-    fn planned(&self) -> LedgerBatch<'_> {
+    fn planned<'a>(&self, items: &'a [Item]) -> LedgerBatch<'a> {
         LedgerBatch {
             seq: self.seq,
             action: Action::from(self.mode).as_str(),
-            keys: self.records.iter().map(|r| r.key.as_str()).collect(),
+            keys: self
+                .items
+                .iter()
+                .map(|&i| items[i].0.key.as_str())
+                .collect(),
         }
+    }
+
+    /// Its records, built as it is sent.
+    fn records(&self, items: &[Item]) -> Vec<Record> {
+        self.items.iter().map(|&i| items[i].0.clone()).collect()
     }
 
     /// Its ledger mark after a write that returned: applied, but for the
     /// items the target refused (failed, with the error).
-    fn written(&self, outcomes: &[WriteOutcome]) -> BatchOutcome {
-        let exceptions = self
-            .records
+    fn written(&self, records: &[Record], outcomes: &[WriteOutcome]) -> BatchOutcome {
+        let exceptions = records
             .iter()
             .zip(outcomes)
             .filter_map(|(r, o)| match o {
@@ -218,9 +227,8 @@ impl Batch {
     }
 
     /// Its ledger mark when its outcome is unknown: every item, with why.
-    fn unknown(&self, why: &str) -> BatchOutcome {
-        let exceptions = self
-            .records
+    fn unknown(&self, records: &[Record], why: &str) -> BatchOutcome {
+        let exceptions = records
             .iter()
             .map(|r| (r.key.clone(), ItemStatus::Unknown, Some(why.to_string())))
             .collect();
@@ -281,29 +289,22 @@ async fn settle_unknown(ledger: &Ledger<'_>, target: &dyn Target) -> Result<()> 
     Ok(())
 }
 
-/// Batches of one mode each, in plan order, numbered, built as they are
-/// sent.
-fn batches(items: &[Item], batch: usize) -> impl Iterator<Item = Batch> + '_ {
-    items
-        .chunks(batch.max(1))
-        .flat_map(|chunk| {
+/// Batches of one mode each, in plan order, numbered.
+fn layout(items: &[Item], batch: usize) -> Vec<Slot> {
+    let batch = batch.max(1);
+    (0..items.len())
+        .step_by(batch)
+        .flat_map(|start| {
+            let chunk = start..(start + batch).min(items.len());
             [WriteMode::Insert, WriteMode::Upsert].map(|mode| {
-                let records: Vec<Record> = chunk
-                    .iter()
-                    .filter(|(_, m)| *m == mode)
-                    .map(|(r, _)| r.clone())
-                    .collect();
-                (mode, records)
+                let picked: Vec<usize> = chunk.clone().filter(|&i| items[i].1 == mode).collect();
+                (mode, picked)
             })
         })
-        .filter(|(_, records)| !records.is_empty())
+        .filter(|(_, picked)| !picked.is_empty())
         .zip(0u64..)
-        .map(|((mode, records), seq)| Batch { seq, mode, records })
-}
-
-/// The ledger rows of a group of batches, as planned.
-fn planned(group: &[Batch]) -> Vec<LedgerBatch<'_>> {
-    group.iter().map(Batch::planned).collect()
+        .map(|((mode, items), seq)| Slot { seq, mode, items })
+        .collect()
 }
 
 /// Writes the plan's items in batches, recording each in the ledger first
@@ -314,19 +315,20 @@ fn planned(group: &[Batch]) -> Vec<LedgerBatch<'_>> {
 /// connection records the batch in flight as `unknown` and ends the run;
 /// the next run settles those items by key lookup.
 ///
-/// The ledger is pipelined with the target: while a group of batches is
-/// written, one state-store transaction records the previous group's
-/// outcomes and the next group as planned. Every item is thus recorded
-/// planned (and committed) before its own write starts, and marked after
-/// its write returned, as before; a crash leaves the items of at most the
-/// next group planned but unwritten (superseded by the next run), and the
-/// items beyond it unrecorded, as a dry run's plan would be.
+/// Every batch is recorded as planned, one ledger row each, in one commit
+/// before the first write (`planned` is then sent `()`: the state store is
+/// free until the first outcome). The outcomes are recorded by a task of
+/// their own as the batches return, always after their own write, while
+/// the next batches are written: the target never waits for the state
+/// store. A crash leaves the batches not yet written planned, and the
+/// next run supersedes them, as it would a dry run's plan.
 pub async fn apply(
     ledger: &Ledger<'_>,
     target: &dyn Target,
     items: &[Item],
+    planned: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Vec<WriteOutcome>> {
-    let (state, plan_id) = (ledger.state, ledger.plan_id);
+    let (state, plan_id, job) = (ledger.state, ledger.plan_id, ledger.job);
     settle_unknown(ledger, target).await?;
     let inserts = items
         .iter()
@@ -335,7 +337,7 @@ pub async fn apply(
     target
         .check_budget(inserts, items.len() - inserts)
         .await
-        .with_context(|| format!("job `{}`: before the backfill", ledger.job))?;
+        .with_context(|| format!("job `{job}`: before the backfill"))?;
     let abort_after = crate::faults::abort_after_items();
     // With the test-only crash hook, one batch at a time, so that the crash
     // falls exactly after N items and before their record.
@@ -344,51 +346,60 @@ pub async fn apply(
     } else {
         WRITES_IN_FLIGHT
     };
-    let mut batches = batches(items, target.write_batch());
-    let mut next_group = || -> Vec<Batch> { batches.by_ref().take(in_flight).collect() };
-    let mut group = next_group();
-    state
-        .ledger_step(plan_id, ledger.job, &[], &planned(&group))
-        .await?;
-    let mut outcomes: HashMap<String, WriteOutcome> = HashMap::with_capacity(items.len());
-    // `in_flight` batches (disjoint keys) are written at once, and the
-    // outcomes of the previous ones are recorded meanwhile (always after
-    // their own write, as exactly-once requires), with the next ones'
-    // plan (always before their own write): neither the target's round
-    // trips nor the state store's commits wait for each other.
-    let mut unmarked: Vec<BatchOutcome> = Vec::new();
-    let mut written = 0usize;
-    while !group.is_empty() {
-        if !ledger.lock.verify().await? {
-            state
-                .ledger_step(plan_id, ledger.job, &unmarked, &[])
-                .await?;
-            bail!(
-                "job `{}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
-                ledger.job,
-                items.len()
-            );
-        }
-        let upcoming = next_group();
-        let step = Step {
-            marks: std::mem::take(&mut unmarked),
-            planned: planned(&upcoming),
-        };
-        let results = write_group(ledger, target, &group, step, written).await?;
-        for (batch, result) in group.iter().zip(results) {
-            written += batch.records.len();
-            if abort_after.is_some_and(|n| written >= n) {
-                // Test-only fault hook: die like a SIGKILL, mid-backfill.
-                std::process::abort();
-            }
-            unmarked.push(batch.written(&result));
-            outcomes.extend(batch.records.iter().map(|r| r.key.clone()).zip(result));
-        }
-        group = upcoming;
+    let layout = layout(items, target.write_batch());
+    let rows: Vec<LedgerBatch> = layout.iter().map(|b| b.planned(items)).collect();
+    state.ledger_step(plan_id, job, &[], &rows).await?;
+    drop(rows);
+    if let Some(tx) = planned {
+        let _ = tx.send(());
     }
-    state
-        .ledger_step(plan_id, ledger.job, &unmarked, &[])
-        .await?;
+    let (marks, mut marked) = tokio::sync::mpsc::unbounded_channel::<BatchOutcome>();
+    // Records outcomes as they come, every one waiting in one commit.
+    let marker = async move {
+        while let Some(first) = marked.recv().await {
+            let mut step = vec![first];
+            while let Ok(more) = marked.try_recv() {
+                step.push(more);
+            }
+            state.ledger_step(plan_id, job, &step, &[]).await?;
+        }
+        Ok::<(), StateError>(())
+    };
+    let writer = async move {
+        let mut outcomes: HashMap<String, WriteOutcome> = HashMap::with_capacity(items.len());
+        let mut written = 0usize;
+        // A marker that stopped (its ledger write failed) drops its end of
+        // the channel: nothing more is written.
+        let stopped = || {
+            anyhow!("job `{job}`: the backfill ledger stopped recording; nothing more is written")
+        };
+        for group in layout.chunks(in_flight) {
+            if !ledger.lock.verify().await? {
+                bail!(
+                    "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
+                    items.len()
+                );
+            }
+            let batches: Vec<(&Slot, Vec<Record>)> =
+                group.iter().map(|b| (b, b.records(items))).collect();
+            let results = write_group(target, &batches, &marks, written, job).await?;
+            for ((slot, records), result) in batches.into_iter().zip(results) {
+                written += records.len();
+                if abort_after.is_some_and(|n| written >= n) {
+                    // Test-only fault hook: die like a SIGKILL, mid-backfill.
+                    std::process::abort();
+                }
+                marks
+                    .send(slot.written(&records, &result))
+                    .map_err(|_| stopped())?;
+                outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
+            }
+        }
+        Ok(outcomes)
+    };
+    let (marked, written) = tokio::join!(marker, writer);
+    marked?;
+    let mut outcomes = written?;
     // Back into plan order.
     items
         .iter()
@@ -400,33 +411,21 @@ pub async fn apply(
         .collect()
 }
 
-/// What the ledger records while a group is written: the previous group's
-/// outcomes and the next group's plan.
-struct Step<'a> {
-    marks: Vec<BatchOutcome>,
-    planned: Vec<LedgerBatch<'a>>,
-}
-
-/// Writes one group of batches at once while the ledger records the
-/// previous group's marks and the next group's plan. A lost connection
-/// records every batch of the group whose outcome is not known for sure as
-/// `unknown` and ends the run.
+/// Writes one group of batches at once. A lost connection sends the marks
+/// of the group (every batch whose outcome is not known for sure as
+/// `unknown`) and ends the run.
 async fn write_group(
-    ledger: &Ledger<'_>,
     target: &dyn Target,
-    group: &[Batch],
-    step: Step<'_>,
+    group: &[(&Slot, Vec<Record>)],
+    marks: &tokio::sync::mpsc::UnboundedSender<BatchOutcome>,
     written: usize,
+    job: &str,
 ) -> Result<Vec<Vec<WriteOutcome>>> {
-    let (state, plan_id) = (ledger.state, ledger.plan_id);
-    crate::ops::progress::wrote(group.iter().map(|b| b.records.len()).sum());
-    let writes = group.iter().map(|b| target.write(&b.records, b.mode));
-    let (marked, results) = tokio::join!(
-        state.ledger_step(plan_id, ledger.job, &step.marks, &step.planned),
-        futures_util::future::join_all(writes)
-    );
-    drop(step);
-    marked?;
+    crate::ops::progress::wrote(group.iter().map(|(_, r)| r.len()).sum());
+    let writes = group
+        .iter()
+        .map(|(b, records)| target.write(records, b.mode));
+    let results = futures_util::future::join_all(writes).await;
     let lost = results.iter().find_map(|r| match r {
         Err(ConnectorError::ConnectionLost(m)) => Some(m.clone()),
         _ => None,
@@ -434,22 +433,19 @@ async fn write_group(
     let Some(m) = lost else {
         return results.into_iter().map(|r| r.map_err(Into::into)).collect();
     };
-    let marks: Vec<BatchOutcome> = group
-        .iter()
-        .zip(&results)
-        .map(|(batch, result)| match result {
-            Ok(outcomes) => batch.written(outcomes),
-            Err(_) => batch.unknown(&m),
-        })
-        .collect();
-    state.ledger_step(plan_id, ledger.job, &marks, &[]).await?;
-    let unknown: usize = marks
-        .iter()
-        .filter(|b| b.status == ItemStatus::Unknown)
-        .map(|b| b.exceptions.len())
-        .sum();
+    let mut unknown = 0;
+    for ((slot, records), result) in group.iter().zip(&results) {
+        let mark = match result {
+            Ok(outcomes) => slot.written(records, outcomes),
+            Err(_) => {
+                unknown += records.len();
+                slot.unknown(records, &m)
+            }
+        };
+        // A marker already stopped has its own error, which the run reports.
+        let _ = marks.send(mark);
+    }
     bail!(
-        "job `{}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again",
-        ledger.job
+        "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
     )
 }

@@ -88,10 +88,12 @@ impl Recording {
 /// Reads what the history says of this run's discrepancies (new,
 /// persisting, resolved: the reports need it) and, when the guard allows,
 /// applies the backfill; the history itself is written beside the work
-/// that takes longest. A PostgreSQL state store writes it while the target
-/// is written. SQLite has one writer, which the backfill's ledger needs
-/// between target batches: the history is written after the backfill (and
-/// the webhook deliveries), while the reports are rendered ([`Recording`]).
+/// that takes longest: while the target is written. SQLite has one
+/// writer: there the history waits until the backfill's plan is committed
+/// (its outcomes then wait for the history, the target writes do not).
+/// Without a backfill into the target (a dry run, a webhook route, whose
+/// delivery ledger needs the writer), SQLite records the history after the
+/// deliveries, while the reports are rendered ([`Recording`]).
 pub async fn update_while_applying(
     ledger: &Ledger<'_>,
     sides: &Sides,
@@ -105,13 +107,36 @@ pub async fn update_while_applying(
     let delta = state.discrepancy_delta(ledger.job, &current).await?;
     let backfill = async {
         match (guard.write, sides.writer()) {
-            (true, Some(target)) => backfill::apply(ledger, target, items).await.map(Some),
+            (true, Some(target)) => backfill::apply(ledger, target, items, None).await.map(Some),
             _ => Ok(None),
         }
     };
+    let writes_target = guard.write && sides.writer().is_some();
     match state.backend() {
         Backend::Postgres => {
             let history = state.write_discrepancies(ledger.job, ledger.plan_id, now, &current);
+            let (written, outcomes) = tokio::join!(history, backfill);
+            written?;
+            Ok((delta, outcomes?, Recording(Write::Done)))
+        }
+        Backend::Sqlite if writes_target => {
+            let (planned, plan_committed) = tokio::sync::oneshot::channel();
+            let backfill = async {
+                match sides.writer() {
+                    Some(target) => backfill::apply(ledger, target, items, Some(planned))
+                        .await
+                        .map(Some),
+                    None => Ok(None),
+                }
+            };
+            // Also when the backfill stopped before its plan: what the run
+            // found is recorded either way.
+            let history = async {
+                let _ = plan_committed.await;
+                state
+                    .write_discrepancies(ledger.job, ledger.plan_id, now, &current)
+                    .await
+            };
             let (written, outcomes) = tokio::join!(history, backfill);
             written?;
             Ok((delta, outcomes?, Recording(Write::Done)))
