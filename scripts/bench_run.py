@@ -5,7 +5,8 @@ Two scenarios (issue "recon run at the speed of recon diff"):
 1. Backfill after an incident: a CSV source of N charges (default 200,000)
    against an empty PostgreSQL `payments` table with a unique key,
    `mode = "insert"`, once with a SQLite state store and once with a
-   PostgreSQL one. Measures the wall time and peak RSS of `recon run`, the
+   PostgreSQL one. First its dry run (plan.jsonl of N lines, streamed:
+   time and RSS per gap). Measures the wall time and peak RSS of `recon run`, the
    backfilled rows per second, and the RSS per gap above the peak of
    `recon diff` of the same source against an empty export (the diff's own
    memory). Then a rerun, which finds the N discrepancies resolved.
@@ -149,18 +150,24 @@ def backfill(recon, n, work, state_kind):
     backfill_config(config, source, target, state, d / "reports")
     diff = run([recon, "diff", source, empty, "--key", "id", "--compare",
                 "amount,currency,status", "--out", d / "diff"], d / "diff.log")
+    # The dry run first (it writes nothing but its plan.jsonl, streamed).
+    dry = run([recon, "run", "--config", config, "--dry-run", "--out", d / "dry"], d / "dry.log")
     first = run([recon, "run", "--config", config, "--out", d / "run1"], d / "run1.log")
-    if diff is None or first is None:
+    if diff is None or dry is None or first is None:
         return False
+    planned = len((d / "dry" / "plan.jsonl").read_text().splitlines())
     s = summary(d / "run1")
     rerun = run([recon, "run", "--config", config, "--out", d / "run2"], d / "run2.log")
     if rerun is None:
         return False
     s2 = summary(d / "run2")
-    ok = s["backfilled"] == n and s2["backfilled"] == 0 and s2["matched"] == n
+    ok = (s["backfilled"] == n and s2["backfilled"] == 0 and s2["matched"] == n
+          and planned == n)
     per_gap = max(first[1] - diff[1], 0) * 1024 * 1024 / n
     rate = n / first[0]
     print(f"  recon diff (the diff's own): {diff[0]:.2f} s, {diff[1]:.0f} MiB")
+    print(f"  dry run:     {dry[0]:.2f} s, {dry[1]:.0f} MiB, planned {planned}, "
+          f"{max(dry[1] - diff[1], 0) * 1024 * 1024 / n:.0f} B per gap above the diff")
     print(f"  recon run:   {first[0]:.2f} s, {first[1]:.0f} MiB, backfilled {s['backfilled']}, "
           f"{rate:,.0f} rows/s (target >= 50,000), {per_gap:.0f} B per gap above the diff "
           f"(target <= 1024)")
@@ -168,7 +175,7 @@ def backfill(recon, n, work, state_kind):
           f"resolved {len(open(d / 'run2' / 'resolved.csv').read().splitlines()) - 1}, "
           f"{n / rerun[0]:,.0f} rows/s")
     if not ok:
-        print(f"  COUNTS WRONG: run1 {s}, run2 {s2}")
+        print(f"  COUNTS WRONG: planned {planned}, run1 {s}, run2 {s2}")
     return ok
 
 

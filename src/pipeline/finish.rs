@@ -14,7 +14,9 @@ use super::read::{Confirmed, Sides};
 use super::{Finished, RunPlan};
 use crate::diff::DiffOutcome;
 use crate::plan::{Action, PlanLine, PLAN_FILE};
-use crate::report::{write_diff_reports, BackfillRow, ReportDir, RunExtras, RunMeta, UnplacedRow};
+use crate::report::{
+    write_diff_reports, BackfillRow, PlanLines, ReportDir, RunExtras, RunMeta, UnplacedRow,
+};
 use crate::state::{DiscrepancyDelta, PlanRecord, RunStatus, StateStore};
 use crate::Status;
 
@@ -68,7 +70,7 @@ pub async fn report(
     cx: &Context<'_>,
     state: &StateStore,
     mut dir: ReportDir,
-    found: Found,
+    mut found: Found,
 ) -> Result<Finished> {
     let plan = cx.plan;
     let job = &plan.job.name;
@@ -79,16 +81,31 @@ pub async fn report(
         .as_mut()
         .and_then(|w| w.previews.take())
         .map(Vec::into_iter);
+    // Streamed into plan.jsonl: the items are moved into the writer (no
+    // backfill ran, so nothing else needs them) and each line is made,
+    // written and dropped in turn.
     let plan_lines = found.guard.plan_file.then(|| {
-        found
-            .items
-            .iter()
-            .map(|(r, m)| {
-                let mut line = PlanLine::new(cx.run_id, job, cx.asked, Action::from(*m), schema, r);
-                line.webhook = previews.as_mut().and_then(Iterator::next);
-                line.to_json()
-            })
-            .collect::<Vec<_>>()
+        let items = match found.outcomes {
+            None => std::mem::take(&mut found.items),
+            Some(_) => found.items.clone(),
+        };
+        let count = items.len() as u64;
+        let previews: Vec<_> = previews.take().map(Iterator::collect).unwrap_or_default();
+        let (run_id, job, asked, schema) =
+            (cx.run_id.to_string(), job.clone(), cx.asked, schema.clone());
+        let write = move |f: &mut dyn std::io::Write| -> std::io::Result<()> {
+            for (i, (r, m)) in items.iter().enumerate() {
+                let mut line = PlanLine::new(&run_id, &job, asked, Action::from(*m), &schema, r);
+                line.webhook = previews.get(i).cloned();
+                serde_json::to_writer(&mut *f, &line.to_json())?;
+                f.write_all(b"\n")?;
+            }
+            Ok(())
+        };
+        PlanLines {
+            count,
+            write: std::sync::Arc::new(write),
+        }
     });
     let delivered = webhook.and_then(|w| w.delivered);
     let mut extras = RunExtras {
@@ -139,15 +156,8 @@ pub async fn report(
         &extras,
         status.code(),
     )?;
-    if let Some(lines) = extras.plan.as_ref().filter(|p| !p.is_empty()) {
-        save_plan(
-            cx,
-            state,
-            &dir,
-            lines.len() as u64,
-            found.outcome.source_records,
-        )
-        .await?;
+    if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
+        save_plan(cx, state, &dir, lines.count, found.outcome.source_records).await?;
     }
     // report.html last: it reads the staged summary.json and CSVs back.
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());

@@ -33,6 +33,27 @@ pub struct RunMeta {
     pub total_ms: u128,
 }
 
+/// Writes the lines of plan.jsonl into the file it is given.
+type WriteLines = dyn Fn(&mut dyn Write) -> std::io::Result<()> + Send + Sync;
+
+/// The backfill plan, written into plan.jsonl one line at a time as the
+/// file is written: a plan of 200,000 items is never held as JSON.
+#[derive(Clone)]
+pub struct PlanLines {
+    /// How many lines it writes.
+    pub count: u64,
+    /// Writes them.
+    pub write: std::sync::Arc<WriteLines>,
+}
+
+impl std::fmt::Debug for PlanLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanLines")
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a configured run adds to a diff's reports.
 #[derive(Clone, Debug, Default)]
 pub struct RunExtras {
@@ -48,7 +69,7 @@ pub struct RunExtras {
     /// Discrepancies of earlier runs that are gone now.
     pub resolved: Vec<ResolvedRow>,
     /// The backfill plan (dry run, or a run stopped by the safety limit).
-    pub plan: Option<Vec<serde_json::Value>>,
+    pub plan: Option<PlanLines>,
     /// Outcome of each backfilled item (apply).
     pub backfill: Option<Vec<BackfillRow>>,
     /// IDs written to the target.
@@ -296,10 +317,7 @@ pub fn write_diff_reports(
     }
     if let Some(plan) = &extras.plan {
         let mut f = dir.file("plan.jsonl")?;
-        for item in plan {
-            serde_json::to_writer(&mut f, item)?;
-            f.write_all(b"\n")?;
-        }
+        (plan.write)(&mut f)?;
         f.flush()?;
     }
     if let Some(rows) = &extras.backfill {

@@ -10,7 +10,7 @@ mod staging;
 
 pub use files::{
     counts, write_backfill_csv, write_diff_reports, BackfillOutcome, BackfillRow, HistoryMap,
-    ResolvedRow, RunExtras, RunMeta, UnplacedRow,
+    PlanLines, ResolvedRow, RunExtras, RunMeta, UnplacedRow,
 };
 pub use staging::ReportDir;
 
