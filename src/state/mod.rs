@@ -1357,11 +1357,12 @@ impl StateStore {
     /// Records in the history of `job` what run `run_id` found at `now`
     /// (`current`), in one transaction: each current `(class, id)` is
     /// upserted (a new one, or one resolved before that reappears, is first
-    /// seen in this run; an open one keeps its first sighting), every open
-    /// one not in `current` ends its streak (copied into
-    /// `recon_discrepancy_streaks` for `recon history`, by the database
-    /// itself) and is resolved at `now`. Statements are multi-row (50,000
-    /// rows each); duplicates in `current` count once.
+    /// seen in this run; an open one keeps its first sighting; a resolved
+    /// one that comes back has its closed streak copied into
+    /// `recon_discrepancy_streaks` first, by migration 12's trigger), and
+    /// every open one not in `current` ends its streak: resolved at `now` by
+    /// `run_id`, in place. Statements are multi-row (50,000 rows each);
+    /// duplicates in `current` count once.
     pub async fn write_discrepancies(
         &self,
         job: &str,
@@ -1389,7 +1390,7 @@ impl StateStore {
              first_seen_at = CASE WHEN recon_discrepancies.resolved_at IS NULL \
              THEN recon_discrepancies.first_seen_at ELSE excluded.first_seen_at END, \
              last_seen_run = excluded.last_seen_run, last_seen_at = excluded.last_seen_at, \
-             resolved_at = NULL",
+             resolved_at = NULL, resolved_run = NULL",
             self.json_rows("$4", &["class", "external_id"])
         );
         for chunk in unique.chunks(JSON_BATCH) {
@@ -1404,24 +1405,12 @@ impl StateStore {
                 .map_err(self.db(context))?;
         }
         drop(unique);
-        // The streaks this run ends: every open one it did not see (the
-        // upsert gave the ones it saw this run as their last), copied
-        // set-wise before they are resolved: no key crosses the wire.
+        // Every open one this run did not see (the upsert gave the ones it
+        // saw this run as their last) ends its streak here: the row keeps
+        // it, with the run that ended it, until the ID comes back (then
+        // migration 12's trigger copies it into recon_discrepancy_streaks).
         sqlx::query(
-            "INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at, \
-             resolved_run, resolved_at) SELECT job, external_id, class, first_seen_at, $2, $3 \
-             FROM recon_discrepancies WHERE job = $1 AND resolved_at IS NULL \
-             AND last_seen_run <> $2 \
-             ON CONFLICT (job, external_id, class, first_seen_at) DO NOTHING",
-        )
-        .bind(job.to_string())
-        .bind(run_id.to_string())
-        .bind(now_s.clone())
-        .execute(&mut *tx)
-        .await
-        .map_err(self.db(context))?;
-        sqlx::query(
-            "UPDATE recon_discrepancies SET resolved_at = $1 \
+            "UPDATE recon_discrepancies SET resolved_at = $1, resolved_run = $3 \
              WHERE job = $2 AND resolved_at IS NULL AND last_seen_run <> $3",
         )
         .bind(now_s.clone())

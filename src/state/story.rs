@@ -211,9 +211,17 @@ impl StateStore {
             });
         }
 
+        // Closed streaks: the ones copied when the ID came back, and the
+        // latest one, still in its history row (migration 12); a streak
+        // resolved before then was copied when it was resolved.
         let rows = sqlx::query(
             "SELECT class, first_seen_at, resolved_run, resolved_at FROM recon_discrepancy_streaks \
-             WHERE job = $1 AND external_id = $2 ORDER BY first_seen_at, class",
+             WHERE job = $1 AND external_id = $2 \
+             UNION \
+             SELECT class, first_seen_at, resolved_run, resolved_at FROM recon_discrepancies \
+             WHERE job = $1 AND external_id = $2 AND resolved_at IS NOT NULL \
+             AND resolved_run IS NOT NULL \
+             ORDER BY first_seen_at, class",
         )
         .bind(job.to_string())
         .bind(external_id.to_string())
@@ -304,6 +312,7 @@ mod tests {
     use recon_core::Window;
     use recon_sql::testing::TestDb;
     use recon_sql::Dialect;
+    use sqlx::Connection;
 
     async fn round_trip(dialect: Dialect) {
         let db = TestDb::create(dialect).await;
@@ -403,6 +412,80 @@ mod tests {
         assert!(none.streaks.is_empty() && none.closed.is_empty() && none.items.is_empty());
         store.close().await;
         db.drop_db().await;
+    }
+
+    /// Migration 12: resolving writes no streak row (the history row keeps
+    /// it, with the run that resolved it); the trigger copies it when the
+    /// ID comes back, and every closed streak is told, in order, with the
+    /// run that ended it.
+    async fn streaks_copied_when_reopened(dialect: Dialect) {
+        let db = TestDb::create(dialect).await;
+        let store = StateStore::open(&db.url).await.unwrap();
+        let day = Window {
+            start: "2026-11-28T05:00:00Z".parse().unwrap(),
+            end: "2026-11-29T05:00:00Z".parse().unwrap(),
+        };
+        let at = |h: u32| -> Timestamp { format!("2026-12-01T{h:02}:00:00Z").parse().unwrap() };
+        let gap = |id: &str| (Class::Gap, id.to_string());
+        let mut runs = Vec::new();
+        // Seen, gone, back, gone again; ch_2 seen throughout.
+        for (h, current) in [
+            (1, vec![gap("ch_1"), gap("ch_2")]),
+            (2, vec![gap("ch_2")]),
+            (3, vec![gap("ch_1"), gap("ch_2")]),
+            (4, vec![gap("ch_2")]),
+        ] {
+            let run = store.start_run("j", day, false).await.unwrap();
+            store
+                .update_discrepancies("j", &run, at(h), &current)
+                .await
+                .unwrap();
+            runs.push(run);
+            if h == 2 {
+                let mut conn = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+                let copied: i64 = sqlx::query("SELECT COUNT(*) FROM recon_discrepancy_streaks")
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(copied, 0, "resolving copies nothing");
+            }
+        }
+        let r = store.id_records("j", "ch_1").await.unwrap();
+        assert_eq!(
+            r.closed,
+            [
+                ClosedStreak {
+                    class: Class::Gap,
+                    first_seen_at: at(1),
+                    resolved_run: runs[1].clone(),
+                    resolved_at: at(2),
+                },
+                ClosedStreak {
+                    class: Class::Gap,
+                    first_seen_at: at(3),
+                    resolved_run: runs[3].clone(),
+                    resolved_at: at(4),
+                },
+            ]
+        );
+        assert_eq!(r.streaks.len(), 1);
+        assert_eq!(r.streaks[0].first_seen_run, runs[2]);
+        let open = store.id_records("j", "ch_2").await.unwrap();
+        assert!(open.closed.is_empty(), "{:?}", open.closed);
+        assert_eq!(open.streaks[0].resolved_at, None);
+        store.close().await;
+        db.drop_db().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streaks_copied_when_reopened_sqlite() {
+        streaks_copied_when_reopened(Dialect::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streaks_copied_when_reopened_postgres() {
+        streaks_copied_when_reopened(Dialect::Postgres).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
