@@ -144,14 +144,20 @@ def backfill(recon, n, work, state_kind):
          "amount_cents BIGINT, currency TEXT, status TEXT, created_at TIMESTAMPTZ)")
     if state_kind == "sqlite":
         state = f"sqlite://{d / 'state.db'}?mode=rwc"
+        dry_state = f"sqlite://{d / 'dry-state.db'}?mode=rwc"
     else:
         state = fresh_pg("recon_bench_state")
+        dry_state = fresh_pg("recon_bench_dry_state")
     config = d / "recon.toml"
     backfill_config(config, source, target, state, d / "reports")
+    # The dry run keeps its own state: the first run is a first run.
+    dry_config = d / "dry.toml"
+    backfill_config(dry_config, source, target, dry_state, d / "reports")
     diff = run([recon, "diff", source, empty, "--key", "id", "--compare",
                 "amount,currency,status", "--out", d / "diff"], d / "diff.log")
     # The dry run first (it writes nothing but its plan.jsonl, streamed).
-    dry = run([recon, "run", "--config", config, "--dry-run", "--out", d / "dry"], d / "dry.log")
+    dry = run([recon, "run", "--config", dry_config, "--dry-run", "--out", d / "dry"],
+              d / "dry.log")
     first = run([recon, "run", "--config", config, "--out", d / "run1"], d / "run1.log")
     if diff is None or dry is None or first is None:
         return False

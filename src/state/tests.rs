@@ -861,7 +861,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Sqlite, "0009_history_hot_updates.sql", "204be0e2599efdd8ac850cd016ba9a99225e5b11c3ecdaaba70987b8c4a5e7a59667a40f523be6e32ba5ec879803c09c"),
     (Backend::Sqlite, "0010_ledger_batches.sql", "920a88ca462d38acab358f1fd9608bef118c59f3df347df0e61c401858076b95f53c0c87f6f9ef74ed354ff6ab247c49"),
     (Backend::Sqlite, "0011_history_room_for_every_row.sql", "d3409dc5f10c119e5e1d266d28fe3271f1c5ebe227d0560d8d53b3a4ad346215696b2424d0c8138de94d285c9c4287bf"),
-    (Backend::Sqlite, "0012_streaks_copied_when_reopened.sql", "2f0a9f1b80f9bfbac9961008db9536432405b39098fd18cbc2be5ec9ebcf20e64ae167352322011f92dbfbed9fd51674"),
+    (Backend::Sqlite, "0012_streaks_copied_when_reopened.sql", "a3de896fc822c7a8aa7e9a949c828e7610990786c28e514a1a33e4a043d499344ad75319ccfec9db17b3c0e46a4c672e"),
     (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
     (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
     (Backend::Postgres, "0003_unknown_outcomes_and_run_owners.sql", "b3938c4f7bb0ff9e4f9d51198cecc37500bee6e256e35dc59a9d9f795e1eb1fdb0a35bdc88736a9ab8b73e9cccb8746b"),
@@ -873,7 +873,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Postgres, "0009_history_hot_updates.sql", "4505aac01f00bf9466ef26de91b2bcb6859b035479e6b6a194b93294aba80cfba21d27bea3be834e8fb9a1420a7a3115"),
     (Backend::Postgres, "0010_ledger_batches.sql", "4ec1dd96cb7872b42d379e6391b5504ce68b3b98ed3f5781733066fd3d43151afdfc220c97ee157c4007918fdc8132cd"),
     (Backend::Postgres, "0011_history_room_for_every_row.sql", "9206dca3f5abf3c79464f4b39d4112c590f904bee5b60b7af4652db43204eab0ddf00c64e5421c5c065fc0f22aef37e4"),
-    (Backend::Postgres, "0012_streaks_copied_when_reopened.sql", "ac75b24633f3a820d1f0f79d6a24817e6246d26c22e84043547a849dfb0280dc70c84d4676dfc32a12b118a577627f8e"),
+    (Backend::Postgres, "0012_streaks_copied_when_reopened.sql", "fee98e106d97c8fe812f3718d41b834b8734debff10da43108fd2001bf02accba9a379ce0e235423084ea59391e8d312"),
 ];
 
 fn hex(bytes: &[u8]) -> String {

@@ -6,12 +6,15 @@
 -- itself still holds the streak until the ID comes back. The row now also
 -- keeps the run that resolved it (resolved_run), and the streak is copied
 -- by this trigger only when a resolved row is opened again: rare, and
--- never by a bulk resolve. recon history reads both.
+-- never by a bulk resolve. recon history reads both. The trigger watches
+-- first_seen_at, which only the sighting upsert sets (and changes when it
+-- reopens a row), not resolved_at: a trigger on a column the resolve sets
+-- made SQLite's resolve of 200,000 rows two-pass, 1.5 s instead of 0.3 s.
 
 ALTER TABLE recon_discrepancies ADD COLUMN resolved_run TEXT;
 
 CREATE TRIGGER recon_discrepancies_reopened
-BEFORE UPDATE OF resolved_at ON recon_discrepancies
+BEFORE UPDATE OF first_seen_at ON recon_discrepancies
 WHEN OLD.resolved_at IS NOT NULL AND NEW.resolved_at IS NULL
 BEGIN
     INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at,
