@@ -3,6 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use futures_util::stream::{FuturesOrdered, StreamExt};
+
 use anyhow::{anyhow, bail, Context, Result};
 use recon_core::{ConnectorError, Record, Target, WriteMode, WriteOutcome};
 
@@ -373,29 +375,69 @@ pub async fn apply(
         let stopped = || {
             anyhow!("job `{job}`: the backfill ledger stopped recording; nothing more is written")
         };
-        for group in layout.chunks(in_flight) {
-            if !ledger.lock.verify().await? {
-                bail!(
-                    "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
-                    items.len()
-                );
-            }
-            let batches: Vec<(&Slot, Vec<Record>)> =
-                group.iter().map(|b| (b, b.records(items))).collect();
-            let results = write_group(target, &batches, &marks, written, job).await?;
-            for ((slot, records), result) in batches.into_iter().zip(results) {
-                written += records.len();
-                if abort_after.is_some_and(|n| written >= n) {
-                    // Test-only fault hook: die like a SIGKILL, mid-backfill.
-                    std::process::abort();
+        // `in_flight` batches are always being written: the next one
+        // starts (its statement built while the others run) as soon as
+        // one returns, in plan order.
+        let mut pending = FuturesOrdered::new();
+        let mut next = layout.iter();
+        // Why no batch is started any more: a lost lock or connection.
+        let mut halt: Option<Halt> = None;
+        loop {
+            while halt.is_none() && pending.len() < in_flight {
+                let Some(slot) = next.next() else { break };
+                if !ledger.lock.verify().await? {
+                    halt = Some(Halt::Lock);
+                    break;
                 }
-                marks
-                    .send(slot.written(&records, &result))
-                    .map_err(|_| stopped())?;
-                outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
+                let records = slot.records(items);
+                crate::ops::progress::wrote(records.len());
+                pending.push_back(async move {
+                    let result = target.write(&records, slot.mode).await;
+                    (slot, records, result)
+                });
             }
+            // The batches in flight are awaited and marked even once
+            // halted: their outcome is known.
+            let Some((slot, records, result)) = pending.next().await else {
+                break;
+            };
+            let mark = match (result, &halt) {
+                (Ok(result), _) => {
+                    written += records.len();
+                    if abort_after.is_some_and(|n| written >= n) {
+                        // Test-only fault hook: die like a SIGKILL, mid-backfill.
+                        std::process::abort();
+                    }
+                    let mark = slot.written(&records, &result);
+                    outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
+                    mark
+                }
+                (Err(ConnectorError::ConnectionLost(m)), None | Some(Halt::Lock)) => {
+                    let mark = slot.unknown(&records, &m);
+                    halt = Some(Halt::Connection(m, records.len()));
+                    mark
+                }
+                (Err(_), Some(Halt::Connection(m, unknown))) => {
+                    let mark = slot.unknown(&records, m);
+                    halt = Some(Halt::Connection(m.clone(), unknown + records.len()));
+                    mark
+                }
+                // Refused whole (not a lost connection): the run ends; the
+                // batches in flight stay planned, superseded next run.
+                (Err(e), _) => return Err(e.into()),
+            };
+            marks.send(mark).map_err(|_| stopped())?;
         }
-        Ok(outcomes)
+        match halt {
+            None => Ok(outcomes),
+            Some(Halt::Lock) => bail!(
+                "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
+                items.len()
+            ),
+            Some(Halt::Connection(m, unknown)) => bail!(
+                "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
+            ),
+        }
     };
     let (marked, written) = tokio::join!(marker, writer);
     marked?;
@@ -411,41 +453,10 @@ pub async fn apply(
         .collect()
 }
 
-/// Writes one group of batches at once. A lost connection sends the marks
-/// of the group (every batch whose outcome is not known for sure as
-/// `unknown`) and ends the run.
-async fn write_group(
-    target: &dyn Target,
-    group: &[(&Slot, Vec<Record>)],
-    marks: &tokio::sync::mpsc::UnboundedSender<BatchOutcome>,
-    written: usize,
-    job: &str,
-) -> Result<Vec<Vec<WriteOutcome>>> {
-    crate::ops::progress::wrote(group.iter().map(|(_, r)| r.len()).sum());
-    let writes = group
-        .iter()
-        .map(|(b, records)| target.write(records, b.mode));
-    let results = futures_util::future::join_all(writes).await;
-    let lost = results.iter().find_map(|r| match r {
-        Err(ConnectorError::ConnectionLost(m)) => Some(m.clone()),
-        _ => None,
-    });
-    let Some(m) = lost else {
-        return results.into_iter().map(|r| r.map_err(Into::into)).collect();
-    };
-    let mut unknown = 0;
-    for ((slot, records), result) in group.iter().zip(&results) {
-        let mark = match result {
-            Ok(outcomes) => slot.written(records, outcomes),
-            Err(_) => {
-                unknown += records.len();
-                slot.unknown(records, &m)
-            }
-        };
-        // A marker already stopped has its own error, which the run reports.
-        let _ = marks.send(mark);
-    }
-    bail!(
-        "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
-    )
+/// Why a backfill starts no more batches.
+enum Halt {
+    /// The run lock was lost.
+    Lock,
+    /// The connection was lost: why, and how many items are unknown.
+    Connection(String, usize),
 }
