@@ -45,6 +45,17 @@ pub fn webhook_mark_fails() -> bool {
     ENABLED && std::env::var_os(FAULT_WEBHOOK_MARK_FAILS).is_some()
 }
 
+/// Environment variable of the backfill ledger-failure hook: recording the
+/// outcomes of backfill batches fails (as a lost state-store connection
+/// would) from the first outcome on.
+pub const FAULT_LEDGER_MARK_FAILS: &str = "RECON_FAULT_LEDGER_MARK_FAILS";
+
+/// Whether [`FAULT_LEDGER_MARK_FAILS`] is set (to anything) in a build with
+/// the hooks; always `false` without the `fault-injection` feature.
+pub fn ledger_mark_fails() -> bool {
+    ENABLED && std::env::var_os(FAULT_LEDGER_MARK_FAILS).is_some()
+}
+
 /// Environment variable of the report-page hook: rendering a run's
 /// `report.html` fails (as a state store that cannot record the run's
 /// totals, or a page that cannot be written, would).

@@ -984,3 +984,59 @@ async fn a_window_that_has_not_begun_is_refused_and_never_recorded() {
     );
     db.drop_db().await;
 }
+
+/// The backfill's ledger fails while the target is written (its state
+/// store went away): the run stops writing at once and fails, never
+/// reporting a success it could not record; the next run writes every gap
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_ledger_failure_mid_backfill_stops_writing_and_rerun_writes_once() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    payments_table(&db).await;
+    let job = many_gaps();
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let o = Command::from_std(job.command("run1"))
+        .env("RECON_FAULT_LEDGER_MARK_FAILS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("state store went away"), "{err}");
+    assert!(!job.path("run1").exists(), "a failed run writes no reports");
+    // The first outcome could not be recorded: the writes stopped within a
+    // few batches of 10, far from the 3000 planned.
+    let written = count(&db.url, "SELECT COUNT(*) FROM payments").await;
+    assert!((1..=100).contains(&written), "{written} rows written");
+    eprintln!("rows written before the ledger failure stopped the run: {written}");
+    let state = state_url(&job);
+    let status = query_rows(&state, "SELECT status FROM recon_runs", 1).await;
+    assert_eq!(status, [["failed"]]);
+
+    let o = job.run("run2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        count(&db.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64
+    );
+    assert_eq!(
+        count(
+            &db.url,
+            "SELECT COUNT(DISTINCT stripe_charge_id) FROM payments"
+        )
+        .await,
+        GAPS as i64
+    );
+    assert_eq!(
+        summary(&job.path("run2"))["backfilled"],
+        GAPS as i64 - written
+    );
+    db.drop_db().await;
+}

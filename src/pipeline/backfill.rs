@@ -357,11 +357,19 @@ pub async fn apply(
     }
     let (marks, mut marked) = tokio::sync::mpsc::unbounded_channel::<BatchOutcome>();
     // Records outcomes as they come, every one waiting in one commit.
+    let mark_fails = crate::faults::ledger_mark_fails();
     let marker = async move {
         while let Some(first) = marked.recv().await {
             let mut step = vec![first];
             while let Ok(more) = marked.try_recv() {
                 step.push(more);
+            }
+            if mark_fails {
+                // Test-only fault hook: the state store is lost.
+                return Err(StateError::Invalid(
+                    "recording backfill outcomes: the state store went away (fault injection)"
+                        .into(),
+                ));
             }
             state.ledger_step(plan_id, job, &step, &[]).await?;
         }
