@@ -478,6 +478,95 @@ mod tests {
         db.drop_db().await;
     }
 
+    /// A streak resolved before migration 12 was copied when it was resolved,
+    /// and its row has no `resolved_run`: it is told once, and reopening the
+    /// row copies nothing twice.
+    async fn streak_resolved_before_migration_12(dialect: Dialect) {
+        let db = TestDb::create(dialect).await;
+        let store = StateStore::open(&db.url).await.unwrap();
+        let day = Window {
+            start: "2026-11-28T05:00:00Z".parse().unwrap(),
+            end: "2026-11-29T05:00:00Z".parse().unwrap(),
+        };
+        let at = |h: u32| -> Timestamp { format!("2026-12-01T{h:02}:00:00Z").parse().unwrap() };
+        let gap = vec![(Class::Gap, "ch_1".to_string())];
+        let mut runs = Vec::new();
+        for (h, current) in [(1, gap.clone()), (2, Vec::new())] {
+            let run = store.start_run("j", day, false).await.unwrap();
+            store
+                .update_discrepancies("j", &run, at(h), &current)
+                .await
+                .unwrap();
+            runs.push(run);
+        }
+        // What the release before migration 12 left: the streak copied at
+        // resolve time, the row without the resolving run.
+        let mut conn = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+        sqlx::query("UPDATE recon_discrepancies SET resolved_run = NULL")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at, \
+             resolved_run, resolved_at) VALUES ('j', 'ch_1', 'gap', $1, $2, $3)",
+        )
+        .bind(super::super::ts_text(at(1)))
+        .bind(runs[1].clone())
+        .bind(super::super::ts_text(at(2)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let once = ClosedStreak {
+            class: Class::Gap,
+            first_seen_at: at(1),
+            resolved_run: runs[1].clone(),
+            resolved_at: at(2),
+        };
+        let closed = store.id_records("j", "ch_1").await.unwrap().closed;
+        assert_eq!(closed, std::slice::from_ref(&once));
+        // Back, then gone again: the old streak is still told once.
+        for (h, current) in [(3, gap.clone()), (4, Vec::new())] {
+            let run = store.start_run("j", day, false).await.unwrap();
+            store
+                .update_discrepancies("j", &run, at(h), &current)
+                .await
+                .unwrap();
+            runs.push(run);
+        }
+        let closed = store.id_records("j", "ch_1").await.unwrap().closed;
+        assert_eq!(
+            closed,
+            [
+                once,
+                ClosedStreak {
+                    class: Class::Gap,
+                    first_seen_at: at(3),
+                    resolved_run: runs[3].clone(),
+                    resolved_at: at(4),
+                }
+            ]
+        );
+        let copied: i64 = sqlx::query("SELECT COUNT(*) FROM recon_discrepancy_streaks")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(copied, 1, "the reopen found the streak already copied");
+        drop(conn);
+        store.close().await;
+        db.drop_db().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streak_resolved_before_migration_12_sqlite() {
+        streak_resolved_before_migration_12(Dialect::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streak_resolved_before_migration_12_postgres() {
+        streak_resolved_before_migration_12(Dialect::Postgres).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn streaks_copied_when_reopened_sqlite() {
         streaks_copied_when_reopened(Dialect::Sqlite).await;
