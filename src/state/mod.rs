@@ -1405,49 +1405,38 @@ impl StateStore {
                 (fresh, unique) = unique.into_iter().partition(|k| new.contains(k));
             }
         }
+        // New ones with no row at all are inserted as they are; the rest are
+        // upserted (the same rows, with the conflict clause).
         let insert = format!(
             "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
              first_seen_at, last_seen_run, last_seen_at, resolved_at) \
              SELECT $1, v.class, v.external_id, $2, $3, $2, $3, NULL FROM {}",
             self.json_rows("$4", &["class", "external_id"])
         );
-        for chunk in fresh.chunks(JSON_BATCH) {
-            let rows: Vec<[&str; 2]> = chunk.iter().map(|(c, id)| [c.as_str(), *id]).collect();
-            sqlx::query(&insert)
-                .bind(job.to_string())
-                .bind(run_id.to_string())
-                .bind(now_s.clone())
-                .bind(json_text(&rows))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(context))?;
-        }
-        drop(fresh);
-        let sql = format!(
-            "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
-             first_seen_at, last_seen_run, last_seen_at, resolved_at) \
-             SELECT $1, v.class, v.external_id, $2, $3, $2, $3, NULL FROM {} WHERE true \
+        let upsert = format!(
+            "{insert} WHERE true \
              ON CONFLICT (job, class, external_id) DO UPDATE SET \
              first_seen_run = CASE WHEN recon_discrepancies.resolved_at IS NULL \
              THEN recon_discrepancies.first_seen_run ELSE excluded.first_seen_run END, \
              first_seen_at = CASE WHEN recon_discrepancies.resolved_at IS NULL \
              THEN recon_discrepancies.first_seen_at ELSE excluded.first_seen_at END, \
              last_seen_run = excluded.last_seen_run, last_seen_at = excluded.last_seen_at, \
-             resolved_at = NULL, resolved_run = NULL",
-            self.json_rows("$4", &["class", "external_id"])
+             resolved_at = NULL, resolved_run = NULL"
         );
-        for chunk in unique.chunks(JSON_BATCH) {
-            let rows: Vec<[&str; 2]> = chunk.iter().map(|(c, id)| [c.as_str(), *id]).collect();
-            sqlx::query(&sql)
-                .bind(job.to_string())
-                .bind(run_id.to_string())
-                .bind(now_s.clone())
-                .bind(json_text(&rows))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(context))?;
+        for (sql, keys) in [(&insert, &fresh), (&upsert, &unique)] {
+            for chunk in keys.chunks(JSON_BATCH) {
+                let rows: Vec<[&str; 2]> = chunk.iter().map(|(c, id)| [c.as_str(), *id]).collect();
+                sqlx::query(sql)
+                    .bind(job.to_string())
+                    .bind(run_id.to_string())
+                    .bind(now_s.clone())
+                    .bind(json_text(&rows))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db(context))?;
+            }
         }
-        drop(unique);
+        drop((fresh, unique));
         // Every open one this run did not see (the upsert gave the ones it
         // saw this run as their last) ends its streak here: the row keeps
         // it, with the run that ended it, until the ID comes back (then
