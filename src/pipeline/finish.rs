@@ -51,7 +51,7 @@ pub struct Found {
     /// Young source records.
     pub pending: Vec<Record>,
     /// The history's delta.
-    pub delta: DiscrepancyDelta,
+    pub delta: std::sync::Arc<DiscrepancyDelta>,
     /// The backfill plan.
     pub items: Vec<Item>,
     /// What the safety limits decided.
@@ -75,7 +75,7 @@ pub async fn report(
     let plan = cx.plan;
     let job = &plan.job.name;
     let schema = &plan.spec.schema;
-    let (history, resolved) = super::history::for_report(found.delta, cx.now);
+    let (history, resolved) = super::history::for_report(&found.delta, cx.now);
     let mut webhook = found.webhook;
     let mut previews = webhook
         .as_mut()

@@ -135,6 +135,9 @@ async fn run_locked(
     // A webhook route never writes the target itself: it is read (and
     // looked up to verify the deliveries).
     let sides = read::Sides::build(plan, plan.writes() && plan.webhook.is_none()).await?;
+    // The history's open set is read while the sides are: it cannot change
+    // while this run holds the lock.
+    let open = history::Prefetch::start(ledger.state, job);
     let read =
         crate::ops::progress::phase("read", read::read_and_diff(plan, &sides, window)).await?;
     let unplaced = read::unplaced_records(plan, &sides).await?;
@@ -149,7 +152,7 @@ async fn run_locked(
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
     let (delta, outcomes, recording) = crate::ops::progress::phase(
         "backfill",
-        history::update_while_applying(ledger, &sides, &outcome, &items, &guard, now),
+        history::update_while_applying(ledger, open, &sides, &outcome, &items, &guard, now),
     )
     .await?;
     let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;

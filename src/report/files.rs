@@ -4,13 +4,16 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
+use std::sync::Arc;
 
 use anyhow::Result;
+use jiff::Timestamp;
 use recon_core::{format_minor, Currency, FieldKind, Record, Schema, Value};
 use serde_json::json;
 
 use super::{CsvReport, ReportDir};
 use crate::diff::{DiffOutcome, Totals};
+use crate::state::{Class, DiscrepancyDelta};
 
 /// What the reports say about the run itself.
 #[derive(Clone, Debug, Default)]
@@ -291,14 +294,14 @@ pub fn write_diff_reports(
         "gaps.csv",
         schema,
         outcome.gaps.iter(),
-        h.map(|h| (h, "gap")),
+        h.map(|h| (h, Class::Gap)),
     )?;
     write_records(
         dir,
         "orphans.csv",
         schema,
         outcome.orphans.iter(),
-        h.map(|h| (h, "orphan")),
+        h.map(|h| (h, Class::Orphan)),
     )?;
     write_mismatches(dir, schema, outcome, h)?;
     write_duplicates(dir, outcome, h)?;
@@ -446,20 +449,27 @@ fn record_header(schema: &Schema) -> (Vec<String>, bool) {
 pub struct HistoryMap {
     /// This run's start, RFC 3339: the first sighting of the new ones.
     pub now: String,
-    /// (class, external ID) → first seen, RFC 3339, of the persisting ones.
-    pub persisting: HashMap<(String, String), String>,
+    /// What the history says of this run's discrepancies: the persisting
+    /// ones with their first sighting, by class and external ID.
+    pub delta: Arc<DiscrepancyDelta>,
+    /// Each distinct first sighting, RFC 3339 (a history holds few: one
+    /// per run that found something new).
+    pub firsts: HashMap<Timestamp, String>,
 }
 
-type History<'a> = (&'a HistoryMap, &'a str);
+type History<'a> = (&'a HistoryMap, Class);
 
 fn history_cells(history: Option<History<'_>>, key: &str) -> Option<[String; 2]> {
     let (h, class) = history?;
-    Some(
-        match h.persisting.get(&(class.to_string(), key.to_string())) {
-            Some(first) => [first.clone(), "persisting".into()],
-            None => [h.now.clone(), "new".into()],
-        },
-    )
+    let first = h
+        .delta
+        .persisting
+        .get(&(class, key.to_string()))
+        .and_then(|t| h.firsts.get(t));
+    Some(match first {
+        Some(first) => [first.clone(), "persisting".into()],
+        None => [h.now.clone(), "new".into()],
+    })
 }
 
 /// Writes records one at a time, as the list yields them: a large list of
@@ -553,7 +563,7 @@ fn write_mismatches(
                 currency,
                 difference,
             ];
-            if let Some(cells) = history_cells(history.map(|h| (h, "mismatch")), &m.key) {
+            if let Some(cells) = history_cells(history.map(|h| (h, Class::Mismatch)), &m.key) {
                 row.extend(cells);
             }
             w.row(&row)?;
@@ -574,7 +584,7 @@ fn write_duplicates(
     }
     let mut w = CsvReport::new(dir.file("duplicates.csv")?, &header)?;
     for d in &outcome.duplicates {
-        let extra = history_cells(history.map(|h| (h, "duplicate")), &d.key);
+        let extra = history_cells(history.map(|h| (h, Class::Duplicate)), &d.key);
         for (side, count, other) in [
             ("source", d.source_count, d.target_count),
             ("target", d.target_count, d.source_count),

@@ -183,10 +183,17 @@ impl StateStore {
         runs.reverse();
 
         let rows = sqlx::query(
-            "SELECT class, first_seen_run, first_seen_at, last_seen_run, last_seen_at, \
-             resolved_at FROM recon_discrepancies WHERE job = $1 \
-             AND class IN ('gap', 'orphan', 'mismatch', 'duplicate') AND external_id = $2 \
-             ORDER BY first_seen_at, class",
+            // An open row was last seen by the job's latest recording run
+            // (migration 13), its own last sighting on an older store.
+            "SELECT d.class, d.first_seen_run, d.first_seen_at, \
+             CASE WHEN d.resolved_at IS NULL THEN COALESCE(m.run_id, d.last_seen_run) \
+             ELSE d.last_seen_run END, \
+             CASE WHEN d.resolved_at IS NULL THEN COALESCE(m.seen_at, d.last_seen_at) \
+             ELSE d.last_seen_at END, \
+             d.resolved_at FROM recon_discrepancies d \
+             LEFT JOIN recon_history_marks m ON m.job = d.job WHERE d.job = $1 \
+             AND d.class IN ('gap', 'orphan', 'mismatch', 'duplicate') AND d.external_id = $2 \
+             ORDER BY d.first_seen_at, d.class",
         )
         .bind(job.to_string())
         .bind(external_id.to_string())

@@ -50,6 +50,7 @@ both!(
     start_run_marks_crashed_runs,
     ledger_round_trip,
     discrepancy_history,
+    history_written_before_marks,
     many_discrepancies,
     last_success_end_ignores_dry_and_failed_runs,
     recent_runs_order_and_limit,
@@ -559,6 +560,37 @@ async fn discrepancy_history(url: String) {
     .unwrap()
     .get(0);
     assert_eq!(resolved_a, Some(ts_text(t3)));
+    // `d` persisted through r3 without its row being written again
+    // (migration 13): the row still says r2, the story says r3.
+    let stored: String = sqlx::query(
+        "SELECT last_seen_run FROM recon_discrepancies \
+         WHERE job = 'nightly' AND class = 'mismatch' AND external_id = 'd'",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(stored, r2);
+    let d = store.id_records("nightly", "d").await.unwrap().streaks;
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (d[0].first_seen_run.as_str(), d[0].first_seen_at),
+        (r2.as_str(), t2)
+    );
+    assert_eq!(
+        (d[0].last_seen_run.as_str(), d[0].last_seen_at),
+        (r3.as_str(), t3)
+    );
+    assert_eq!(d[0].resolved_at, None);
+    // The resolved `a` was last seen by r2, the run before the one that
+    // resolved it, although r2 did not write its row.
+    let a = store.id_records("nightly", "a").await.unwrap().streaks;
+    let gap_a = a.iter().find(|s| s.class == Gap).unwrap();
+    assert_eq!(
+        (gap_a.last_seen_run.as_str(), gap_a.last_seen_at),
+        (r2.as_str(), t2)
+    );
+    assert_eq!(gap_a.resolved_at, Some(t3));
 
     // Nothing found: everything open resolves.
     let r4 = store.start_run("nightly", day(), false).await.unwrap();
@@ -575,6 +607,12 @@ async fn discrepancy_history(url: String) {
             (Duplicate, "a".to_string(), t3),
         ]
     );
+    let d = store.id_records("nightly", "d").await.unwrap().streaks;
+    assert_eq!(
+        (d[0].last_seen_run.as_str(), d[0].last_seen_at),
+        (r3.as_str(), t3)
+    );
+    assert_eq!(d[0].resolved_at, Some(t4));
     assert_eq!(
         count(
             &store,
@@ -583,7 +621,75 @@ async fn discrepancy_history(url: String) {
         .await,
         2
     );
+    // The other job's open rows are still last seen by its own run.
+    let b = store.id_records("weekly", "b").await.unwrap().streaks;
+    assert_eq!(
+        (b[0].last_seen_run.as_str(), b[0].resolved_at),
+        (w.as_str(), None)
+    );
     assert_eq!(discrepancy_id("nightly", Gap, "ch_1"), "nightly:gap:ch_1");
+}
+
+/// A store whose history was written before migration 13 has no mark:
+/// every row holds its own last sighting. The first run after it neither
+/// loses nor invents one.
+async fn history_written_before_marks(url: String) {
+    use Class::*;
+    let store = StateStore::open(&url).await.unwrap();
+    let (t1, t2, t3) = (
+        ts("2026-11-29T03:00:00Z"),
+        ts("2026-11-30T03:00:00Z"),
+        ts("2026-12-01T03:00:00Z"),
+    );
+    let r1 = store.start_run("nightly", day(), false).await.unwrap();
+    store
+        .update_discrepancies("nightly", &r1, t1, &keys(&[(Gap, "a"), (Gap, "b")]))
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM recon_history_marks")
+        .execute(&store.pool)
+        .await
+        .unwrap();
+    let a = store.id_records("nightly", "a").await.unwrap().streaks;
+    assert_eq!(
+        (a[0].last_seen_run.as_str(), a[0].last_seen_at),
+        (r1.as_str(), t1)
+    );
+
+    let r2 = store.start_run("nightly", day(), false).await.unwrap();
+    let d2 = store
+        .update_discrepancies("nightly", &r2, t2, &keys(&[(Gap, "a"), (Orphan, "c")]))
+        .await
+        .unwrap();
+    assert_eq!(d2.resolved, vec![(Gap, "b".to_string(), t1)]);
+    let b = store.id_records("nightly", "b").await.unwrap().streaks;
+    assert_eq!(
+        (b[0].last_seen_run.as_str(), b[0].last_seen_at),
+        (r1.as_str(), t1)
+    );
+    assert_eq!(b[0].resolved_at, Some(t2));
+    for id in ["a", "c"] {
+        let s = store.id_records("nightly", id).await.unwrap().streaks;
+        assert_eq!(
+            (s[0].last_seen_run.as_str(), s[0].last_seen_at),
+            (r2.as_str(), t2)
+        );
+    }
+
+    // Everything resolves (the scan path): last seen by r2, from the mark.
+    let r3 = store.start_run("nightly", day(), false).await.unwrap();
+    store
+        .update_discrepancies("nightly", &r3, t3, &[])
+        .await
+        .unwrap();
+    for id in ["a", "c"] {
+        let s = store.id_records("nightly", id).await.unwrap().streaks;
+        assert_eq!(
+            (s[0].last_seen_run.as_str(), s[0].last_seen_at),
+            (r2.as_str(), t2)
+        );
+        assert_eq!(s[0].resolved_at, Some(t3));
+    }
 }
 
 async fn many_discrepancies(url: String) {
@@ -626,6 +732,33 @@ async fn many_discrepancies(url: String) {
         .collect();
     expected.sort();
     assert_eq!(d2.resolved, expected);
+    // The persisting half was not written again; the story still says r2.
+    assert_eq!(
+        count(
+            &store,
+            &format!("SELECT COUNT(*) FROM recon_discrepancies WHERE last_seen_run = '{r1}' AND resolved_at IS NULL"),
+        )
+        .await,
+        (n / 2) as i64
+    );
+    let kept = store
+        .id_records("nightly", &all[0].1)
+        .await
+        .unwrap()
+        .streaks;
+    assert_eq!(
+        (kept[0].last_seen_run.as_str(), kept[0].resolved_at),
+        (r2.as_str(), None)
+    );
+    let gone = store
+        .id_records("nightly", &all[n - 1].1)
+        .await
+        .unwrap()
+        .streaks;
+    assert_eq!(
+        (gone[0].last_seen_run.as_str(), gone[0].resolved_at),
+        (r1.as_str(), Some(t2))
+    );
 }
 
 async fn last_success_end_ignores_dry_and_failed_runs(url: String) {
@@ -862,6 +995,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Sqlite, "0010_ledger_batches.sql", "920a88ca462d38acab358f1fd9608bef118c59f3df347df0e61c401858076b95f53c0c87f6f9ef74ed354ff6ab247c49"),
     (Backend::Sqlite, "0011_history_room_for_every_row.sql", "d3409dc5f10c119e5e1d266d28fe3271f1c5ebe227d0560d8d53b3a4ad346215696b2424d0c8138de94d285c9c4287bf"),
     (Backend::Sqlite, "0012_streaks_copied_when_reopened.sql", "a3de896fc822c7a8aa7e9a949c828e7610990786c28e514a1a33e4a043d499344ad75319ccfec9db17b3c0e46a4c672e"),
+    (Backend::Sqlite, "0013_history_marks.sql", "523491276725c42de01505875c4c1c962d91414bf2617d03322a9006ccf7519140e072bd70bae32790a85b6fcc7504aa"),
     (Backend::Postgres, "0001_runs_ledger_history_locks.sql", "5f135219272fef83684ee941973c6da2c170b1d5ffeda5aed382486f6b0b2407fa584d067eb4d41e35356e868db6f676"),
     (Backend::Postgres, "0002_reviewed_plans.sql", "1f9eeec07ccb3ed8da4b3ee2ca4f30db64e1d5483c9304f325ce5621c3116b10bba871cea0ead7c06e312127320c950e"),
     (Backend::Postgres, "0003_unknown_outcomes_and_run_owners.sql", "b3938c4f7bb0ff9e4f9d51198cecc37500bee6e256e35dc59a9d9f795e1eb1fdb0a35bdc88736a9ab8b73e9cccb8746b"),
@@ -874,6 +1008,7 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Postgres, "0010_ledger_batches.sql", "4ec1dd96cb7872b42d379e6391b5504ce68b3b98ed3f5781733066fd3d43151afdfc220c97ee157c4007918fdc8132cd"),
     (Backend::Postgres, "0011_history_room_for_every_row.sql", "9206dca3f5abf3c79464f4b39d4112c590f904bee5b60b7af4652db43204eab0ddf00c64e5421c5c065fc0f22aef37e4"),
     (Backend::Postgres, "0012_streaks_copied_when_reopened.sql", "fee98e106d97c8fe812f3718d41b834b8734debff10da43108fd2001bf02accba9a379ce0e235423084ea59391e8d312"),
+    (Backend::Postgres, "0013_history_marks.sql", "523491276725c42de01505875c4c1c962d91414bf2617d03322a9006ccf7519140e072bd70bae32790a85b6fcc7504aa"),
 ];
 
 fn hex(bytes: &[u8]) -> String {
