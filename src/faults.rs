@@ -34,6 +34,17 @@ pub fn abort_after_items() -> Option<usize> {
     value.to_str()?.trim().parse().ok()
 }
 
+/// Environment variable of the history crash hook: abort the process once
+/// the run's discrepancy history is committed and its reports are staged,
+/// before the report folder is committed and the run recorded finished.
+pub const FAULT_ABORT_AFTER_HISTORY: &str = "RECON_FAULT_ABORT_AFTER_HISTORY";
+
+/// Whether [`FAULT_ABORT_AFTER_HISTORY`] is set (to anything) in a build
+/// with the hooks; always `false` without the `fault-injection` feature.
+pub fn abort_after_history() -> bool {
+    ENABLED && std::env::var_os(FAULT_ABORT_AFTER_HISTORY).is_some()
+}
+
 /// Environment variable of the ledger-failure hook: recording the outcome
 /// of webhook deliveries fails (as a lost state-store connection would)
 /// once any delivery was answered.

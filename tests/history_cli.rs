@@ -235,3 +235,64 @@ async fn an_ids_story_across_runs() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     f.db.drop_db().await;
 }
+
+/// A run killed once its history is committed, before its report folder
+/// is: the next run starts from that history (a discrepancy the killed run
+/// resolved is not resolved twice, one it saw persists), the killed run's
+/// folder never appears, and `recon history` names the killed run as the
+/// one that resolved it.
+#[tokio::test]
+async fn a_run_killed_after_its_history_commit() {
+    let f = Fixture::new().await;
+    let r1 = f.run(&["--dry-run"], 1);
+    // ch_4 reaches the target: the next run resolves its gap.
+    f.db.exec("INSERT INTO payments VALUES ('ch_4', 4000, 'USD', '2026-11-28 06:04:00')")
+        .await;
+    let killed_out = f.dir.path().join("killed");
+    let o = Command::cargo_bin("recon")
+        .unwrap()
+        .args(["run", "--dry-run", "--out"])
+        .arg(&killed_out)
+        .arg("--config")
+        .arg(f.dir.path().join("recon.toml"))
+        .env("RECON_FAULT_ABORT_AFTER_HISTORY", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "killed by SIGABRT: {}", text(&o));
+    assert!(!killed_out.exists(), "a killed run's folder never appears");
+
+    let out = f.dir.path().join("after");
+    let r3 = f.run(&["--dry-run", "--out", out.to_str().unwrap()], 1);
+    let csv = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    let resolved = csv("resolved.csv");
+    assert_eq!(
+        resolved.lines().count(),
+        1,
+        "resolved once, by the killed run: {resolved}"
+    );
+    let gaps = csv("gaps.csv");
+    let ch3: Vec<&str> = gaps.lines().filter(|l| l.starts_with("ch_3,")).collect();
+    assert_eq!(ch3.len(), 1, "{gaps}");
+    assert!(ch3[0].ends_with(",persisting"), "{gaps}");
+    assert!(!gaps.contains("ch_4"), "{gaps}");
+
+    let story = f.history("ch_4");
+    let resolved = story["resolved"].as_array().unwrap();
+    assert_eq!(resolved.len(), 1, "{story:#}");
+    let killed = resolved[0]["run_id"].as_str().unwrap().to_string();
+    assert!(killed != r1 && killed != r3, "{story:#}");
+    let runs = story["runs"].as_array().unwrap();
+    let run = |id: &str| runs.iter().find(|r| r["run_id"] == id).cloned();
+    assert_eq!(run(&killed).unwrap()["status"], "crashed", "{story:#}");
+    // ch_3 was seen by all three runs, the killed one included.
+    let ch3 = f.history("ch_3");
+    let seen: Vec<&str> = ch3["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !r["classes"].as_array().unwrap().is_empty())
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(seen, [r1.as_str(), killed.as_str(), r3.as_str()], "{ch3:#}");
+    f.db.drop_db().await;
+}

@@ -445,9 +445,17 @@ fn many_gaps() -> Job {
 }
 
 async fn payments_table(db: &TestDb) {
-    db.exec(
-        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents BIGINT, currency TEXT, created_at TIMESTAMPTZ)",
-    )
+    db.exec(match db.dialect {
+        Dialect::MySql => {
+            "CREATE TABLE payments (stripe_charge_id VARCHAR(64) CHARACTER SET utf8mb4 \
+             COLLATE utf8mb4_bin NOT NULL UNIQUE, amount_cents BIGINT, currency VARCHAR(3), \
+             created_at DATETIME(6))"
+        }
+        _ => {
+            "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents BIGINT, \
+             currency TEXT, created_at TIMESTAMPTZ)"
+        }
+    })
     .await;
 }
 
@@ -572,13 +580,15 @@ async fn rerun_settles(job: &Job, db: &TestDb) {
     );
 }
 
-#[tokio::test]
-async fn postgres_killed_proxy_mid_apply_fails_fast_and_settles_next_run() {
-    let db = TestDb::create(Dialect::Postgres).await;
-    let proxy = Proxy::start("127.0.0.1:5432");
+/// The database's connection is cut (a proxy in front of it killed) once
+/// the writes began; the run fails fast, and the next settles and writes
+/// every gap once.
+async fn killed_proxy_mid_apply(dialect: Dialect, upstream: &str) {
+    let db = TestDb::create(dialect).await;
+    let proxy = Proxy::start(upstream);
     let via = db
         .url
-        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+        .replace(upstream, &format!("127.0.0.1:{}", proxy.port));
     assert_ne!(via, db.url);
     let job = lost_mid_apply(&db, &via, || {
         let t = Instant::now();
@@ -596,6 +606,21 @@ async fn postgres_killed_proxy_mid_apply_fails_fast_and_settles_next_run() {
     );
     rerun_settles(&job, &db).await;
     db.drop_db().await;
+}
+
+#[tokio::test]
+async fn postgres_killed_proxy_mid_apply_fails_fast_and_settles_next_run() {
+    killed_proxy_mid_apply(Dialect::Postgres, "127.0.0.1:5432").await;
+}
+
+/// MySQL/MariaDB writes a batch as a key lookup, then UPDATE/INSERT, in one
+/// transaction: a connection lost inside it leaves the server to roll the
+/// batch back, and recon cannot know whether the COMMIT got there. The
+/// batch is unknown, never failed or applied, and the next run settles it
+/// by key and writes every gap once.
+#[tokio::test]
+async fn mariadb_killed_proxy_mid_transaction_fails_fast_and_settles_next_run() {
+    killed_proxy_mid_apply(Dialect::MySql, "127.0.0.1:3306").await;
 }
 
 #[tokio::test]

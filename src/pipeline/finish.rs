@@ -164,6 +164,9 @@ pub async fn report(
     crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
     // The folder is committed only once the history it shows is recorded.
     found.recording.finish().await?;
+    if crate::faults::abort_after_history() {
+        std::process::abort();
+    }
     let path = dir.commit()?;
     let mut counts = crate::report::counts(&found.outcome);
     counts.insert("pending".into(), json!(extras.pending.len()));
