@@ -2,7 +2,8 @@
 //! declared TEXT holding RFC 3339 values is read by its window, a column
 //! holding no timestamp at all is refused (exit 2), and a side whose window
 //! read is empty while key lookups find the records is a warning in the
-//! summary, never a silent clean.
+//! summary, never a silent clean, and a key column that compares
+//! case-insensitively never lets a lookup match another case of a key.
 
 use std::path::Path;
 use std::process::Output;
@@ -44,7 +45,7 @@ mode = "off"
     path
 }
 
-fn sqlite_target(url: &str) -> String {
+fn sql_target(url: &str) -> String {
     format!(
         "[jobs.charges.target]\ntype = \"sql\"\nurl = \"{url}\"\ntable = \"payments\"\nkey = \"id\"\ncolumns = {{ amount = \"amount_cents\", created = \"created_at\" }}"
     )
@@ -97,7 +98,7 @@ async fn sqlite_text_rfc3339_time_column_is_read_by_its_window() {
         format!("id,amount,currency,created\nch_1,1000,usd,{T1}\n"),
     )
     .unwrap();
-    let cfg = config(dir.path(), &sqlite_target(&db.url));
+    let cfg = config(dir.path(), &sql_target(&db.url));
     let out = dir.path().join("out");
     let o = run(&cfg, &out);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -128,7 +129,7 @@ async fn sqlite_time_column_without_any_timestamp_is_refused() {
         format!("id,amount,currency,created\nch_1,1000,usd,{T1}\n"),
     )
     .unwrap();
-    let cfg = config(dir.path(), &sqlite_target(&db.url));
+    let cfg = config(dir.path(), &sql_target(&db.url));
     let o = run(&cfg, &dir.path().join("out"));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -184,4 +185,74 @@ async fn empty_window_read_while_lookups_find_the_records_is_a_warning() {
         "{}",
         text(&o)
     );
+}
+
+/// A key column that compares case-insensitively (SQLite NOCASE,
+/// PostgreSQL citext, MariaDB's default `_ci` collation) on the lookup
+/// path: a gap at the window's edge whose key only matches another case of
+/// it in the target stays a gap (the lookup's answer is taken by its exact
+/// key), while an exact key found by lookup is dismissed.
+async fn case_insensitive_key_on_the_lookup_path(dialect: Dialect) {
+    let db = TestDb::create(dialect).await;
+    let (ddl, day_before) = match dialect {
+        Dialect::Sqlite => (
+            "CREATE TABLE payments (id TEXT COLLATE NOCASE PRIMARY KEY, amount_cents INTEGER, \
+             currency TEXT, created_at TEXT)",
+            "2026-01-01T01:01:01Z",
+        ),
+        Dialect::Postgres => (
+            "CREATE TABLE payments (id citext PRIMARY KEY, amount_cents BIGINT, \
+             currency TEXT, created_at TIMESTAMPTZ)",
+            "2026-01-01 01:01:01+00",
+        ),
+        _ => (
+            "CREATE TABLE payments (id VARCHAR(64) CHARACTER SET utf8mb4 \
+             COLLATE utf8mb4_general_ci PRIMARY KEY, amount_cents BIGINT, \
+             currency VARCHAR(3), created_at DATETIME)",
+            "2026-01-01 01:01:01",
+        ),
+    };
+    if dialect == Dialect::Postgres {
+        db.exec("CREATE EXTENSION IF NOT EXISTS citext").await;
+    }
+    db.exec(ddl).await;
+    // Both stamped the day before the window: only lookups find them.
+    db.exec(&format!(
+        "INSERT INTO payments VALUES ('ch_SAME', 1000, 'usd', '{day_before}'), \
+         ('ch_UPPER', 2000, 'usd', '{day_before}')"
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("source.csv"),
+        format!("id,amount,currency,created\nch_SAME,1000,usd,{T1}\nch_upper,2000,usd,{T1}\n"),
+    )
+    .unwrap();
+    let cfg = config(dir.path(), &sql_target(&db.url));
+    let out = dir.path().join("out");
+    let o = run(&cfg, &out);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["target_rows"], 0, "{s}");
+    assert_eq!(s["confirmed_by_lookup"], 1, "{s}");
+    assert_eq!(s["matched"], 1, "{s}");
+    assert_eq!(s["gaps"], 1, "{s}");
+    assert_eq!(s["mismatches"], 0, "{s}");
+    assert_eq!(ids(&out, "gaps.csv"), ["ch_upper"]);
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn sqlite_nocase_key_on_the_lookup_path() {
+    case_insensitive_key_on_the_lookup_path(Dialect::Sqlite).await;
+}
+
+#[tokio::test]
+async fn postgres_citext_key_on_the_lookup_path() {
+    case_insensitive_key_on_the_lookup_path(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn mariadb_ci_collation_key_on_the_lookup_path() {
+    case_insensitive_key_on_the_lookup_path(Dialect::MySql).await;
 }
