@@ -366,19 +366,39 @@ struct Proxy {
     saw_insert: Arc<AtomicBool>,
 }
 
+/// What a client → server pump watches for.
+#[derive(Clone)]
+struct Watch {
+    /// Set when the client sends `INSERT INTO`.
+    saw_insert: Arc<AtomicBool>,
+    /// Bytes that kill the proxy the moment the client sends them, before
+    /// they reach the server (a connection lost in the middle of a query).
+    cut_on: Option<&'static [u8]>,
+    killed: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
 impl Proxy {
     fn start(upstream: &str) -> Proxy {
+        Proxy::cutting(upstream, None)
+    }
+
+    /// A proxy that kills itself when the client sends `cut_on`.
+    fn cutting(upstream: &str, cut_on: Option<&'static [u8]>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let killed = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let saw_insert = Arc::new(AtomicBool::new(false));
+        let watch = Watch {
+            saw_insert: Arc::new(AtomicBool::new(false)),
+            cut_on,
+            killed: Arc::new(AtomicBool::new(false)),
+            conns: Arc::default(),
+        };
         let upstream = upstream.to_string();
-        let (k, c, s) = (killed.clone(), conns.clone(), saw_insert.clone());
+        let w = watch.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                if k.load(Ordering::SeqCst) {
+                if w.killed.load(Ordering::SeqCst) {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 }
@@ -386,33 +406,37 @@ impl Proxy {
                     continue;
                 };
                 {
-                    let mut list = c.lock().unwrap();
+                    let mut list = w.conns.lock().unwrap();
                     list.push(client.try_clone().unwrap());
                     list.push(server.try_clone().unwrap());
                 }
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let seen = s.clone();
+                let seen = w.clone();
                 std::thread::spawn(move || pump(client, server, Some(seen)));
                 std::thread::spawn(move || pump(s2, c2, None));
             }
         });
         Proxy {
             port,
-            killed,
-            conns,
-            saw_insert,
+            killed: watch.killed,
+            conns: watch.conns,
+            saw_insert: watch.saw_insert,
         }
     }
 
     fn kill(&self) {
-        self.killed.store(true, Ordering::SeqCst);
-        for s in self.conns.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
+        kill(&self.killed, &self.conns);
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, watch: Option<Arc<AtomicBool>>) {
+fn kill(killed: &AtomicBool, conns: &Mutex<Vec<TcpStream>>) {
+    killed.store(true, Ordering::SeqCst);
+    for s in conns.lock().unwrap().drain(..) {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, watch: Option<Watch>) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -420,8 +444,13 @@ fn pump(mut from: TcpStream, mut to: TcpStream, watch: Option<Arc<AtomicBool>>) 
             Ok(n) => n,
         };
         if let Some(w) = &watch {
-            if buf[..n].windows(11).any(|x| x == b"INSERT INTO") {
-                w.store(true, Ordering::SeqCst);
+            let has = |pattern: &[u8]| buf[..n].windows(pattern.len()).any(|x| x == pattern);
+            if has(b"INSERT INTO") {
+                w.saw_insert.store(true, Ordering::SeqCst);
+            }
+            if w.cut_on.is_some_and(has) {
+                kill(&w.killed, &w.conns);
+                break;
             }
         }
         if to.write_all(&buf[..n]).is_err() {
@@ -621,6 +650,62 @@ async fn postgres_killed_proxy_mid_apply_fails_fast_and_settles_next_run() {
 #[tokio::test]
 async fn mariadb_killed_proxy_mid_transaction_fails_fast_and_settles_next_run() {
     killed_proxy_mid_apply(Dialect::MySql, "127.0.0.1:3306").await;
+}
+
+/// The target's connection is lost in the middle of the edge lookup (the
+/// proxy dies as the lookup query leaves): the run fails (exit 2) naming
+/// the lookup, writes nothing and no reports, plans nothing; the next run
+/// writes every gap once.
+#[tokio::test]
+async fn postgres_connection_lost_mid_lookup_fails_and_writes_nothing() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    payments_table(&db).await;
+    let proxy = Proxy::cutting("127.0.0.1:5432", Some(b"json_array_elements_text"));
+    let via = db
+        .url
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    let job = many_gaps();
+    job.configure(&JobSpec {
+        url: &via,
+        table: "payments",
+        mode: "insert",
+        write_batch: 500,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let child = job
+        .command("run1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, _) = wait(child, Duration::from_secs(120));
+    assert!(
+        proxy.killed.load(Ordering::SeqCst),
+        "the lookup was sent: {}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("confirming gaps by key in the target"),
+        "{err}"
+    );
+    assert!(!job.path("run1").exists(), "a failed run writes no reports");
+    assert_eq!(count(&db.url, "SELECT COUNT(*) FROM payments").await, 0);
+    let state = state_url(&job);
+    assert_eq!(
+        query_rows(&state, "SELECT status FROM recon_runs", 1).await,
+        [["failed"]]
+    );
+    assert_eq!(
+        count(&state, "SELECT COUNT(*) FROM recon_backfill_items").await,
+        0,
+        "nothing planned before the lookup settled"
+    );
+    rerun_settles(&job, &db).await;
+    db.drop_db().await;
 }
 
 #[tokio::test]
