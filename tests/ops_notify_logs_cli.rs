@@ -1,7 +1,8 @@
 //! `[notify]` and `--log-format json` through the binary: a webhook
 //! receiver on 127.0.0.1 (plain HTTP/1.1 over a std TCP listener) gets the
 //! right body on trouble and, when asked, on discrepancies; a receiver that
-//! is down changes no exit status; JSON log lines all parse, carry the run's
+//! is down, says slow down (429 with Retry-After) or fails (5xx) changes no
+//! exit status, and gets the post once it takes it; JSON log lines all parse, carry the run's
 //! id and never a secret.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -9,6 +10,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
@@ -32,7 +34,12 @@ struct Received {
     request_line: String,
     content_type: Option<String>,
     body: serde_json::Value,
+    at: Instant,
 }
+
+/// `ok`, as Slack answers a post it took.
+const OK: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
 
 /// A webhook receiver answering `ok` (as Slack does) to every POST.
 struct Receiver {
@@ -42,6 +49,13 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
+        Receiver::answering(Vec::new())
+    }
+
+    /// A receiver giving these answers (raw HTTP responses) in turn, then
+    /// `ok` to every later post.
+    fn answering(script: Vec<String>) -> Receiver {
+        let mut script = script.into_iter();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let got: Arc<Mutex<Vec<Received>>> = Arc::default();
@@ -74,10 +88,10 @@ impl Receiver {
                     request_line: request_line.trim_end().to_string(),
                     content_type,
                     body: serde_json::from_slice(&body).expect("the body is JSON"),
+                    at: Instant::now(),
                 });
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
-                );
+                let answer = script.next().unwrap_or_else(|| OK.to_string());
+                let _ = stream.write_all(answer.as_bytes());
             }
         });
         Receiver { base, got }
@@ -318,6 +332,71 @@ fn a_receiver_that_is_down_changes_no_exit_status() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("notification not sent"), "{stderr}");
     assert!(!stderr.contains("HookSecret9x7Q"), "{stderr}");
+}
+
+/// A raw HTTP response with `status` and extra header lines.
+fn answer(status: &str, headers: &str) -> String {
+    let body = "busy";
+    format!(
+        "HTTP/1.1 {status}\r\n{headers}content-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Slack rate-limits incoming webhooks (HTTP 429 with `Retry-After`,
+/// https://api.slack.com/docs/rate-limits: posting messages 1 per second) and can answer 5xx: the post
+/// waits as told, is retried, and lands once; the run's status stands.
+#[test]
+fn a_receiver_that_says_slow_down_then_fails_once_still_gets_the_post() {
+    let receiver = Receiver::answering(vec![
+        answer("429 Too Many Requests", "retry-after: 1\r\n"),
+        answer("503 Service Unavailable", ""),
+    ]);
+    let url = format!("{}{HOOK_PATH}", receiver.base);
+    let job = FileJob::new(&notify_section(
+        "on = [\"trouble\", \"discrepancies\"]\ntimeout = \"20s\"",
+    ));
+    let o = job.run("busy", &[], &[("RECON_TEST_HOOK", url.as_str())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("notification not sent"), "{stderr}");
+    let got = receiver.received();
+    assert_eq!(got.len(), 3, "429, 503, then taken: {got:?}");
+    assert!(
+        got.iter()
+            .all(|r| r.body == got[0].body && r.request_line == got[0].request_line),
+        "the same post each time: {got:?}"
+    );
+    let waited = got[1].at - got[0].at;
+    assert!(
+        waited >= Duration::from_millis(950),
+        "Retry-After: 1 honoured, waited {waited:?}"
+    );
+}
+
+/// A receiver that only fails: a bounded number of attempts, then a
+/// warning without the webhook's secret path; the run's status stands.
+#[test]
+fn a_receiver_that_always_fails_gets_three_attempts_and_changes_no_status() {
+    let receiver = Receiver::answering(vec![answer("500 Internal Server Error", ""); 10]);
+    let url = format!("{}{HOOK_PATH}", receiver.base);
+    let job = FileJob::new(&notify_section(
+        "on = [\"trouble\", \"discrepancies\"]\ntimeout = \"20s\"",
+    ));
+    let o = job.run("failing", &[], &[("RECON_TEST_HOOK", url.as_str())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("notification not sent (the run's status stands)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("500"),
+        "the receiver's answer is named: {stderr}"
+    );
+    assert!(!stderr.contains("HookSecret9x7Q"), "{stderr}");
+    assert_eq!(receiver.received().len(), 3, "{:?}", receiver.received());
+    assert!(job.path("failing/summary.json").exists(), "reports written");
 }
 
 /// `url` (`postgres://USER@…`) with `password` typed in as is.
