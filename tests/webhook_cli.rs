@@ -315,6 +315,44 @@ async fn a_500_then_200_is_delivered_once_and_a_rerun_sends_nothing() {
     assert_eq!(rx.stats().requests, 2 * keys.len(), "nothing sent again");
 }
 
+/// A storm of 429s with `Retry-After: 1` (a handler behind a gateway
+/// saying "slow down"): every delivery waits as told, nothing is given up
+/// or failed, and every record is created exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_429s_is_waited_out_and_each_record_is_created_once() {
+    let f = Fixture::new().await;
+    let rx = Receiver::start(ReceiverConfig {
+        throttle_first: 8,
+        throttle_retry_after: 1,
+        create: Some(f.create_hook()),
+        ..ReceiverConfig::default()
+    })
+    .await
+    .unwrap();
+    f.write_config(&format!(
+        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
+        rx.url
+    ));
+    let o = f.run("r1", &[], &[]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stats = rx.stats();
+    let keys = gap_keys(&f);
+    assert_eq!(stats.throttled, 8, "{stats:?}");
+    assert_eq!(stats.requests, keys.len() + 8, "{stats:?}");
+    all_created_once(&stats, &keys);
+    let waited = stats.first_after_throttle_at.unwrap() - stats.first_throttled_at.unwrap();
+    assert!(
+        waited >= std::time::Duration::from_millis(950),
+        "Retry-After: 1 honoured: the first request after the 429s came {waited:?} after the first 429"
+    );
+    let rows = backfill(&f.path("r1"));
+    assert_eq!(rows.len(), keys.len());
+    assert!(rows.values().all(|(o, _)| o == "delivered"), "{rows:?}");
+    let s = summary(&f.path("r1"));
+    assert_eq!(s["webhook"]["delivered"], keys.len(), "{s}");
+    assert_eq!(s["webhook"]["failed"], 0, "{s}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_is_already_done_and_never_retried() {
     let f = Fixture::new().await;

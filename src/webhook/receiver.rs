@@ -56,6 +56,11 @@ pub struct ReceiverConfig {
     pub slow_first: Option<Duration>,
     /// Creates the record; `None` acknowledges without creating anything.
     pub create: Option<CreateHook>,
+    /// The first this-many requests answer 429 with `Retry-After` (a
+    /// handler behind a gateway that says "slow down"), before any work.
+    pub throttle_first: usize,
+    /// The `Retry-After` of those answers, in seconds.
+    pub throttle_retry_after: u64,
 }
 
 /// What the receiver saw.
@@ -79,6 +84,11 @@ pub struct Stats {
     pub bodies: Vec<String>,
     /// When the last request arrived (the handler's clock).
     pub last_request_at: Option<jiff::Timestamp>,
+    /// 429 answers, and when the first was given.
+    pub throttled: usize,
+    pub first_throttled_at: Option<std::time::Instant>,
+    /// When the first request after the 429s arrived.
+    pub first_after_throttle_at: Option<std::time::Instant>,
 }
 
 #[derive(Default)]
@@ -196,6 +206,27 @@ async fn process(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Respon
         match &key {
             Some(k) => *b.stats.per_key.entry(k.clone()).or_default() += 1,
             None => b.stats.without_key += 1,
+        }
+    }
+    {
+        let mut b = lock();
+        if b.stats.throttled < cfg.throttle_first {
+            b.stats.throttled += 1;
+            b.stats
+                .first_throttled_at
+                .get_or_insert_with(std::time::Instant::now);
+            let retry_after = cfg.throttle_retry_after.to_string();
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(axum::http::header::RETRY_AFTER, retry_after)],
+                "slow down",
+            )
+                .into_response();
+        }
+        if b.stats.throttled > 0 {
+            b.stats
+                .first_after_throttle_at
+                .get_or_insert_with(std::time::Instant::now);
         }
     }
     tokio::time::sleep(cfg.latency).await;
