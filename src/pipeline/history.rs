@@ -138,65 +138,44 @@ pub async fn update_while_applying(
     let state = ledger.state;
     let delta = Arc::new(open.finish().await?.delta(&current));
     drop(current);
+    let writes_target = guard.write && sides.writer().is_some();
+    if state.backend() == Backend::Sqlite && !writes_target {
+        // No plan to wait for, and SQLite's one writer is needed first by a
+        // webhook route's delivery ledger: recorded after the deliveries,
+        // beside the reports ([`Recording::start`]).
+        let write = Deferred {
+            state: state.clone(),
+            job: ledger.job.to_string(),
+            run: ledger.plan_id.to_string(),
+            now,
+            delta: Arc::clone(&delta),
+        };
+        return Ok((delta, None, Recording(Write::Deferred(Box::new(write)))));
+    }
+    // Beside the backfill: on PostgreSQL at once, on SQLite (one writer)
+    // once the backfill's plan is committed.
+    let (planned, plan_committed) = tokio::sync::oneshot::channel();
     let backfill = async {
         match (guard.write, sides.writer()) {
-            (true, Some(target)) => backfill::apply(ledger, target, items, None).await.map(Some),
+            (true, Some(target)) => backfill::apply(ledger, target, items, Some(planned))
+                .await
+                .map(Some),
             _ => Ok(None),
         }
     };
-    let writes_target = guard.write && sides.writer().is_some();
-    match state.backend() {
-        Backend::Postgres => {
-            let history = state.write_discrepancies(ledger.job, ledger.plan_id, now, &delta);
-            let (written, outcomes) = tokio::join!(history, backfill);
-            written?;
-            Ok((delta, outcomes?, Recording(Write::Done)))
+    // Also when the backfill stopped before its plan: what the run found is
+    // recorded either way.
+    let history = async {
+        if state.backend() == Backend::Sqlite {
+            let _ = plan_committed.await;
         }
-        Backend::Sqlite if writes_target => {
-            let (planned, plan_committed) = tokio::sync::oneshot::channel();
-            let backfill = async {
-                match sides.writer() {
-                    Some(target) => backfill::apply(ledger, target, items, Some(planned))
-                        .await
-                        .map(Some),
-                    None => Ok(None),
-                }
-            };
-            // Also when the backfill stopped before its plan: what the run
-            // found is recorded either way.
-            let history = async {
-                let _ = plan_committed.await;
-                state
-                    .write_discrepancies(ledger.job, ledger.plan_id, now, &delta)
-                    .await
-            };
-            let (written, outcomes) = tokio::join!(history, backfill);
-            written?;
-            Ok((delta, outcomes?, Recording(Write::Done)))
-        }
-        Backend::Sqlite => {
-            let outcomes = backfill.await;
-            let write = Deferred {
-                state: state.clone(),
-                job: ledger.job.to_string(),
-                run: ledger.plan_id.to_string(),
-                now,
-                delta: Arc::clone(&delta),
-            };
-            let recording = Recording(Write::Deferred(Box::new(write)));
-            match outcomes {
-                Ok(outcomes) => Ok((delta, outcomes, recording)),
-                // A failed backfill still records what the run found, as
-                // on PostgreSQL.
-                Err(e) => {
-                    if let Err(h) = recording.finish().await {
-                        tracing::warn!(message = "Could not record the discrepancy history.", error = %h);
-                    }
-                    Err(e)
-                }
-            }
-        }
-    }
+        state
+            .write_discrepancies(ledger.job, ledger.plan_id, now, &delta)
+            .await
+    };
+    let (written, outcomes) = tokio::join!(history, backfill);
+    written?;
+    Ok((delta, outcomes?, Recording(Write::Done)))
 }
 
 /// The history as the reports show it: first sightings of the persisting
