@@ -2,10 +2,12 @@
 //! backfilled into a custom object `Payment__c` keyed by the external ID
 //! `Stripe_Charge_Id__c` (the README's example): a dry run, an apply of its
 //! plan, a rerun with nothing to write, and a crash mid-apply after which
-//! the next run writes each remaining gap exactly once.
+//! the next run writes each remaining gap exactly once; a run killed while
+//! its Bulk API ingest job still processes, whose job lands after the next
+//! run sent its own: each charge exactly once.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use recon_salesforce::emulator::{
@@ -61,12 +63,9 @@ fn payments_by_key(sf: &Salesforce) -> HashMap<String, usize> {
     n
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stripe_charges_to_salesforce_payments() {
-    let stripe = Stripe::start(StripeConfig::default()).await.unwrap();
-    let sf = Salesforce::start(SalesforceConfig::default())
-        .await
-        .unwrap();
+/// The README's custom object: `Payment__c` keyed by the external ID
+/// `Stripe_Charge_Id__c` (unique, case-sensitive).
+fn payment_object(sf: &Salesforce) {
     sf.define_object(
         "Payment__c",
         vec![
@@ -83,21 +82,12 @@ async fn stripe_charges_to_salesforce_payments() {
             FieldDef::datetime("Charge_Created__c"),
         ],
     );
-    let now = jiff::Timestamp::now().as_second();
-    // 300 charges; a third of them already reached Salesforce.
-    for i in 0..300i64 {
-        let id = format!("ch_{i:05}");
-        let created = now - 30_000 + i * 10;
-        stripe.insert(
-            ObjectKind::Charge,
-            Stripe::charge(&id, 1999 + i, "usd", "succeeded", created),
-        );
-        if i % 3 == 0 {
-            sf.insert("Payment__c", payment(&id, 1999 + i, created));
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("recon.toml");
+}
+
+/// The job's config (Stripe charges → `Payment__c`, insert mode), with
+/// `extra_target` lines added to the target's settings.
+fn write_config(dir: &Path, stripe: &Stripe, sf: &Salesforce, extra_target: &str) -> PathBuf {
+    let config = dir.join("recon.toml");
     std::fs::write(
         &config,
         format!(
@@ -122,21 +112,53 @@ object = "Payment__c"
 external_id_field = "Stripe_Charge_Id__c"
 fields = {{ amount = "Amount__c", currency = "CurrencyIsoCode", status = "Status__c", created = "Charge_Created__c" }}
 batch_size = 200
+{extra_target}
 [jobs.payments.backfill]
 mode = "insert"
 max_ratio = 1.0
 "#,
-            state = dir.path().join("state.db").display(),
+            state = dir.join("state.db").display(),
             key = stripe.api_key,
             stripe = stripe.base_url,
             sf = sf.base_url,
+            extra_target = extra_target,
         ),
     )
     .unwrap();
-    let env = vec![
+    config
+}
+
+/// The connected app's credentials, as the config names them.
+fn sf_env(sf: &Salesforce) -> Vec<(String, String)> {
+    vec![
         ("SF_CLIENT_ID".to_string(), sf.client_id.clone()),
         ("SF_CLIENT_SECRET".to_string(), sf.client_secret.clone()),
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_charges_to_salesforce_payments() {
+    let stripe = Stripe::start(StripeConfig::default()).await.unwrap();
+    let sf = Salesforce::start(SalesforceConfig::default())
+        .await
+        .unwrap();
+    payment_object(&sf);
+    let now = jiff::Timestamp::now().as_second();
+    // 300 charges; a third of them already reached Salesforce.
+    for i in 0..300i64 {
+        let id = format!("ch_{i:05}");
+        let created = now - 30_000 + i * 10;
+        stripe.insert(
+            ObjectKind::Charge,
+            Stripe::charge(&id, 1999 + i, "usd", "succeeded", created),
+        );
+        if i % 3 == 0 {
+            sf.insert("Payment__c", payment(&id, 1999 + i, created));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &stripe, &sf, "");
+    let env = sf_env(&sf);
     let args = |cmd: &str, extra: &[&str]| {
         let mut v = vec![
             cmd.to_string(),
@@ -250,6 +272,111 @@ max_ratio = 1.0
         by_key.values().all(|&n| n == 1),
         "every charge exactly once"
     );
+    stripe.shutdown().await;
+    sf.shutdown().await;
+}
+
+/// A run killed (SIGKILL) while its Bulk API 2.0 ingest job is still
+/// processing: closed (`UploadComplete`), not complete. Salesforce goes on
+/// and lands the job after the next run has found the records missing and
+/// sent its own job; the external ID's uniqueness refuses the second copy
+/// (`DUPLICATE_VALUE`), recon looks those keys up again and records them
+/// unchanged, never updated: every charge exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_job_left_processing_by_a_killed_run_is_never_written_twice() {
+    let stripe = Stripe::start(StripeConfig::default()).await.unwrap();
+    let sf = Salesforce::start(SalesforceConfig {
+        bulk_deferred: true,
+        bulk_poll_delay: std::time::Duration::from_secs(4),
+        ..SalesforceConfig::default()
+    })
+    .await
+    .unwrap();
+    payment_object(&sf);
+    let now = jiff::Timestamp::now().as_second();
+    for i in 0..150i64 {
+        let id = format!("ch_{i:05}");
+        stripe.insert(
+            ObjectKind::Charge,
+            Stripe::charge(&id, 1999 + i, "usd", "succeeded", now - 30_000 + i * 10),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &stripe, &sf, "bulk_write_threshold = 50");
+    let run = |out: &str| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+        c.args(["run", "--config"])
+            .arg(&config)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .envs(sf_env(&sf))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+
+    // Killed once it polls its closed job.
+    let mut child = run("killed").spawn().unwrap();
+    let polled = || {
+        sf.stats()
+            .by_route
+            .get("bulk_ingest_info")
+            .copied()
+            .unwrap_or(0)
+    };
+    let t = std::time::Instant::now();
+    while polled() == 0 && t.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(polled() > 0, "the run never polled a bulk job");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(sf.stats().by_route.get("bulk_ingest_state"), Some(&1));
+    assert!(
+        sf.records("Payment__c").is_empty(),
+        "the job is still processing"
+    );
+    assert!(!dir.path().join("killed").exists());
+
+    // The next run finds them missing, and its own job meets the first.
+    let o = tokio::task::spawn_blocking({
+        let mut c = run("after");
+        move || c.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let s = summary(&dir.path().join("after"));
+    assert_eq!(s["gaps"], 150, "{}\n{s}", text(&o));
+    assert_eq!(s["backfill_failed"], 0, "{}\n{s}", text(&o));
+    let mut rows = csv::Reader::from_path(dir.path().join("after/backfill.csv")).unwrap();
+    let header = rows.headers().unwrap().clone();
+    let outcome = header.iter().position(|h| h == "outcome").unwrap();
+    let outcomes: Vec<String> = rows
+        .records()
+        .map(|r| r.unwrap()[outcome].to_string())
+        .collect();
+    assert_eq!(outcomes.len(), 150);
+    assert!(
+        outcomes.iter().all(|o| o == "unchanged"),
+        "the killed run's job landed first: {outcomes:?}"
+    );
+    let by_key = payments_by_key(&sf);
+    assert_eq!(by_key.len(), 150);
+    assert!(
+        by_key.values().all(|&n| n == 1),
+        "every charge exactly once"
+    );
+    assert_eq!(sf.stats().by_route.get("bulk_ingest_state"), Some(&2));
+
+    // And the run after that finds nothing to do.
+    let o = tokio::task::spawn_blocking({
+        let mut c = run("then");
+        move || c.output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(summary(&dir.path().join("then"))["gaps"], 0);
     stripe.shutdown().await;
     sf.shutdown().await;
 }

@@ -25,6 +25,11 @@
 //! append); `PATCH` `{"state":"UploadComplete"}` processes the rows (or
 //! `{"state":"Aborted"}`); the job reads `InProgress` for `bulk_poll_delay`,
 //! then `JobComplete` with `numberRecordsProcessed` and `numberRecordsFailed`.
+//! With `bulk_deferred` the rows are processed only `bulk_poll_delay` after
+//! `UploadComplete` (by the first request after that; the job reads
+//! `InProgress` until then and for `bulk_poll_delay` more), whether or not
+//! the client that closed the job is still there, as Salesforce processes
+//! a closed job on its own.
 //! CSV cells follow "Prepare CSV Files": an empty cell leaves the field as is
 //! and `#N/A` sets it to null. An unknown column fails the whole job
 //! (`Failed`, `errorMessage` `InvalidBatch : Field name not found : X`).
@@ -139,6 +144,10 @@ struct QueryJob {
 #[derive(Clone)]
 enum IngestState {
     Open,
+    /// Closed (`UploadComplete`), its rows not processed yet
+    /// (`bulk_deferred`): processed by the first request at least
+    /// `bulk_poll_delay` after this instant.
+    Queued(Instant),
     Processed(Instant),
     Aborted,
     Failed(String),
@@ -416,6 +425,7 @@ fn ingest_state_name(shared: &Shared, job: &IngestJob) -> &'static str {
         IngestState::Open => "Open",
         IngestState::Aborted => "Aborted",
         IngestState::Failed(_) => "Failed",
+        IngestState::Queued(_) => "InProgress",
         IngestState::Processed(at) if at.elapsed() < shared.cfg.bulk_poll_delay => "InProgress",
         IngestState::Processed(_) => "JobComplete",
     }
@@ -591,6 +601,10 @@ pub(crate) fn ingest_state(shared: &Shared, _v: &str, id: &str, body: &[u8]) -> 
             if !matches!(job.state, IngestState::Open) {
                 return Reply::error(409, "INVALIDJOBSTATE", "Job is not in the Open state");
             }
+            if shared.cfg.bulk_deferred {
+                job.state = IngestState::Queued(Instant::now());
+                return Reply::json(200, &ingest_json(shared, id, job, "UploadComplete", false));
+            }
             let batches = process(shared, job);
             jobs.batches += batches;
             let job = jobs.ingest.get(id).expect("job exists");
@@ -607,7 +621,7 @@ pub(crate) fn ingest_state(shared: &Shared, _v: &str, id: &str, body: &[u8]) -> 
             {
                 return Reply::error(409, "INVALIDJOBSTATE", "The job is already complete");
             }
-            if matches!(job.state, IngestState::Open) {
+            if matches!(job.state, IngestState::Open | IngestState::Queued(_)) {
                 // Rows uploaded but never processed stay "unprocessed".
                 let _ = parse_uploads(job);
             }
@@ -616,6 +630,26 @@ pub(crate) fn ingest_state(shared: &Shared, _v: &str, id: &str, body: &[u8]) -> 
         }
         _ => api_error("The state must be UploadComplete or Aborted"),
     }
+}
+
+/// Processes the closed jobs whose `bulk_poll_delay` has passed
+/// (`bulk_deferred`): called as each request arrives, so their rows land
+/// while other clients read and write, as Salesforce processes a job
+/// asynchronously after `UploadComplete` ("Upload Complete", Bulk API 2.0
+/// Developer Guide: "Salesforce processes the data in the job").
+pub(crate) fn process_due(shared: &Shared) {
+    if !shared.cfg.bulk_deferred {
+        return;
+    }
+    let mut jobs = shared.jobs.lock().unwrap();
+    let mut batches = 0;
+    for job in jobs.ingest.values_mut() {
+        if matches!(job.state, IngestState::Queued(at) if at.elapsed() >= shared.cfg.bulk_poll_delay)
+        {
+            batches += process(shared, job);
+        }
+    }
+    jobs.batches += batches;
 }
 
 /// Parses every upload into `job.header` and `job.rows`.

@@ -245,6 +245,11 @@ pub struct EmulatorConfig {
     pub token_ttl: Option<Duration>,
     /// How long a Bulk API 2.0 job stays `InProgress`. Default 200 ms.
     pub bulk_poll_delay: Duration,
+    /// An ingest job's rows are processed `bulk_poll_delay` after its
+    /// `UploadComplete` (by the first request after that), not at once: a
+    /// reader sees them only then, and a job closed by a client that died
+    /// still lands. Default `false`.
+    pub bulk_deferred: bool,
 }
 
 impl Default for EmulatorConfig {
@@ -257,6 +262,7 @@ impl Default for EmulatorConfig {
             daily_api_limit: 100_000,
             token_ttl: None,
             bulk_poll_delay: Duration::from_millis(200),
+            bulk_deferred: false,
         }
     }
 }

@@ -426,6 +426,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     let conn = ConnHandle::of(&req);
     let (parts, body) = req.into_parts();
     let route = Route::parse(&parts.method, parts.uri.path());
+    super::bulk::process_due(&shared);
     {
         let mut stats = shared.stats.lock().unwrap();
         stats.requests += 1;
