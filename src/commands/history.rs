@@ -8,8 +8,9 @@
 //! run); the ledger keeps every planned write. A class is open in a run when
 //! the run lies in one of its streaks: from the run that saw it anew (the
 //! first run started at or after its first sighting, which is that run's
-//! start) up to the last run that saw it, or up to, not including, the run
-//! that found it gone.
+//! start) up to the last run that saw it (for an open streak, the job's
+//! latest recording run, kept once per job since migration 13), or up to,
+//! not including, the run that found it gone.
 
 use std::collections::HashMap;
 
