@@ -1468,7 +1468,7 @@ impl StateStore {
     }
 
     /// Records in the history of `job` what run `run_id` found at `now`, as
-    /// `delta` says (read by [`Self::discrepancy_delta`] under the same run
+    /// `delta` says ([`OpenHistory::delta`], read under the same run
     /// lock), in one transaction:
     ///
     /// - a new discrepancy is inserted, first and last seen in this run; one
