@@ -1388,7 +1388,7 @@ impl StateStore {
     /// streamed on its own costs a hand-off through sqlx's worker channel
     /// and an `AnyRow` of owned values: 6 µs a row, 0.37 s for the 61,800
     /// open discrepancies of the 2M-row bench files, a third of a nightly
-    /// dry run. There the set is read in key order, [`OPEN_CHUNK`] rows at
+    /// dry run. There the set is read in key order, 20,000 rows at
     /// a time, each chunk one row of JSON text built by SQLite (keyset
     /// pagination on the primary key: each chunk is an index range). The
     /// open set is held once, as keys, never as rows.
