@@ -1500,12 +1500,6 @@ impl StateStore {
         // Key order: neighbouring rows land on the same B-tree pages.
         new.sort_unstable();
         let mut tx = self.begin_write(context).await?;
-        let before: Option<(String, String)> =
-            sqlx::query_as("SELECT run_id, seen_at FROM recon_history_marks WHERE job = $1")
-                .bind(job.to_string())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(self.db(context))?;
         let mut reopen = false;
         if !new.is_empty() {
             reopen = sqlx::query(
@@ -1521,28 +1515,23 @@ impl StateStore {
         // Every open one this run did not see ends its streak first (the
         // new ones have no open row to match): the row keeps it, with the
         // run that ended it, until the ID comes back. Last seen by the run
-        // before: the job's mark (a store older than migration 13 has
-        // none, and every row then holds its own).
+        // before: the job's mark, still unmoved (a store older than
+        // migration 13 has none, and every row then holds its own).
         if !delta.resolved.is_empty() {
-            let last_seen = match before {
-                Some(_) => ", last_seen_run = $4, last_seen_at = $5",
-                None => "",
-            };
-            let (prev_run, prev_at) = before.clone().unwrap_or_default();
-            let resolve = format!(
-                "UPDATE recon_discrepancies SET resolved_at = $1, resolved_run = $3{last_seen} \
-                 WHERE job = $2 AND resolved_at IS NULL"
+            let resolve = "UPDATE recon_discrepancies SET resolved_at = $1, resolved_run = $3, \
+                 last_seen_run = COALESCE((SELECT m.run_id FROM recon_history_marks m \
+                 WHERE m.job = $2), last_seen_run), \
+                 last_seen_at = COALESCE((SELECT m.seen_at FROM recon_history_marks m \
+                 WHERE m.job = $2), last_seen_at) \
+                 WHERE job = $2 AND resolved_at IS NULL";
+            let by_key = format!(
+                "{resolve} AND (class, external_id) IN (SELECT v.class, v.external_id FROM {})",
+                self.json_rows("$4", &["class", "external_id"])
             );
-            if delta.persisting.is_empty() {
-                // Nothing persists: every open row is resolved, found by scan.
-                let mut q = sqlx::query(&resolve)
-                    .bind(now_s.clone())
-                    .bind(job.to_string())
-                    .bind(run_id.to_string());
-                if before.is_some() {
-                    q = q.bind(prev_run.clone()).bind(prev_at.clone());
-                }
-                q.execute(&mut *tx).await.map_err(self.db(context))?;
+            // Nothing persists: every open row is resolved, found by scan in
+            // one statement; else by key, a chunk at a time.
+            let (sql, lists) = if delta.persisting.is_empty() {
+                (resolve, vec![None])
             } else {
                 let mut keys: Vec<[&str; 2]> = delta
                     .resolved
@@ -1550,26 +1539,18 @@ impl StateStore {
                     .map(|(c, id, _)| [c.as_str(), id.as_str()])
                     .collect();
                 keys.sort_unstable();
-                let list = format!(
-                    "{resolve} AND (class, external_id) IN (SELECT v.class, v.external_id FROM {})",
-                    self.json_rows(
-                        if before.is_some() { "$6" } else { "$4" },
-                        &["class", "external_id"]
-                    )
-                );
-                for chunk in keys.chunks(JSON_BATCH) {
-                    let mut q = sqlx::query(&list)
-                        .bind(now_s.clone())
-                        .bind(job.to_string())
-                        .bind(run_id.to_string());
-                    if before.is_some() {
-                        q = q.bind(prev_run.clone()).bind(prev_at.clone());
-                    }
-                    q.bind(json_text(&chunk))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(self.db(context))?;
+                let lists = keys.chunks(JSON_BATCH).map(|c| Some(json_text(&c)));
+                (by_key.as_str(), lists.collect())
+            };
+            for list in lists {
+                let mut q = sqlx::query(sql)
+                    .bind(now_s.clone())
+                    .bind(job.to_string())
+                    .bind(run_id.to_string());
+                if let Some(list) = list {
+                    q = q.bind(list);
                 }
+                q.execute(&mut *tx).await.map_err(self.db(context))?;
             }
         }
         // New ones with no row at all are inserted as they are; when the job
