@@ -139,12 +139,9 @@ pub async fn update_while_applying(
     guard: &Guard,
     now: Timestamp,
 ) -> Result<(Arc<DiscrepancyDelta>, Option<Vec<WriteOutcome>>, Recording)> {
-    let current = current(outcome);
     let state = ledger.state;
-    let delta = Arc::new(open.finish().await?.delta(&current));
-    drop(current);
-    let writes_target = guard.write && sides.writer().is_some();
-    if !writes_target {
+    let delta = Arc::new(open.finish().await?.delta(&current(outcome)));
+    let Some(target) = sides.writer().filter(|_| guard.write) else {
         // No backfill to run beside: the write runs on its own task while
         // the reports are rendered, awaited before their folder is
         // committed. On SQLite it starts after a webhook route's deliveries
@@ -165,18 +162,11 @@ pub async fn update_while_applying(
             Backend::Sqlite => recording,
         };
         return Ok((delta, None, recording));
-    }
+    };
     // Beside the backfill: on PostgreSQL at once, on SQLite (one writer)
     // once the backfill's plan is committed.
     let (planned, plan_committed) = tokio::sync::oneshot::channel();
-    let backfill = async {
-        match (guard.write, sides.writer()) {
-            (true, Some(target)) => backfill::apply(ledger, target, items, Some(planned))
-                .await
-                .map(Some),
-            _ => Ok(None),
-        }
-    };
+    let backfill = backfill::apply(ledger, target, items, Some(planned));
     // Also when the backfill stopped before its plan: what the run found is
     // recorded either way.
     let history = async {
@@ -189,7 +179,7 @@ pub async fn update_while_applying(
     };
     let (written, outcomes) = tokio::join!(history, backfill);
     written?;
-    Ok((delta, outcomes?, Recording(Write::Done)))
+    Ok((delta, Some(outcomes?), Recording(Write::Done)))
 }
 
 /// The history as the reports show it: first sightings of the persisting
