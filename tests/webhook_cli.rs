@@ -1425,3 +1425,90 @@ async fn a_record_replaced_under_the_same_id_is_delivered_again_under_its_new_ke
     let rows = backfill(&f.path("r2"));
     assert!(!rows[&id].1.contains("not sent again"), "{rows:?}");
 }
+
+/// Every window of `secret` of 8 characters: a piece of it left at a cut.
+fn secret_windows(secret: &str) -> Vec<String> {
+    let chars: Vec<char> = secret.chars().collect();
+    chars.windows(8).map(|w| w.iter().collect()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_echoes_a_token_cut_at_its_200th_byte_leaks_no_piece_of_it() {
+    let f = Fixture::new().await;
+    let token = "whk_9fQ2xL7pV4mZ8rT1kB6nC3hJ5dS0aE";
+    // The handler echoes the request's Authorization header in its 400,
+    // placed so that recon's first 200 bytes end in the middle of the token.
+    let prefix = r#"{"error":"rejected","echo":"#;
+    let pad = "x".repeat(200 - prefix.len() - "Bearer ".len() - 12 - 1);
+    let body = format!("{prefix}\"{pad}Bearer {token}\"}}");
+    assert!(
+        body.len() > 200 && body[..200].ends_with(&token[..12]),
+        "{body}"
+    );
+    let mut answer = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(body.as_bytes());
+    let (url, seen) = raw_server(answer);
+    f.write_config(&format!(
+        "url = \"{url}/hook\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\nheaders = {{ Authorization = \"Bearer ${{HOOK_TOKEN}}\" }}"
+    ));
+    let o = f
+        .run("r1", &["--log", "debug"], &[("HOOK_TOKEN", token)])
+        .await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(seen.lock().unwrap().len(), f.gaps().len());
+    let rows = backfill(&f.path("r1"));
+    assert!(
+        rows.values()
+            .all(|(o, e)| o == "failed" && e.contains("400") && e.contains("rejected")),
+        "{rows:?}"
+    );
+    // No piece of the token anywhere: every report file, the state store
+    // (the delivery ledger's last_error included), stdout and stderr.
+    let mut texts: Vec<(String, Vec<u8>)> = Vec::new();
+    for dir in [f.path("r1"), f.path("reports")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                texts.push((p.display().to_string(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    texts.push((
+        "state.db".into(),
+        std::fs::read(f.path("state.db")).unwrap(),
+    ));
+    let url = format!("sqlite://{}", f.path("state.db").display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let errors: Vec<String> = sqlx::query("SELECT last_error FROM recon_webhook_deliveries")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<Option<String>, _>(0).unwrap_or_default())
+        .collect();
+    assert_eq!(errors.len(), f.gaps().len());
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("rejected") && e.contains("***")),
+        "{errors:?}"
+    );
+    texts.push(("last_error".into(), errors.join("\n").into_bytes()));
+    texts.push(("stdout".into(), o.stdout.clone()));
+    texts.push(("stderr".into(), o.stderr.clone()));
+    assert!(texts.iter().any(|(n, _)| n.ends_with("backfill.csv")));
+    assert!(texts.iter().any(|(n, _)| n.ends_with("report.html")));
+    for (name, bytes) in &texts {
+        let body = String::from_utf8_lossy(bytes);
+        for w in secret_windows(token) {
+            assert!(!body.contains(&w), "`{w}` of the token in {name}");
+        }
+    }
+}

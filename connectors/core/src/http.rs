@@ -1375,9 +1375,12 @@ impl HttpClient {
                 body_code: None,
             });
         }
+        // Scrubbed whole, before any hook reads or cuts it: a secret the
+        // server echoed is removed while it is still whole.
         let said = body
             .ok()
-            .and_then(|b| (inner.provider.error_body)(&b))
+            .map(|b| self.scrub(String::from_utf8_lossy(&b).into_owned()))
+            .and_then(|b| (inner.provider.error_body)(b.as_bytes()))
             .unwrap_or_default();
         let message = self.scrub(said.message.unwrap_or_else(|| {
             reqwest::StatusCode::from_u16(status)
@@ -1433,7 +1436,8 @@ impl HttpClient {
                 }
             }
         }
-        text
+        // The process-wide list too (every `Secret`, the parts of long ones).
+        crate::scrub(&text).into_owned()
     }
 }
 

@@ -101,7 +101,46 @@ const SECRET_PARAMS: [&str; 8] = [
 /// Schemes whose URLs name a file and so have no userinfo.
 const FILE_SCHEMES: [&str; 2] = ["sqlite", "file"];
 
-static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+/// Shortest piece of a longer secret that [`scrub`] removes on its own:
+/// text cut before it was scrubbed (a body's first 200 bytes, a column
+/// width) may hold a secret's prefix or suffix, or a middle part; any run
+/// of this many of a secret's characters is removed, so at most 7
+/// characters of a secret survive at a cut.
+pub const MIN_SCRUB_PART: usize = 8;
+
+/// The registered secrets and, for the long ones, a matcher of every
+/// [`MIN_SCRUB_PART`]-character window of them.
+struct Registry {
+    /// Whole values, longest first.
+    whole: Vec<String>,
+    /// Every window of every secret of at least [`MIN_SCRUB_PART`]
+    /// characters; `None` while there is none.
+    parts: Option<aho_corasick::AhoCorasick>,
+}
+
+static SECRETS: RwLock<Registry> = RwLock::new(Registry {
+    whole: Vec::new(),
+    parts: None,
+});
+
+/// Every `MIN_SCRUB_PART`-character window of the long secrets.
+fn windows_of(secrets: &[String]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for s in secrets {
+        let bounds: Vec<usize> = s
+            .char_indices()
+            .map(|(i, _)| i)
+            .chain(std::iter::once(s.len()))
+            .collect();
+        for w in bounds.windows(MIN_SCRUB_PART + 1) {
+            let part = &s[w[0]..w[MIN_SCRUB_PART]];
+            if !out.contains(&part) {
+                out.push(part);
+            }
+        }
+    }
+    out
+}
 
 /// Adds a value (for a URL: its password and secret query values, in every
 /// form they may be echoed) to the values [`scrub`] removes. Values shorter than [`MIN_SCRUB_LEN`] and
@@ -123,30 +162,78 @@ pub fn register_secret(value: &str) {
             found.push(token.to_string());
         }
     }
-    let mut list = SECRETS.write().unwrap_or_else(|e| e.into_inner());
+    let mut registry = SECRETS.write().unwrap_or_else(|e| e.into_inner());
+    let before = registry.whole.len();
     for s in found {
-        if s.chars().count() >= MIN_SCRUB_LEN && s != "***" && !list.contains(&s) {
-            list.push(s);
+        if s.chars().count() >= MIN_SCRUB_LEN && s != "***" && !registry.whole.contains(&s) {
+            registry.whole.push(s);
         }
     }
+    if registry.whole.len() == before {
+        return;
+    }
     // Longest first, so that a secret containing another is removed whole.
-    list.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    registry.whole.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let windows = windows_of(&registry.whole);
+    registry.parts = if windows.is_empty() {
+        None
+    } else {
+        // Only windows of registered values: a build failure would be a
+        // bug, and scrubbing then falls back to whole values.
+        aho_corasick::AhoCorasick::new(windows).ok()
+    };
 }
 
-/// `text` with every registered secret replaced by `***`, and every URL in
-/// it passed through [`redact_url`].
+/// `text` with every registered secret replaced by `***`, every run of
+/// [`MIN_SCRUB_PART`] or more characters of a registered secret too (what
+/// is left of a secret where text was cut), and every URL in it passed
+/// through [`redact_url`].
 pub fn scrub(text: &str) -> Cow<'_, str> {
-    let list = SECRETS.read().unwrap_or_else(|e| e.into_inner());
+    let registry = SECRETS.read().unwrap_or_else(|e| e.into_inner());
     let mut out = Cow::Borrowed(text);
-    for s in list.iter() {
+    for s in registry.whole.iter() {
         if out.contains(s.as_str()) {
             out = Cow::Owned(out.replace(s.as_str(), "***"));
+        }
+    }
+    if let Some(parts) = &registry.parts {
+        if let Some(cut) = remove_parts(parts, &out) {
+            out = Cow::Owned(cut);
         }
     }
     if out.contains("://") {
         out = Cow::Owned(redact_urls_in(&out));
     }
     out
+}
+
+/// `text` with every stretch covered by overlapping or touching matches of
+/// `parts` replaced by one `***`; `None` when nothing matched.
+fn remove_parts(parts: &aho_corasick::AhoCorasick, text: &str) -> Option<String> {
+    let mut found: Vec<Range<usize>> = parts
+        .find_overlapping_iter(text)
+        .map(|m| m.start()..m.end())
+        .collect();
+    found.sort_by_key(|m| m.start);
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    for m in found {
+        match spans.last_mut() {
+            Some(last) if m.start <= last.end => last.end = last.end.max(m.end),
+            _ => spans.push(m),
+        }
+    }
+    if spans.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for span in spans {
+        out.push_str(&text[at..span.start]);
+        out.push_str("***");
+        at = span.end;
+    }
+    out.push_str(&text[at..]);
+    Some(out)
 }
 
 /// Every URL-looking word (`scheme://…` up to white space, a quote or a
@@ -444,6 +531,39 @@ mod tests {
         // Short values are not scrubbed from prose.
         register_secret("ab");
         assert_eq!(scrub("abc"), "abc");
+    }
+
+    /// Text cut before it was scrubbed: what is left of the secret at the
+    /// cut (its prefix, its suffix, a middle part) goes when 8 characters or
+    /// more are left, however the secret was cut.
+    #[test]
+    fn a_secret_cut_at_any_place_leaves_at_most_seven_characters() {
+        let token = "tok_Q7w3Er5tY9uI1oP2aS4dF6gH8jK0";
+        Secret::new(token);
+        let text = format!("{{\"echo\":\"Bearer {token}\"}} and more");
+        for cut in 0..=text.len() {
+            for start in [0, 10, 16] {
+                if start > cut {
+                    continue;
+                }
+                let piece = &text[start..cut];
+                let out = scrub(piece);
+                let chars: Vec<char> = token.chars().collect();
+                for w in chars.windows(MIN_SCRUB_PART) {
+                    let w: String = w.iter().collect();
+                    assert!(!out.contains(&w), "{piece:?} -> {out:?} keeps {w}");
+                }
+            }
+        }
+        // A prefix at the end of the text and a suffix at its start.
+        assert_eq!(scrub("said: tok_Q7w3Er5tY9"), "said: ***");
+        assert_eq!(scrub("gH8jK0\" was sent"), "gH8jK0\" was sent");
+        assert_eq!(scrub("F6gH8jK0\" was sent"), "***\" was sent");
+        // Seven characters are not enough to be told from prose.
+        assert_eq!(scrub("tok_Q7w"), "tok_Q7w");
+        // Non-ASCII secrets are cut at character boundaries.
+        Secret::new("pässwörd-ÄÖÜ-123");
+        assert_eq!(scrub("x pässwörd-Ä"), "x ***");
     }
 
     #[test]
