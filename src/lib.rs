@@ -10,6 +10,7 @@ pub mod commands;
 pub mod config;
 pub mod diff;
 pub mod faults;
+pub mod interrupt;
 pub mod logging;
 pub mod memory;
 pub mod ops;

@@ -1133,3 +1133,373 @@ async fn postgres_ledger_failure_mid_backfill_stops_writing_and_rerun_writes_onc
     each_gap_once(&job, &db, written).await;
     db.drop_db().await;
 }
+
+/// A child's stderr read on a thread of its own, line by line, so that a
+/// test can wait for a line (event-driven, not a sleep) and still read the
+/// whole of it when the child ends.
+struct Stderr {
+    lines: Arc<Mutex<Vec<String>>>,
+    seen: std::sync::mpsc::Receiver<String>,
+}
+
+impl Stderr {
+    fn follow(child: &mut std::process::Child) -> Stderr {
+        let pipe = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, seen) = std::sync::mpsc::channel();
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                keep.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Stderr { lines, seen }
+    }
+
+    /// Blocks until a line containing `needle` arrives (at most `limit`).
+    fn wait_for(&self, needle: &str, limit: Duration) {
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.seen.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no stderr line with `{needle}` within {limit:?}: {:?}",
+                    self.lines.lock().unwrap()
+                ),
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+/// Holds `LOCK TABLE payments IN EXCLUSIVE MODE` in an open transaction:
+/// reads go on, every INSERT waits until [`TableLock::release`].
+struct TableLock(sqlx::PgConnection);
+
+impl TableLock {
+    async fn take(url: &str) -> TableLock {
+        let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+        sqlx::query("LOCK TABLE payments IN EXCLUSIVE MODE")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        TableLock(c)
+    }
+
+    /// Waits until a backfill INSERT is blocked on this lock.
+    async fn wait_for_blocked_insert(&self, url: &str) {
+        let t = Instant::now();
+        while count(
+            url,
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query ILIKE '%INSERT INTO%'",
+        )
+        .await
+            == 0
+        {
+            assert!(t.elapsed() < Duration::from_secs(120), "no INSERT blocked");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn release(mut self) {
+        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
+    }
+}
+
+fn send_signal(child: &std::process::Child, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// Names of the hidden staging folders (`.NAME.partial-…`) in `dir`.
+fn staging_folders(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && n.contains(".partial-"))
+        .collect()
+}
+
+/// SIGTERM while the backfill's batches wait on the target: no new batch
+/// starts, the batches in flight finish and are recorded, the run is
+/// recorded failed (interrupted), the lock is released, the metrics file
+/// says failed, the staging folder is gone, and the rerun writes every gap
+/// exactly once. `state` is the state-store URL (None: SQLite).
+async fn sigterm_mid_backfill(state: Option<&str>) {
+    let target = TestDb::create(Dialect::Postgres).await;
+    payments_table(&target).await;
+    let job = many_gaps();
+    let spec = |batch| JobSpec {
+        url: &target.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: batch,
+        state,
+        target_extra: "",
+        with_email: false,
+    };
+    job.configure(&spec(500));
+    let held = TableLock::take(&target.url).await;
+    let metrics = job.path("recon.prom");
+    let mut child = job
+        .command("run1")
+        .arg("--metrics-file")
+        .arg(&metrics)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::follow(&mut child);
+    held.wait_for_blocked_insert(&target.url).await;
+    assert_eq!(staging_folders(job.dir.path()).len(), 1, "run 1 is staging");
+    send_signal(&child, "TERM");
+    stderr.wait_for("SIGTERM received", Duration::from_secs(60));
+    // The flag is up before the batches in flight can return.
+    held.release().await;
+    let (o, _) = wait(child, Duration::from_secs(120));
+    let err = stderr.text();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted by SIGTERM"), "{err}");
+    let written = count(&target.url, "SELECT COUNT(*) FROM payments").await;
+    // The two batches in flight (500 rows each) finished; no other began.
+    assert!(
+        written > 0 && written <= 1000 && written % 500 == 0,
+        "written {written}"
+    );
+    let state_url = state.map(str::to_string).unwrap_or_else(|| state_url(&job));
+    let runs = query_rows(&state_url, "SELECT status, error FROM recon_runs", 2).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0][0], "failed", "{runs:?}");
+    assert!(runs[0][1].contains("interrupted by SIGTERM"), "{runs:?}");
+    // What was written is recorded as applied.
+    let applied = count(
+        &state_url,
+        "SELECT COUNT(*) FROM recon_backfill_items WHERE status = 'applied'",
+    )
+    .await;
+    assert_eq!(applied, written);
+    assert_eq!(
+        count(&state_url, "SELECT COUNT(*) FROM recon_locks").await,
+        0
+    );
+    if state.is_some() {
+        assert_eq!(
+            count(
+                &state_url,
+                "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            .await,
+            0,
+            "the advisory lock is released"
+        );
+    }
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        prom.contains("recon_run_status{job=\"charges\",status=\"failed\"} 1"),
+        "{prom}"
+    );
+    assert!(!job.path("run1").exists(), "no report folder");
+    assert_eq!(staging_folders(job.dir.path()), Vec::<String>::new());
+    // The rerun writes the rest, each gap once.
+    let o = job.run("run2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    each_gap_once(&job, &target, written).await;
+    target.drop_db().await;
+}
+
+#[tokio::test]
+async fn sigterm_mid_backfill_stops_gracefully_with_sqlite_state() {
+    sigterm_mid_backfill(None).await;
+}
+
+#[tokio::test]
+async fn sigterm_mid_backfill_stops_gracefully_with_postgres_state() {
+    let state = TestDb::create(Dialect::Postgres).await;
+    sigterm_mid_backfill(Some(&state.url)).await;
+    state.drop_db().await;
+}
+
+/// A second signal exits at once, even while a batch is still blocked; the
+/// lock row and the staging folder it leaves are cleaned up by the next
+/// run, which writes every gap exactly once.
+#[tokio::test]
+async fn a_second_signal_exits_at_once_and_the_next_run_cleans_up() {
+    let target = TestDb::create(Dialect::Postgres).await;
+    payments_table(&target).await;
+    let job = many_gaps();
+    let spec = JobSpec {
+        url: &target.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 500,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    };
+    job.configure(&spec);
+    let held = TableLock::take(&target.url).await;
+    let mut child = job
+        .command("run1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::follow(&mut child);
+    held.wait_for_blocked_insert(&target.url).await;
+    send_signal(&child, "INT");
+    stderr.wait_for("SIGINT received", Duration::from_secs(60));
+    send_signal(&child, "TERM");
+    // Exits while its batches are still blocked on the table lock.
+    let (o, _) = wait(child, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr.text());
+    assert!(
+        stderr.text().contains("received again"),
+        "{}",
+        stderr.text()
+    );
+    held.release().await;
+    assert_eq!(staging_folders(job.dir.path()).len(), 1, "left behind");
+    let state = state_url(&job);
+    assert_eq!(count(&state, "SELECT COUNT(*) FROM recon_locks").await, 1);
+    let o = job.run("run2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(staging_folders(job.dir.path()), Vec::<String>::new());
+    assert_eq!(count(&state, "SELECT COUNT(*) FROM recon_locks").await, 0);
+    // Nothing of run 1 was committed (its transactions died with it).
+    each_gap_once(&job, &target, 0).await;
+    target.drop_db().await;
+}
+
+/// Every early exit under the lock releases it: a window that cannot be
+/// resolved, one that has not begun, a lookback before the earliest
+/// instant (SQLite state, where the lock is a row that would stay).
+#[tokio::test]
+async fn early_exits_release_the_run_lock() {
+    let db = TestDb::create(Dialect::Sqlite).await;
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
+    )
+    .await;
+    let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 10,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    for (window, says) in [
+        ("9999-12-31", "job `charges`"),
+        ("2099-01-01", "has not begun"),
+    ] {
+        let o = Command::from_std(job.command("early"))
+            .args(["--window", window])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{}",
+            text(&o)
+        );
+        let locks = count(&state_url(&job), "SELECT COUNT(*) FROM recon_locks").await;
+        assert_eq!(locks, 0, "--window {window} left its lock: {}", text(&o));
+        assert!(!job.path("early").exists());
+    }
+    // And the job runs at once afterwards.
+    let o = Command::from_std(job.command("ok"))
+        .args(["--window", "2026-11-28"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    db.drop_db().await;
+}
+
+/// The state store's sessions are terminated while the only write batch is
+/// in flight: the batch finishes and is recorded, but the run, no longer
+/// holding its lock, commits no report folder and is recorded failed
+/// (exit 2); the next run finds every gap written, once.
+#[tokio::test]
+async fn lock_lost_during_the_only_batch_commits_nothing_after_it() {
+    let state_db = TestDb::create(Dialect::Postgres).await;
+    let target = TestDb::create(Dialect::Postgres).await;
+    payments_table(&target).await;
+    let job = many_gaps();
+    job.configure(&JobSpec {
+        url: &target.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 5000,
+        state: Some(&state_db.url),
+        target_extra: "",
+        with_email: false,
+    });
+    let held = TableLock::take(&target.url).await;
+    let child = job
+        .command("run1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    held.wait_for_blocked_insert(&target.url).await;
+    let name = state_db.url.rsplit('/').next().unwrap().to_string();
+    let killed = count(
+        &state_db.url,
+        &format!(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{name}' AND pid <> pg_backend_pid()) t"
+        ),
+    )
+    .await;
+    assert!(killed >= 1, "the lock session at least");
+    held.release().await;
+    let (o, _) = wait(child, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("lost the run lock"), "{}", text(&o));
+    assert!(!job.path("run1").exists(), "no report folder: {}", text(&o));
+    assert_eq!(staging_folders(job.dir.path()), Vec::<String>::new());
+    assert_eq!(
+        count(&target.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64,
+        "the batch in flight finished"
+    );
+    let runs = query_rows(&state_db.url, "SELECT status FROM recon_runs", 1).await;
+    assert_eq!(runs, [["failed"]]);
+    assert_eq!(
+        count(
+            &state_db.url,
+            "SELECT COUNT(*) FROM recon_backfill_items WHERE status = 'applied'"
+        )
+        .await,
+        GAPS as i64,
+        "the batch's outcome is recorded"
+    );
+    let o = job.run("run2");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(summary(&job.path("run2"))["backfilled"], 0);
+    assert_eq!(summary(&job.path("run2"))["matched"], GAPS as i64);
+    assert_eq!(
+        count(&target.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64
+    );
+    target.drop_db().await;
+    state_db.drop_db().await;
+}

@@ -33,7 +33,7 @@ use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::config::BackfillMode;
-use crate::pipeline::backfill::{apply, breach, lock, start_run, Ledger};
+use crate::pipeline::backfill::{apply, breach, ensure_lock, start_run, under_lock, Ledger};
 use crate::pipeline::RunPlan;
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
@@ -281,10 +281,15 @@ fn apply_plan(args: ApplyArgs) -> Result<Status> {
     let span = crate::ops::progress::run_span(&plan.job.name);
     // Progress on a terminal only; paused before the summary is printed.
     let _progress = crate::ops::progress::Display::start();
-    runtime.block_on(tracing::Instrument::instrument(
-        execute(plan, file, head, items),
+    let result = runtime.block_on(tracing::Instrument::instrument(
+        async {
+            crate::interrupt::install();
+            execute(plan, file, head, items).await
+        },
         span,
-    ))
+    ));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) -> Result<Status> {
@@ -292,24 +297,26 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
     let state = StateStore::open(plan.job.state.expose()).await?;
     let saved = state.saved_plan(&head.plan_id).await?;
     let saved = check_against_store(&file, &head, saved, &plan, &state)?;
-    let lock = lock(&state, &job).await?;
-    // The apply settles the window only as of the dry run's reading: a
-    // window end after that (or after now) is never recorded.
-    let recorded = Window {
-        start: saved.window.start,
-        end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
-    };
-    let (run_id, lock) = start_run(&state, lock, &job, recorded, false).await?;
-    crate::ops::note_run(&job, &run_id, saved.window);
-    let ledger = Ledger {
-        state: &state,
-        lock: &lock,
-        plan_id: &run_id,
-        job: &job,
-    };
-    let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
-    crate::pipeline::finish::record(&state, &run_id, &result).await?;
-    lock.release().await?;
+    let result = under_lock(&state, &job, async |lock| {
+        // The apply settles the window only as of the dry run's reading: a
+        // window end after that (or after now) is never recorded.
+        let recorded = Window {
+            start: saved.window.start,
+            end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
+        };
+        let run_id = start_run(&state, lock, &job, recorded, false).await?;
+        crate::ops::note_run(&job, &run_id, saved.window);
+        let ledger = Ledger {
+            state: &state,
+            lock,
+            plan_id: &run_id,
+            job: &job,
+        };
+        let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
+        crate::pipeline::finish::record(&state, &run_id, &result).await?;
+        result
+    })
+    .await;
     if let Ok((_, _, dir)) = &result {
         crate::ops::note_report(dir);
     }
@@ -380,6 +387,8 @@ async fn write_and_report(
     let schema = &plan.spec.schema;
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
     crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field).await?;
+    ensure_lock(ledger.lock, job, "committing the report folder").await?;
+    crate::interrupt::check(job, "before committing its report folder")?;
     let path = dir.commit()?;
     println!(
         "plan {}: {} items, {} skipped (already present), {} written, {} failed",

@@ -30,5 +30,11 @@ fn run_plan(args: &RunArgs) -> Result<Status> {
         .build()?;
     // Progress on a terminal only; dropped (line cleared) when the run ends.
     let _progress = crate::ops::progress::Display::start();
-    runtime.block_on(execute(plan))
+    let result = runtime.block_on(async {
+        crate::interrupt::install();
+        execute(plan).await
+    });
+    // A stopped run's blocking readers are not waited for.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }

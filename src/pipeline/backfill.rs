@@ -147,26 +147,58 @@ pub async fn lock(state: &StateStore, job: &str) -> Result<RunLock> {
     }
 }
 
+/// The scaffold of every run that takes the job's lock (`recon run`,
+/// `recon apply`): takes the lock, runs `body` under it, and releases the
+/// lock whatever `body` returned (an early error included), before the
+/// result is handed back. A release that fails turns a success into an
+/// error; after an error it is logged and the first error kept.
+pub async fn under_lock<T>(
+    state: &StateStore,
+    job: &str,
+    body: impl AsyncFnOnce(&RunLock) -> Result<T>,
+) -> Result<T> {
+    let lock = lock(state, job).await?;
+    let result = body(&lock).await;
+    let released = lock.release().await;
+    match (result, released) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Ok(_), Err(e)) => Err(e.into()),
+        (Err(e), Ok(())) => Err(e),
+        (Err(e), Err(r)) => {
+            tracing::warn!(message = "Releasing the run lock failed too.", job, error = %r);
+            Err(e)
+        }
+    }
+}
+
 /// Records the start of a run under the held `lock`; when the store
-/// refuses (an earlier run of the job is still alive), the lock is released
-/// and the refusal returned.
+/// refuses (an earlier run of the job is still alive), the refusal.
 pub async fn start_run(
     state: &StateStore,
-    lock: RunLock,
+    lock: &RunLock,
     job: &str,
     window: recon_core::Window,
     dry_run: bool,
-) -> Result<(String, RunLock)> {
+) -> Result<String> {
     match state
         .start_run_as(job, window, dry_run, Some(lock.owner()))
         .await
     {
-        Ok(id) => Ok((id, lock)),
-        Err(e) => {
-            lock.release().await?;
-            bail!("{e}");
-        }
+        Ok(id) => Ok(id),
+        Err(e) => bail!("{e}"),
     }
+}
+
+/// Fails when the run no longer holds its lock (asked of the database
+/// now): called before anything is committed after the writes (history,
+/// report folder), so that a run that lost its lock never looks complete.
+pub async fn ensure_lock(lock: &RunLock, job: &str, before: &str) -> Result<()> {
+    if !lock.verify().await? {
+        bail!(
+            "job `{job}`: lost the run lock (its session ended or another run took it over) before {before}; the run is recorded as failed and its reports are not written. What was written is in the backfill ledger; check that no other run of this job is active, then run again"
+        );
+    }
+    Ok(())
 }
 
 /// Where a backfill records what it does: the state store, the plan's id
@@ -393,6 +425,10 @@ pub async fn apply(
         loop {
             while halt.is_none() && pending.len() < in_flight {
                 let Some(slot) = next.next() else { break };
+                if crate::interrupt::requested().is_some() {
+                    halt = Some(Halt::Interrupted);
+                    break;
+                }
                 if !ledger.lock.verify().await? {
                     halt = Some(Halt::Lock);
                     break;
@@ -420,7 +456,10 @@ pub async fn apply(
                     outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
                     mark
                 }
-                (Err(ConnectorError::ConnectionLost(m)), None | Some(Halt::Lock)) => {
+                (
+                    Err(ConnectorError::ConnectionLost(m)),
+                    None | Some(Halt::Lock | Halt::Interrupted),
+                ) => {
                     let mark = slot.unknown(&records, &m);
                     halt = Some(Halt::Connection(m, records.len()));
                     mark
@@ -442,6 +481,13 @@ pub async fn apply(
                 "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
                 items.len()
             ),
+            Some(Halt::Interrupted) => Err(crate::interrupt::error(
+                job,
+                &format!(
+                    "during the backfill: stopped before writing more; {written} of {} items were written and recorded",
+                    items.len()
+                ),
+            )),
             Some(Halt::Connection(m, unknown)) => bail!(
                 "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
             ),
@@ -465,6 +511,8 @@ pub async fn apply(
 enum Halt {
     /// The run lock was lost.
     Lock,
+    /// SIGTERM or SIGINT asked the run to stop.
+    Interrupted,
     /// The connection was lost: why, and how many items are unknown.
     Connection(String, usize),
 }

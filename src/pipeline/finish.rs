@@ -38,6 +38,9 @@ pub struct Context<'a> {
     pub timings: (u128, u128),
     /// Both sides, for their names.
     pub sides: &'a Sides,
+    /// The run lock, verified before the history and the folder are
+    /// committed.
+    pub lock: &'a crate::state::RunLock,
 }
 
 /// What the run found and did.
@@ -162,11 +165,14 @@ pub async fn report(
     // report.html last: it reads the staged summary.json and CSVs back.
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
     crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
-    // The folder is committed only once the history it shows is recorded.
+    // The folder is committed only once the history it shows is recorded,
+    // and only by a run that still holds its lock and was not stopped.
     found.recording.finish().await?;
     if crate::faults::abort_after_history() {
         std::process::abort();
     }
+    super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
+    crate::interrupt::check(job, "before committing its report folder")?;
     let path = dir.commit()?;
     let mut counts = crate::report::counts(&found.outcome);
     counts.insert("pending".into(), json!(extras.pending.len()));

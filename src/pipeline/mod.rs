@@ -52,40 +52,40 @@ async fn execute_in_span(plan: RunPlan) -> Result<Status> {
     let now = Timestamp::now();
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
-    let lock = backfill::lock(&state, &job).await?;
-    let last = state.last_success_end(&job).await?;
-    let asked = plan
-        .window
-        .resolve(now, &plan.tz, last)
-        .map_err(|e| anyhow!("job `{job}`: {e}"))?;
-    // A dry run may look at a future window (nothing it records counts for
-    // `since-last-success`); a run that writes may not.
-    if asked.start > now && !plan.dry_run {
-        lock.release().await?;
-        bail!(
-            "job `{job}`: the window {}..{} has not begun yet; nothing can be reconciled before it starts. Check --window",
-            format_timestamp(asked.start),
-            format_timestamp(asked.end)
-        );
-    }
-    // The part of the window after now was not read: a later
-    // `since-last-success` must start where this run's reading ended.
-    let recorded = Window {
-        start: asked.start,
-        end: asked.end.min(now).max(asked.start),
-    };
-    let (run_id, lock) = backfill::start_run(&state, lock, &job, recorded, plan.dry_run).await?;
-    crate::ops::note_run(&job, &run_id, asked);
-    let ledger = Ledger {
-        state: &state,
-        lock: &lock,
-        plan_id: &run_id,
-        job: &job,
-    };
-    let result = run_locked(&plan, &ledger, asked, now).await;
-    finish::record(&state, &run_id, &result).await?;
-    lock.release().await?;
-    let (status, _, dir) = result?;
+    let (status, _, dir) = backfill::under_lock(&state, &job, async |lock| {
+        let last = state.last_success_end(&job).await?;
+        let asked = plan
+            .window
+            .resolve(now, &plan.tz, last)
+            .map_err(|e| anyhow!("job `{job}`: {e}"))?;
+        // A dry run may look at a future window (nothing it records counts for
+        // `since-last-success`); a run that writes may not.
+        if asked.start > now && !plan.dry_run {
+            bail!(
+                "job `{job}`: the window {}..{} has not begun yet; nothing can be reconciled before it starts. Check --window",
+                format_timestamp(asked.start),
+                format_timestamp(asked.end)
+            );
+        }
+        // The part of the window after now was not read: a later
+        // `since-last-success` must start where this run's reading ended.
+        let recorded = Window {
+            start: asked.start,
+            end: asked.end.min(now).max(asked.start),
+        };
+        let run_id = backfill::start_run(&state, lock, &job, recorded, plan.dry_run).await?;
+        crate::ops::note_run(&job, &run_id, asked);
+        let ledger = Ledger {
+            state: &state,
+            lock,
+            plan_id: &run_id,
+            job: &job,
+        };
+        let result = run_locked(&plan, &ledger, asked, now).await;
+        finish::record(&state, &run_id, &result).await?;
+        result
+    })
+    .await?;
     crate::ops::note_report(&dir);
     println!("reports: {}", dir.display());
     // Trouble here is the safety limit: reports and plan written, nothing else.
@@ -122,6 +122,89 @@ async fn run_locked(
         None => plan.job.reports.join(job).join(ledger.plan_id),
     };
     let dir = ReportDir::prepare(&dir_path)?;
+    // Until the writes, nothing needs finishing: a stop request drops the
+    // reading and diffing at once.
+    let Read {
+        window,
+        sides,
+        timings,
+        unplaced,
+        outcome,
+        confirmed,
+        pending,
+        items,
+        guard,
+        open,
+    } = crate::interrupt::cancellable(
+        job,
+        "while reading and diffing, before writing anything",
+        read_stages(plan, ledger, asked, now),
+    )
+    .await?;
+    let (delta, outcomes, recording) = crate::ops::progress::phase(
+        "backfill",
+        history::update_while_applying(ledger, open, &sides, &outcome, &items, &guard, now),
+    )
+    .await?;
+    let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;
+    // Nothing is committed after the writes by a run that lost its lock.
+    backfill::ensure_lock(ledger.lock, job, "recording the discrepancy history").await?;
+    crate::interrupt::check(
+        job,
+        "after its writes, before recording its history and reports",
+    )?;
+    // SQLite's single writer is free now: the history is recorded while
+    // the reports are rendered.
+    let recording = recording.start();
+    let context = finish::Context {
+        plan,
+        run_id: ledger.plan_id,
+        asked,
+        window,
+        now,
+        started,
+        timings,
+        sides: &sides,
+        lock: ledger.lock,
+    };
+    let found = finish::Found {
+        outcome,
+        unplaced,
+        confirmed,
+        pending,
+        delta,
+        items,
+        guard,
+        outcomes,
+        webhook,
+        recording,
+    };
+    crate::ops::progress::phase("report", finish::report(&context, ledger.state, dir, found)).await
+}
+
+/// What the stages before the writes hand on.
+struct Read {
+    window: Window,
+    sides: read::Sides,
+    timings: (u128, u128),
+    unplaced: Vec<crate::report::UnplacedRow>,
+    outcome: DiffOutcome,
+    confirmed: read::Confirmed,
+    pending: Vec<Record>,
+    items: Vec<backfill::Item>,
+    guard: backfill::Guard,
+    open: history::Prefetch,
+}
+
+/// Connect, read + diff, unplaced, confirm edges, pending, plan items,
+/// guard: everything before the first write, none of which writes.
+async fn read_stages(
+    plan: &RunPlan,
+    ledger: &Ledger<'_>,
+    asked: Window,
+    now: Timestamp,
+) -> Result<Read> {
+    let job = &plan.job.name;
     let window = Window {
         start: asked.start.checked_sub(plan.lookback).map_err(|_| {
             anyhow!(
@@ -150,38 +233,18 @@ async fn run_locked(
     let pending = pending(plan, &mut outcome, now)?;
     let items = backfill::plan_items(plan, &outcome, &confirmed.mismatch_sources);
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
-    let (delta, outcomes, recording) = crate::ops::progress::phase(
-        "backfill",
-        history::update_while_applying(ledger, open, &sides, &outcome, &items, &guard, now),
-    )
-    .await?;
-    let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;
-    // SQLite's single writer is free now: the history is recorded while
-    // the reports are rendered.
-    let recording = recording.start();
-    let context = finish::Context {
-        plan,
-        run_id: ledger.plan_id,
-        asked,
+    Ok(Read {
         window,
-        now,
-        started,
+        sides,
         timings: (read.source_ms, read.target_ms),
-        sides: &sides,
-    };
-    let found = finish::Found {
-        outcome,
         unplaced,
+        outcome,
         confirmed,
         pending,
-        delta,
         items,
         guard,
-        outcomes,
-        webhook,
-        recording,
-    };
-    crate::ops::progress::phase("report", finish::report(&context, ledger.state, dir, found)).await
+        open,
+    })
 }
 
 /// Young source records are in flight, not missing: gaps younger than

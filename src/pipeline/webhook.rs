@@ -285,7 +285,7 @@ pub async fn deliver(
         let produce = async move {
             let mut results = futures_util::stream::iter(to_send.iter().copied())
                 .map(|p| async move {
-                    if stop.load(Ordering::Relaxed) {
+                    if stop.load(Ordering::Relaxed) || crate::interrupt::requested().is_some() {
                         return (p, None);
                     }
                     (p, Some(sender.send(p).await))
@@ -352,6 +352,11 @@ pub async fn deliver(
                         bail!("job `{job}`: recording webhook outcomes failed (fault injection)");
                     }
                     state.webhook_mark(job, &marks).await?;
+                    if crate::interrupt::requested().is_some() {
+                        // A stop request: nothing new is sent; what is in
+                        // flight is answered and recorded.
+                        stop.store(true, Ordering::Relaxed);
+                    }
                     if lock_checked.elapsed().as_secs() >= 2 {
                         lock_checked = Instant::now();
                         if !ledger.lock.verify().await? {
@@ -383,6 +388,15 @@ pub async fn deliver(
             "job `{job}`: lost the run lock (its session ended or another run took it over); stopped delivering: {delivered_now} of {} items were delivered, the rest stay planned and the next run sends them with the same Idempotency-Key",
             prepared.len()
         );
+    }
+    if crate::interrupt::requested().is_some() {
+        return Err(crate::interrupt::error(
+            job,
+            &format!(
+                "while delivering: stopped sending; {delivered_now} of {} items were delivered and recorded, the rest stay planned and the next run sends them with the same Idempotency-Key",
+                prepared.len()
+            ),
+        ));
     }
     if let Some(m) = why.into_inner().unwrap_or_else(|e| e.into_inner()) {
         let unsure = count(&|e| matches!(e, Ended::Sent(Sent::Unsure(_)) | Ended::NotSent));

@@ -47,6 +47,51 @@ fn unique_suffix() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
+/// Removes the staging folders (`.NAME.partial-PID-NANOS`) that runs of
+/// this machine left in `parent` when they died (SIGKILL, a second signal,
+/// power loss): their process is gone. Only decidable where `/proc`
+/// exists; elsewhere nothing is removed.
+fn remove_stale_staging(parent: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = staging_pid(&name) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        match fs::remove_dir_all(&path) {
+            Ok(()) => tracing::warn!(
+                message = "Removed the staging folder of a run that died.",
+                folder = %path.display(),
+            ),
+            Err(e) => tracing::warn!(
+                message = "Cannot remove the staging folder of a run that died; delete it by hand.",
+                folder = %path.display(),
+                error = %e,
+            ),
+        }
+    }
+}
+
+/// The process id in a staging folder's name `.NAME.partial-PID-NANOS`.
+fn staging_pid(name: &str) -> Option<u32> {
+    if !name.starts_with('.') {
+        return None;
+    }
+    let (_, suffix) = name.rsplit_once(".partial-")?;
+    let (pid, nanos) = suffix.split_once('-')?;
+    nanos.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
+    pid.parse().ok()
+}
+
 impl ReportDir {
     /// Checks that reports can be written into `dest` and creates the
     /// staging folder beside it. Call it before anything is written to a
@@ -108,6 +153,7 @@ impl ReportDir {
             }
         }
         created.reverse();
+        remove_stale_staging(&parent);
         let staging = parent.join(format!(".{name}.partial-{}", unique_suffix()));
         let dir = ReportDir {
             dest: dest.clone(),
