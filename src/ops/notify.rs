@@ -10,19 +10,23 @@
 //!
 //! `slack` posts `{"text": "…"}`, the body Slack incoming webhooks take
 //! (https://api.slack.com/messaging/webhooks; Mattermost and others accept
-//! it too). `json` posts the facts as an object (job, run id, status, exit
+//! it too). Its text is mrkdwn: `&`, `<` and `>` are escaped as Slack
+//! documents, and values from the job or its data (the job's name, the
+//! error, the report path, an unknown currency) are code spans they cannot
+//! close, so a cell can post no mention, no link and no formatting. `json` posts the facts as an object (job, run id, status, exit
 //! status, window, counts, money delta per currency, report path, error).
 //!
 //! The URL is a secret (a Slack webhook's path is its credential): it is
 //! never printed, and its path and query are scrubbed from every message.
 //! The post goes through the shared HTTP policy (timeout, a retry on 5xx or
-//! a dropped connection); a failure is logged and never changes the run's
-//! exit status.
+//! a dropped connection) with redirects not followed: a 3xx is a failed
+//! delivery naming the webhook's and the `Location`'s origins only. A
+//! failure is logged and never changes the run's exit status.
 
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use recon_core::http::{HttpClient, HttpPolicy, Method, Provider};
+use recon_core::http::{HttpClient, HttpError, HttpPolicy, Method, Provider};
 use recon_core::{format_minor, Currency, Secret};
 use serde::Deserialize;
 use serde_json::json;
@@ -155,6 +159,10 @@ impl Notify {
         policy.max_attempts = 3;
         policy.max_total_wait = self.timeout;
         policy.rate_limit_patience = self.timeout;
+        // A redirected POST arrives as a GET without its body (301-303) or
+        // takes the summary to another origin (307, 308): never followed, a
+        // 3xx is a failed delivery.
+        policy.follow_redirects = false;
         let client = HttpClient::new(
             PROVIDER,
             policy,
@@ -162,12 +170,52 @@ impl Notify {
             vec![("content-type".into(), "application/json".into())],
         )?;
         let body = body(self.format, o);
-        client
+        match client
             .send_text(Method::POST, self.url.expose(), |r| r.json(&body))
             .await
-            .map_err(|e| anyhow!("{}", recon_core::scrub(&e.to_string())))?;
-        Ok(())
+        {
+            Ok(_) => Ok(()),
+            Err(HttpError::Status {
+                status, message, ..
+            }) if (300..400).contains(&status) => Err(anyhow!(
+                "{}",
+                recon_core::scrub(&redirected(self.url.expose(), status, &message))
+            )),
+            Err(e) => Err(anyhow!("{}", recon_core::scrub(&e.to_string()))),
+        }
     }
+}
+
+/// The failure of a post answered with a redirect: the webhook's origin
+/// and where the `Location` pointed (its origin only), never a path.
+/// `message` is the HTTP policy's, which names the `Location` with its
+/// path masked.
+fn redirected(url: &str, status: u16, message: &str) -> String {
+    let at = origin(url).unwrap_or_else(|| "the webhook".into());
+    let to = message
+        .split(|c: char| c.is_whitespace() || matches!(c, ';' | ',' | '(' | ')'))
+        .find(|w| w.contains("://"))
+        .and_then(origin)
+        .map_or_else(
+            || "an address not shown".to_string(),
+            |o| format!("an address at {o}"),
+        );
+    format!(
+        "{at} answered {status}, a redirect to {to}; redirects are not followed for notifications \
+         (a 301-303 would drop the summary, a 307/308 would send it elsewhere), so it was not delivered: \
+         set [notify] url to the webhook's final address"
+    )
+}
+
+/// `scheme://host[:port]` of a URL: what may be shown of a webhook URL
+/// (its path and query are its credential).
+fn origin(url: &str) -> Option<String> {
+    let u = url::Url::parse(url.trim()).ok()?;
+    let host = u.host_str()?;
+    Some(match u.port() {
+        Some(port) => format!("{}://{host}:{port}", u.scheme()),
+        None => format!("{}://{host}", u.scheme()),
+    })
 }
 
 /// The URL's path and query, checked to be an http(s) URL.
@@ -239,12 +287,13 @@ pub fn body(format: NotifyFormat, o: &Outcome) -> serde_json::Value {
                     "delta_minor": m.to_string(),
                 })).collect::<Vec<_>>(),
                 "report": report,
-                "error": o.error,
+                "error": o.error.as_deref().map(|e| recon_core::scrub(e).into_owned()),
             })
         }
         NotifyFormat::Slack => {
             let mut text = format!(
-                "recon job `{job}`: {} (exit {})",
+                "recon job {}: {} (exit {})",
+                code(job),
                 match o.status {
                     RunStatus::Clean => "clean",
                     RunStatus::Discrepancies => "discrepancies",
@@ -253,7 +302,7 @@ pub fn body(format: NotifyFormat, o: &Outcome) -> serde_json::Value {
                 o.exit_status
             );
             if let Some((s, e)) = &window {
-                text.push_str(&format!("\nwindow {s} .. {e}"));
+                text.push_str(&format!("\nwindow {} .. {}", plain(s), plain(e)));
             }
             let counts: Vec<String> = COUNTS
                 .iter()
@@ -263,29 +312,79 @@ pub fn body(format: NotifyFormat, o: &Outcome) -> serde_json::Value {
                 text.push_str(&format!("\n{}", counts.join(", ")));
             }
             if !delta.is_empty() {
-                let d: Vec<String> = delta.iter().map(|(c, m)| money(c, *m)).collect();
+                let d: Vec<String> = delta.iter().map(|(c, m)| slack_money(c, *m)).collect();
                 text.push_str(&format!(
                     "\nmoney delta (target - source): {}",
                     d.join(", ")
                 ));
             }
             if let Some(e) = &o.error {
-                let mut e = e.clone();
-                if e.len() > 600 {
-                    let cut = (0..=600)
-                        .rev()
-                        .find(|i| e.is_char_boundary(*i))
-                        .unwrap_or(0);
-                    e.truncate(cut);
-                    e.push('…');
-                }
-                text.push_str(&format!("\nerror: {e}"));
+                text.push_str(&format!("\nerror: {}", code(&error_text(e))));
             }
             if let Some(r) = &report {
-                text.push_str(&format!("\nreport: {r}"));
+                text.push_str(&format!("\nreport: {}", code(r)));
             }
             json!({ "text": text })
         }
+    }
+}
+
+/// Longest error text posted, in bytes (before escaping).
+const ERROR_BYTES: usize = 600;
+
+/// An error as posted: scrubbed of secrets first (a secret cut in half
+/// would no longer be recognised), then cut at [`ERROR_BYTES`] on a
+/// character boundary.
+fn error_text(e: &str) -> String {
+    let mut e = recon_core::scrub(e).into_owned();
+    if e.len() > ERROR_BYTES {
+        let cut = (0..=ERROR_BYTES)
+            .rev()
+            .find(|i| e.is_char_boundary(*i))
+            .unwrap_or(0);
+        e.truncate(cut);
+        e.push('…');
+    }
+    e
+}
+
+/// Text for Slack's mrkdwn with `&`, `<` and `>` escaped as Slack
+/// documents ("Escaping text", https://api.slack.com/reference/surfaces/formatting#escaping),
+/// so that data can open no mention (`<!channel>`) and no link
+/// (`<https://…|…>`); backticks become `'`, so that data can neither open
+/// nor close a code span.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '`' => out.push('\''),
+            // One line: a line break would end the code span it is in.
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A value from the job or its data as an inline code span, where Slack
+/// applies no `*bold*`, `_italic_` or `~strike~` (see [`plain`]).
+fn code(text: &str) -> String {
+    let text = plain(text);
+    if text.trim().is_empty() {
+        return "(empty)".into();
+    }
+    format!("`{text}`")
+}
+
+/// [`money`] for Slack: a currency recon does not know is data, shown as
+/// code.
+fn slack_money(code_text: &str, minor: i128) -> String {
+    match code_text.parse::<Currency>() {
+        Ok(c) => plain(&format!("{} {code_text}", format_minor(minor, c))),
+        Err(_) => format!("{minor} (minor units) {}", code(code_text)),
     }
 }
 
@@ -329,7 +428,66 @@ mod tests {
             text.contains("money delta (target - source): -10.50 USD"),
             "{text}"
         );
-        assert!(text.contains("report: /r/charges/run-1"), "{text}");
+        assert!(text.contains("report: `/r/charges/run-1`"), "{text}");
+    }
+
+    #[test]
+    fn a_long_error_is_scrubbed_before_it_is_cut() {
+        // A secret across the 600-byte cut: cut first, its head would be
+        // left and no longer recognised as the secret.
+        let secret = "CutSecret/9q8w7e6r5t4y";
+        recon_core::register_secret(secret);
+        let mut o = outcome();
+        o.error = Some(format!("{}{secret} and more", "x".repeat(590)));
+        let b = body(NotifyFormat::Slack, &o);
+        let text = b["text"].as_str().unwrap();
+        assert!(!text.contains(&secret[..6]), "{text}");
+        assert!(text.contains("x***"), "{text}");
+        let b = body(NotifyFormat::Json, &o);
+        assert!(!b["error"].as_str().unwrap().contains(&secret[..6]));
+    }
+
+    #[test]
+    fn slack_values_are_escaped_and_kept_out_of_markup() {
+        assert_eq!(plain("a & <b> `c`"), "a &amp; &lt;b&gt; 'c'");
+        assert_eq!(code("*x*_`y`_"), "`*x*_'y'_`");
+        assert_eq!(code(" "), "(empty)");
+        assert_eq!(
+            slack_money("<!here>", -5),
+            "-5 (minor units) `&lt;!here&gt;`"
+        );
+        let mut o = outcome();
+        o.job = Some("a`b <!channel>".into());
+        o.report_dir = Some("/r/my_job/*run*".into());
+        let b = body(NotifyFormat::Slack, &o);
+        let text = b["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("recon job `a'b &lt;!channel&gt;`: discrepancies"),
+            "{text}"
+        );
+        assert!(text.contains("report: `/r/my_job/*run*`"), "{text}");
+    }
+
+    #[test]
+    fn a_redirect_names_origins_only() {
+        let m = redirected(
+            "https://hooks.example.com/services/T0/B0/Tok",
+            307,
+            "redirected (307) to http://10.0.0.9:8080/***; redirects are not followed",
+        );
+        assert!(
+            m.starts_with(
+                "https://hooks.example.com answered 307, a redirect to an address at http://10.0.0.9:8080;"
+            ),
+            "{m}"
+        );
+        assert!(!m.contains("/services") && !m.contains("***"), "{m}");
+        let m = redirected(
+            "http://127.0.0.1:9/x",
+            302,
+            "redirected (302) without a Location",
+        );
+        assert!(m.contains("a redirect to an address not shown"), "{m}");
     }
 
     #[test]
