@@ -33,6 +33,94 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line, or the exit status once an argument error (or
+    /// `--help`, `--version`) has been printed: `--help` and `--version`
+    /// as clap prints them (status 0); an argument error as clap prints it,
+    /// or, when `--log-format json` (or `RECON_LOG_FORMAT=json`) was asked
+    /// for, as one JSON line like every other log line (status 2).
+    pub fn parse_or_exit_status() -> Result<Cli, u8> {
+        let error = match Cli::try_parse() {
+            Ok(cli) => return Ok(cli),
+            Err(e) => e,
+        };
+        let code = u8::try_from(error.exit_code()).unwrap_or(2);
+        let asked = json_logs_asked(
+            std::env::args_os().skip(1),
+            std::env::var_os("RECON_LOG_FORMAT"),
+        );
+        if code == 0 || !error.use_stderr() || !asked {
+            let _ = error.print();
+            return Err(code);
+        }
+        let (message, fields) = argument_error(&error);
+        crate::logging::init_with("warn", crate::logging::Format::Json);
+        crate::logging::stderr_line_with("error", &message, fields);
+        Err(code)
+    }
+}
+
+/// Whether the command line (or, when it does not say, `RECON_LOG_FORMAT`)
+/// asks for JSON log lines, read without clap: for a command line clap
+/// refused. The last `--log-format` before a `--` counts.
+fn json_logs_asked(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    env: Option<std::ffi::OsString>,
+) -> bool {
+    let mut said: Option<std::ffi::OsString> = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            break;
+        }
+        if arg == "--log-format" {
+            said = Some(args.next().unwrap_or_default());
+        } else if let Some(v) = arg.to_str().and_then(|a| a.strip_prefix("--log-format=")) {
+            said = Some(v.into());
+        }
+    }
+    said.or(env).is_some_and(|v| v == "json")
+}
+
+/// An argument error as a log line: its message (clap's first paragraph,
+/// without `error: `) and fields: `kind`, and the `usage` and `tip` clap
+/// prints, when it does.
+fn argument_error(e: &clap::Error) -> (String, serde_json::Map<String, serde_json::Value>) {
+    use clap::error::ErrorKind;
+    let rendered = e.render().to_string();
+    let mut fields = serde_json::Map::new();
+    fields.insert("kind".into(), format!("{:?}", e.kind()).into());
+    let mut message = String::new();
+    let mut tips = Vec::new();
+    for paragraph in rendered.split("\n\n") {
+        let flat = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+        if flat.is_empty() || flat.starts_with("For more information") {
+            continue;
+        }
+        if let Some(usage) = flat.strip_prefix("Usage: ") {
+            fields.insert("usage".into(), usage.into());
+        } else if let Some(tip) = flat.strip_prefix("tip: ") {
+            tips.push(tip.to_string());
+        } else if message.is_empty() {
+            message = flat.strip_prefix("error: ").unwrap_or(&flat).to_string();
+        }
+    }
+    if !tips.is_empty() {
+        fields.insert("tip".into(), tips.join("; ").into());
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand || message.is_empty() {
+        let names: Vec<String> = <Cli as clap::CommandFactory>::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        message = format!(
+            "recon needs a command ({}); see recon --help",
+            names.join(", ")
+        );
+    }
+    (message, fields)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Diff two export files (.csv or .jsonl) by external ID.
@@ -312,6 +400,22 @@ fn max_records_arg(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_logs_are_found_in_a_command_line_clap_refused() {
+        let asked = |args: &[&str], env: Option<&str>| {
+            json_logs_asked(args.iter().map(Into::into), env.map(Into::into))
+        };
+        assert!(asked(&["--log-format", "json", "run", "--bogus"], None));
+        assert!(asked(&["run", "--log-format=json"], None));
+        assert!(asked(&["run", "--bogus"], Some("json")));
+        assert!(!asked(&["--log-format", "text", "run"], Some("json")));
+        assert!(!asked(&["--log-format=json", "--log-format", "text"], None));
+        assert!(!asked(&["diff", "--", "--log-format", "json"], None));
+        assert!(!asked(&["--log-format", "JSON"], None));
+        assert!(!asked(&["--log-format"], Some("json")));
+        assert!(!asked(&[], None));
+    }
 
     #[test]
     fn limit_flags_refuse_what_would_disable_the_limit() {

@@ -2,7 +2,8 @@
 //! human format (default) or as JSON Lines (`--log-format json` /
 //! `RECON_LOG_FORMAT=json`) for log shippers.
 //!
-//! Every log line passes through [`recon_core::scrub`] before it is
+//! Human lines are coloured only on a terminal, and never with `NO_COLOR`
+//! set. Every log line passes through [`recon_core::scrub`] before it is
 //! written: a secret a driver, a server or a library logs in its own words
 //! (at any level, `trace` included) is replaced by `***`.
 //!
@@ -55,12 +56,28 @@ pub fn init_with(filter: &str, format: Format) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(ScrubbedStderr)
+                    .with_ansi(colour())
                     .with_target(false)
                     .with_filter(filter_fn(|m| !(m.is_span() && m.target() == SPAN_TARGET))),
             )
             .try_init(),
         Format::Json => registry.with(JsonLines::new(ScrubbedStderr)).try_init(),
     };
+}
+
+/// Whether human log lines are coloured: only when stderr is a terminal
+/// (a file or a pipe gets plain text) and `NO_COLOR` is unset or empty
+/// (https://no-color.org).
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    colour_for(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
+}
+
+fn colour_for(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// The format [`init_with`] installed.
@@ -70,6 +87,13 @@ static FORMAT: std::sync::OnceLock<Format> = std::sync::OnceLock::new();
 /// warning of the run): `{level}: {message}` in the human format, a JSON
 /// object like every log line with `--log-format json`. Scrubbed.
 pub fn stderr_line(level: &str, message: &str) {
+    stderr_line_with(level, message, Map::new());
+}
+
+/// [`stderr_line`] with the event's other `fields`, written (scrubbed) in
+/// the JSON object's `fields` as the log layer writes them; the human
+/// format shows the message alone.
+pub fn stderr_line_with(level: &str, message: &str, fields: Map<String, Value>) {
     let message = recon_core::scrub(message);
     crate::ops::progress::clear_for_output();
     if FORMAT.get() != Some(&Format::Json) {
@@ -77,7 +101,7 @@ pub fn stderr_line(level: &str, message: &str) {
         return;
     }
     let note = crate::ops::current_run();
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "timestamp": jiff::Timestamp::now().to_string(),
         "level": level.to_ascii_uppercase(),
         "target": "recon",
@@ -85,8 +109,18 @@ pub fn stderr_line(level: &str, message: &str) {
         "job": note.job,
         "phase": null,
         "message": message,
-        "spans": [],
     });
+    if !fields.is_empty() {
+        let fields: Map<String, Value> = fields
+            .into_iter()
+            .map(|(k, v)| match v {
+                Value::String(t) => (k, Value::String(recon_core::scrub(&t).into_owned())),
+                v => (k, v),
+            })
+            .collect();
+        line["fields"] = Value::Object(fields);
+    }
+    line["spans"] = Value::Array(Vec::new());
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
@@ -396,6 +430,16 @@ mod tests {
         assert_eq!(parsed[1]["fields"]["url"], "postgres://u:***@h/db");
         assert_eq!(parsed[1]["message"], "reading \"***\"");
         assert_eq!(parsed[1]["spans"], serde_json::json!(["run", "phase"]));
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_for(true, None));
+        assert!(colour_for(true, Some(OsStr::new(""))));
+        assert!(!colour_for(true, Some(OsStr::new("1"))));
+        assert!(!colour_for(false, None));
+        assert!(!colour_for(false, Some(OsStr::new(""))));
     }
 
     #[test]

@@ -1,10 +1,13 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use recon::cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::parse_or_exit_status() {
+        Ok(cli) => cli,
+        // Printed already (plain, or a JSON line with --log-format json).
+        Err(code) => return ExitCode::from(code),
+    };
     recon::logging::init_with(&cli.log, cli.log_format.into());
     let result = match cli.command {
         Command::Diff(args) => recon::commands::diff::run(args),
