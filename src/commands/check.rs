@@ -4,7 +4,7 @@
 //! | check | what it does |
 //! |---|---|
 //! | `config` | the file parses (strictly, as `recon run` reads it) and names the job |
-//! | `secrets` | every `${VAR}` the job uses is set (names shown, never values) |
+//! | `secrets` | every `${VAR}` the job uses is set (names shown, never values): the connectors' settings, state, reports and `backfill.webhook` (url, headers, signing_secret) |
 //! | `job` | the plan a run would make: fields, tolerances, window, time zone, target role |
 //! | `source TYPE`, `target TYPE` | the connector builds (a SQL table: connection, table, columns) and answers one cheap authenticated call ([`recon_core::Source::probe`]), with the limits and remaining quota the provider reports |
 //! | `target uniqueness` | when the job backfills: [`recon_core::Target::check_idempotent`], the unique key a write needs |
@@ -235,8 +235,10 @@ fn job_name(file: config::ConfigFile, asked: Option<&str>) -> Result<String> {
 }
 
 /// Every `${VAR}` the job uses, as (setting, variable), in the order the
-/// run expands them: source, target, then state and reports folder (the
-/// job's own or the defaults').
+/// run expands them: source, target (each connector names its expandable
+/// settings), state and reports folder (the job's own or the defaults'),
+/// then the webhook route's URL, header values and signing secret. The
+/// `[notify]` URL has its own check (`notify`).
 fn placeholders(path: &Path, job: &str) -> Result<Vec<(String, String)>> {
     let mut file = config::load(path)?;
     let defaults_state = file.defaults.state.as_ref().map(|s| s.expose().to_string());
@@ -266,6 +268,17 @@ fn placeholders(path: &Path, job: &str) -> Result<Vec<(String, String)>> {
     }
     if let Some(r) = j.reports.clone().or(defaults_reports) {
         record(&r, "reports")?;
+    }
+    // The webhook route's settings, as `recon run` expands them when it
+    // plans the job: its URL, header values and signing secret.
+    if let Some(w) = &j.backfill.webhook {
+        record(w.url.expose(), "backfill.webhook.url")?;
+        for (name, value) in &w.headers {
+            record(value.expose(), &format!("backfill.webhook.headers.{name}"))?;
+        }
+        if let Some(s) = &w.signing_secret {
+            record(s.expose(), "backfill.webhook.signing_secret")?;
+        }
     }
     Ok(found.into_inner())
 }
