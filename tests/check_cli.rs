@@ -877,3 +877,100 @@ columns = {{ amount = "amount_cents", created = "created_at" }}
     );
     db.drop_db().await;
 }
+
+/// Every `${VAR}` of the webhook route counts: a job whose only variable
+/// is `backfill.webhook.signing_secret` (or a header value) is not "the
+/// job uses no ${VAR}", and a missing one fails the secrets check, naming
+/// the setting, before anything connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_signing_secret_and_headers_are_secrets_the_job_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = "id,amount,currency,created\nc1,100,usd,1795842000\n";
+    for side in ["source.csv", "target.csv"] {
+        std::fs::write(dir.path().join(side), rows).unwrap();
+    }
+    // The endpoint accepts connections (the check connects, sends nothing).
+    let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hooks/recon", endpoint.local_addr().unwrap());
+    let job = |name: &str, webhook: &str| {
+        format!(
+            r#"
+[jobs.{name}]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+compare = ["amount", "currency"]
+window = "2026-11-28"
+[jobs.{name}.source]
+type = "file"
+path = "{source}"
+key = "id"
+[jobs.{name}.target]
+type = "file"
+path = "{target}"
+key = "id"
+[jobs.{name}.backfill]
+mode = "insert"
+via = "webhook"
+[jobs.{name}.backfill.webhook]
+url = "{url}"
+{webhook}
+"#,
+            source = dir.path().join("source.csv").display(),
+            target = dir.path().join("target.csv").display(),
+        )
+    };
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}{}",
+            dir.path().join("state.db").display(),
+            dir.path().join("reports").display(),
+            job("signed", "signing_secret = \"${RECON_CHECK_SIGNING}\""),
+            job(
+                "headed",
+                "headers = { X-Api-Token = \"${RECON_CHECK_HEADER}\" }\nsigning_secret = \"plain-shared-secret\"",
+            ),
+        ),
+    );
+    let signing = ("RECON_CHECK_SIGNING", "whsec_check_zz9signing");
+    let header = ("RECON_CHECK_HEADER", "tok_check_zz9header");
+
+    let o = check(&config, "signed", &[signing], &[header.0]).await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        detail(&l, "secrets"),
+        "RECON_CHECK_SIGNING set",
+        "{}",
+        text(&o)
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(signing.1));
+
+    let o = check(&config, "headed", &[header], &[signing.0]).await;
+    let l = lines(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        detail(&l, "secrets"),
+        "RECON_CHECK_HEADER set",
+        "{}",
+        text(&o)
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(header.1));
+
+    // Unset: exactly the secrets check fails, naming the setting.
+    let o = check(&config, "signed", &[], &[signing.0, header.0]).await;
+    let why = assert_only_failed(&o, "secrets");
+    assert!(
+        why.contains(
+            "job `signed` backfill.webhook.signing_secret uses ${RECON_CHECK_SIGNING}, which is not set"
+        ),
+        "{why}"
+    );
+    assert!(why.contains("export RECON_CHECK_SIGNING"), "{why}");
+    let o = check(&config, "headed", &[], &[signing.0, header.0]).await;
+    let why = assert_only_failed(&o, "secrets");
+    assert!(
+        why.contains("backfill.webhook.headers.X-Api-Token uses ${RECON_CHECK_HEADER}"),
+        "{why}"
+    );
+    drop(endpoint);
+}

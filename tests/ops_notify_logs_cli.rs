@@ -513,3 +513,266 @@ async fn json_logs_parse_carry_the_run_id_and_hold_no_secret() {
     }
     state_db.drop_db().await;
 }
+
+/// Whether anyone connected to `listener` (checked once the binary has
+/// exited: a connection it made was queued by the kernel before its
+/// `connect` returned, so it is there to be accepted).
+fn connected_to(listener: &TcpListener) -> bool {
+    listener.set_nonblocking(true).unwrap();
+    match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    }
+}
+
+/// A 302 would turn the POST into a GET without the summary, a 307 would
+/// send the summary to the other origin: neither is followed. Each is one
+/// failed delivery (no retry), named by the two origins only; the other
+/// listener is never contacted; the run's status stands.
+#[test]
+fn a_redirect_is_never_followed_and_is_a_failed_delivery() {
+    let elsewhere = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = format!("http://{}", elsewhere.local_addr().unwrap());
+    let location = format!("location: {other}/services/T0/B0/OtherSecretZ8\r\n");
+    let receiver = Receiver::answering(vec![
+        answer("302 Found", &location),
+        answer("307 Temporary Redirect", &location),
+    ]);
+    let url = format!("{}{HOOK_PATH}", receiver.base);
+    let job = FileJob::new(&notify_section(
+        "on = [\"trouble\", \"discrepancies\"]\ntimeout = \"5s\"",
+    ));
+    for (n, (out, status)) in [("found", 302), ("temporary", 307)].into_iter().enumerate() {
+        let o = job.run(out, &[], &[("RECON_TEST_HOOK", url.as_str())]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "the run's status stands: {}",
+            text(&o)
+        );
+        assert!(job.path(out).join("summary.json").exists(), "{}", text(&o));
+        let got = receiver.received();
+        assert_eq!(got.len(), n + 1, "one POST per run, no retry: {got:?}");
+        assert_eq!(got[n].request_line, format!("POST {HOOK_PATH} HTTP/1.1"));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            stderr.contains("notification not sent (the run's status stands)"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "{} answered {status}, a redirect to an address at {other};",
+                receiver.base
+            )),
+            "both origins named: {stderr}"
+        );
+        assert!(stderr.contains("redirects are not followed"), "{stderr}");
+        for secret in ["HookSecret9x7Q", "/services/", "OtherSecretZ8"] {
+            assert!(!stderr.contains(secret), "{secret} shown: {stderr}");
+        }
+        assert!(
+            !connected_to(&elsewhere),
+            "the redirect's target was contacted after a {status}"
+        );
+    }
+}
+
+/// A source cell `` ` <!channel> <https://evil.example|click> `` in the
+/// error text: Slack's `&`, `<`, `>` are escaped, and the cell's backtick
+/// cannot close the code span it is posted in.
+#[test]
+fn data_in_a_slack_post_opens_no_mention_no_link_and_no_markup() {
+    let receiver = Receiver::start();
+    let url = format!("{}{HOOK_PATH}", receiver.base);
+    let job = FileJob::new(&notify_section("timeout = \"5s\""));
+    let mut source = std::fs::read_to_string(job.path("source.csv")).unwrap();
+    source.push_str("evil1,100,\"` <!channel> <https://evil.example|click> `\",1795842000\n");
+    std::fs::write(job.path("source.csv"), source).unwrap();
+    let o = job.run("evil", &[], &[("RECON_TEST_HOOK", url.as_str())]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("<!channel>"),
+        "the run failed on the cell: {stderr}"
+    );
+    let got = receiver.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let message = got[0].body["text"].as_str().unwrap();
+    assert!(!message.contains("<!channel>"), "{message}");
+    assert!(!message.contains("<https://"), "{message}");
+    assert!(
+        !message.contains('<') && !message.contains('>'),
+        "{message}"
+    );
+    assert!(
+        message.contains("&lt;!channel&gt; &lt;https://evil.example|click&gt;"),
+        "{message}"
+    );
+    // The error is one code span: the cell's backticks are not markup.
+    let error = message
+        .lines()
+        .find_map(|l| l.strip_prefix("error: "))
+        .unwrap_or_else(|| panic!("no error line: {message}"));
+    assert!(
+        error.len() > 2 && error.starts_with('`') && error.ends_with('`'),
+        "{error}"
+    );
+    assert!(
+        !error[1..error.len() - 1].contains('`'),
+        "a backtick inside: {error}"
+    );
+    assert!(
+        message.contains("recon job `files`: TROUBLE (exit 2)"),
+        "{message}"
+    );
+}
+
+/// Human log lines written to a file or a pipe carry no colour codes: a
+/// run whose notification is retried logs tracing's `WARN` line, with
+/// stderr captured (not a terminal).
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    let receiver = Receiver::answering(vec![answer("503 Service Unavailable", "")]);
+    let url = format!("{}{HOOK_PATH}", receiver.base);
+    let job = FileJob::new(&notify_section(
+        "on = [\"trouble\", \"discrepancies\"]\ntimeout = \"20s\"",
+    ));
+    let o = job.run(
+        "plain",
+        &["--log", "warn"],
+        &[("RECON_TEST_HOOK", url.as_str()), ("NO_COLOR", "")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(receiver.received().len(), 2, "503, then taken");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("Retrying request.")),
+        "a warning was logged: {stderr}"
+    );
+    assert!(!stderr.contains("\x1b["), "ANSI codes: {stderr:?}");
+}
+
+/// `recon` with `args`, `env` set.
+fn recon(args: &[&str], env: &[(&str, &str)]) -> Output {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
+        .args(args)
+        .env_remove("RECON_LOG_FORMAT")
+        .env_remove("RECON_CONFIG")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// The one JSON object stderr holds.
+fn one_json_line(o: &Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {}", text(o));
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
+}
+
+/// An argument error (an unknown flag, a bad value) with `--log-format
+/// json` or `RECON_LOG_FORMAT=json` is one JSON line like the others, exit
+/// status 2; without, clap's text; `--help` and `--version` stay plain, 0.
+#[test]
+fn argument_errors_follow_the_log_format_and_help_stays_plain() {
+    let o = recon(
+        &[
+            "--log-format",
+            "json",
+            "run",
+            "--config",
+            "x.toml",
+            "--bogus",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    let line = one_json_line(&o);
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert_eq!(
+        line["message"], "unexpected argument '--bogus' found",
+        "{line}"
+    );
+    for key in ["timestamp", "target", "run_id", "job", "phase", "spans"] {
+        assert!(line.get(key).is_some(), "no `{key}`: {line}");
+    }
+    assert_eq!(line["fields"]["kind"], "UnknownArgument", "{line}");
+    assert!(
+        line["fields"]["usage"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("recon run")),
+        "{line}"
+    );
+
+    // A bad value, JSON asked for by the environment (and `=` spelling).
+    for (args, env) in [
+        (
+            vec!["run", "--config", "x.toml", "--max-records", "-5"],
+            vec![("RECON_LOG_FORMAT", "json")],
+        ),
+        (
+            vec![
+                "--log-format=json",
+                "run",
+                "--config",
+                "x.toml",
+                "--max-records",
+                "-5",
+            ],
+            vec![],
+        ),
+    ] {
+        let o = recon(&args, &env);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let line = one_json_line(&o);
+        assert_eq!(line["level"], "ERROR", "{line}");
+        let message = line["message"].as_str().unwrap();
+        assert!(
+            message.contains("--max-records must be a whole number"),
+            "{line}"
+        );
+    }
+
+    // Text (the default, or said on the command line over the environment).
+    for env in [vec![], vec![("RECON_LOG_FORMAT", "json")]] {
+        let o = recon(
+            &[
+                "--log-format",
+                "text",
+                "run",
+                "--config",
+                "x.toml",
+                "--bogus",
+            ],
+            &env,
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            stderr.starts_with("error: unexpected argument '--bogus' found"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains('{'), "{stderr}");
+    }
+
+    // --help and --version: plain on stdout, exit 0, even with JSON logs.
+    let o = recon(&["--log-format", "json", "run", "--help"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("Usage: recon run"), "{}", text(&o));
+    assert!(!stdout.trim_start().starts_with('{'), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    let o = recon(&["--version"], &[("RECON_LOG_FORMAT", "json")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("recon "),
+        "{}",
+        text(&o)
+    );
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+}
