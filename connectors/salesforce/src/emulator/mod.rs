@@ -26,7 +26,16 @@
 //! | `GET /services/data/vXX.X/jobs/ingest/{id}` | `bulk_ingest_info` |
 //! | `GET …/jobs/ingest/{id}/successfulResults`, `/failedResults`, `/unprocessedrecords` | `bulk_ingest_successful`, `_failed`, `_unprocessed` |
 //!
-//! Any `vXX.X` is served. Errors are Salesforce's JSON array,
+//! The versions served are those of [`EmulatorConfig::served_versions`]
+//! (`GET /services/data/`, REST API "Versions": "Lists summary information
+//! about each Salesforce version currently available, including the
+//! version, label, and a link to each version's root"; no authentication,
+//! not counted). Any path under `/services/data/vXX.X/` of a version the
+//! org does not serve is `404
+//! [{"errorCode":"NOT_FOUND","message":"The requested resource does not exist"}]`,
+//! the same answer as for an sObject the org does not have (so a client
+//! tells the two apart only by listing the versions); answered before
+//! auth, not counted. Errors are Salesforce's JSON array,
 //! `[{"message": …, "errorCode": …}]`; per-record errors of sObject
 //! Collections are `{"statusCode", "message", "fields"}`.
 //!
@@ -93,6 +102,23 @@
 //! Every object has `Id`, `Name` (text 80; a record created without one is
 //! named by its Id), `CreatedDate` and `LastModifiedDate`; those but `Name`
 //! are read-only through the API (`INVALID_FIELD_FOR_INSERT_UPDATE`).
+//!
+//! # Field-level permissions
+//!
+//! A field defined with [`FieldDef::createable`] or
+//! [`FieldDef::updateable`] `false` ([`FieldDef::read_only`]: Field-Level
+//! Security that leaves the field visible but not editable for the
+//! integration user's profile or permission set) shows so in describe
+//! (`createable`/`updateable`: "Value for the field can be specified during
+//! create using the API", Object Reference "API Field Properties"). A write
+//! that sets it anyway is not silently stripped of it: the record fails
+//! with `INVALID_FIELD_FOR_INSERT_UPDATE` ("Unable to create/update fields:
+//! Status__c. Please check the security settings of this field and verify
+//! that it is read/write for your profile or permission set."), in sObject
+//! Collections and Bulk API 2.0 ingest alike (the `StatusCode` of SOAP API
+//! "Core Data Types Used in API Calls", which REST and Bulk API report as
+//! `statusCode` and `sf__Error`). A create is checked against `createable`,
+//! an update (an upsert that matched) against `updateable`.
 //! `CurrencyIsoCode`, as in multi-currency orgs, exists when
 //! [`Emulator::define_object`] lists a field of that name (a 3-letter
 //! picklist, `USD` when not given).
@@ -144,10 +170,27 @@
 //! to [`EmulatorConfig::latency`]; `DropConnection` closes the connection
 //! without a response and does not process the request; `TruncatedJson`
 //! processes it and sends the first half of the body as `200`.
+//! `ServerErrorAfterWork` and `DropAfterWork` process the request (counted,
+//! like any processed call) and then lose its answer: a `500
+//! UNKNOWN_EXCEPTION` instead of it, or the connection closed without a
+//! response; a client that resends meets its own first call's work (a
+//! `DUPLICATE_VALUE` for each record it created, `409 INVALIDJOBSTATE` for
+//! a second `UploadComplete`).
+//!
+//! [`Emulator::set_route_faults`] takes a plan for one route (by the names
+//! of [`EmulatorStats::by_route`]) whose requests are counted from 0 on
+//! their own, e.g. to lose the answer of a job's first `UploadComplete`
+//! whatever came before it; when both plans pick a fault, the shared one
+//! wins.
 //!
 //! # Documentation followed
 //!
-//! * REST API Developer Guide: "Limit Info Header"
+//! * REST API Developer Guide: "Versions"
+//!   <https://developer.salesforce.com/docs/platform/api-rest/guide/resources-versions.html>;
+//!   "List Available REST API Versions" <https://developer.salesforce.com/docs/platform/api-rest/guide/dome-versions.html>;
+//!   "Status Codes and Error Responses" (404: "The requested resource couldn't be found. Check the URI for errors")
+//!   <https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/errorcodes.htm>;
+//!   "Limit Info Header"
 //!   <https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/headers_api_usage.htm>;
 //!   "Query Options Header" <https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/headers_queryoptions.htm>;
 //!   "Execute a SOQL Query" <https://developer.salesforce.com/docs/platform/api-rest/guide/dome-query.html>;
@@ -191,6 +234,11 @@
 //!   <https://salesforce-parth.blogspot.com/2015/07/primitive-data-types-salesforce.html>).
 //! * Decimals through the API: Salesforce Help 000385689
 //!   <https://help.salesforce.com/s/articleView?id=000385689&type=1>.
+//! * Field permissions: Object Reference "API Field Properties"
+//!   <https://developer.salesforce.com/docs/platform/object-reference/guide/access-for-fields.html>;
+//!   SOAP API "Core Data Types Used in API Calls" (`StatusCode`,
+//!   `INVALID_FIELD_FOR_INSERT_UPDATE`)
+//!   <https://developer.salesforce.com/docs/atlas.en-us.api.meta/api/sforce_api_calls_concepts_core_data_objects.htm>.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -230,9 +278,13 @@ pub struct EmulatorConfig {
     /// Added before every response. Requests are served concurrently.
     /// Default zero.
     pub latency: Duration,
-    /// The API version of the org (`GET /services/data/`), e.g. `"62.0"`.
-    /// Every `vXX.X` in a path is served.
+    /// The newest API version the org serves, e.g. `"62.0"`.
     pub api_version: String,
+    /// The oldest API version the org serves. Default `"31.0"` (versions
+    /// 21.0 to 30.0 were retired in Summer '25). `GET /services/data/` lists
+    /// every `N.0` from this one to [`EmulatorConfig::api_version`]; a path
+    /// under `/services/data/vXX.X/` of another version is `404 NOT_FOUND`.
+    pub oldest_api_version: String,
     /// The connected app's consumer key, for the client credentials flow.
     pub client_id: String,
     /// The connected app's consumer secret.
@@ -257,6 +309,7 @@ impl Default for EmulatorConfig {
         EmulatorConfig {
             latency: Duration::ZERO,
             api_version: "62.0".to_owned(),
+            oldest_api_version: "31.0".to_owned(),
             client_id: "3MVG9emulator.consumer.key".to_owned(),
             client_secret: "emulator-consumer-secret".to_owned(),
             daily_api_limit: 100_000,
@@ -265,6 +318,40 @@ impl Default for EmulatorConfig {
             bulk_deferred: false,
         }
     }
+}
+
+impl EmulatorConfig {
+    /// The versions the org serves, oldest first: every `N.0` from
+    /// `oldest_api_version` to `api_version` (and `api_version` itself).
+    pub fn served_versions(&self) -> Vec<String> {
+        let major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u32>().ok());
+        let mut out: Vec<String> = match (major(&self.oldest_api_version), major(&self.api_version))
+        {
+            (Some(a), Some(b)) => (a..=b).map(|m| format!("{m}.0")).collect(),
+            _ => Vec::new(),
+        };
+        if !out.contains(&self.api_version) {
+            out.push(self.api_version.clone());
+        }
+        out
+    }
+
+    /// Whether the org serves version `v` (`"62.0"`).
+    pub fn serves_version(&self, v: &str) -> bool {
+        self.served_versions().iter().any(|s| s == v)
+    }
+}
+
+/// The release a version came with: 31.0 is Summer '14, and three a year
+/// since (32.0 Winter '15, 33.0 Spring '15, …, 62.0 Winter '25).
+pub(crate) fn release_label(v: &str) -> String {
+    let Some(n) = v.split('.').next().and_then(|m| m.parse::<i64>().ok()) else {
+        return format!("v{v}");
+    };
+    let i = n - 31;
+    let season = ["Summer", "Winter", "Spring"][i.rem_euclid(3) as usize];
+    let year = 14 + (i + 2).div_euclid(3);
+    format!("{season} '{:02}", year.rem_euclid(100))
 }
 
 /// A field's data type (describe's `type`).
@@ -311,6 +398,16 @@ pub struct FieldDef {
     pub length: u32,
     /// Whether the field may be empty (`false`: required on create).
     pub nillable: bool,
+    /// describe's `createable`: the user may set it when creating a record.
+    /// `false` models a field the integration user's Field-Level Security
+    /// leaves read-only (or a formula field): a create that sets it fails
+    /// with `INVALID_FIELD_FOR_INSERT_UPDATE` (see the module docs).
+    /// Default `true`.
+    pub createable: bool,
+    /// describe's `updateable`: the user may change it on an existing record;
+    /// an update that sets it fails with `INVALID_FIELD_FOR_INSERT_UPDATE`.
+    /// Default `true`.
+    pub updateable: bool,
 }
 
 impl FieldDef {
@@ -325,6 +422,19 @@ impl FieldDef {
             precision: 0,
             length: 0,
             nillable: true,
+            createable: true,
+            updateable: true,
+        }
+    }
+
+    /// This field, read-only for the integration user (Field-Level
+    /// Security: visible, not editable): describe says `createable: false`
+    /// and `updateable: false`.
+    pub fn read_only(self) -> FieldDef {
+        FieldDef {
+            createable: false,
+            updateable: false,
+            ..self
         }
     }
 
@@ -393,6 +503,12 @@ pub enum FaultKind {
     MalformedJson,
     /// The connection closes without a response; the request is not processed.
     DropConnection,
+    /// The request is processed, then answered `500 UNKNOWN_EXCEPTION`
+    /// instead: the work is done, its answer lost.
+    ServerErrorAfterWork,
+    /// The request is processed, then the connection closes without a
+    /// response: the work is done, its answer lost.
+    DropAfterWork,
 }
 
 /// One entry of a fault plan: requests number `after .. after + times`
@@ -531,6 +647,17 @@ impl Emulator {
     /// Replaces the fault plan; the next request is request number 0 of it.
     pub fn set_faults(&self, faults: Vec<Fault>) {
         *self.shared.faults.lock().unwrap() = FaultPlan::new(faults);
+    }
+
+    /// Replaces the fault plan of one route (`"composite_create"`,
+    /// `"bulk_ingest_state"`, … as in [`EmulatorStats::by_route`]): the next
+    /// request of that route is request number 0 of it.
+    pub fn set_route_faults(&self, route: &str, faults: Vec<Fault>) {
+        self.shared
+            .route_faults
+            .lock()
+            .unwrap()
+            .insert(route.to_owned(), FaultPlan::new(faults));
     }
 
     pub fn stats(&self) -> EmulatorStats {

@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub user_id: String,
     pub store: RwLock<Store>,
     pub faults: Mutex<FaultPlan<FaultKind>>,
+    /// Fault plans of single routes, by route name.
+    pub route_faults: Mutex<HashMap<String, FaultPlan<FaultKind>>>,
     pub tokens: Mutex<Tokens>,
     pub usage: Mutex<Usage>,
     cursors: Mutex<HashMap<String, Cursor>>,
@@ -111,6 +113,7 @@ impl Shared {
             user_id: sf_id("005", 1),
             store: RwLock::new(Store::default()),
             faults: Mutex::new(FaultPlan::default()),
+            route_faults: Mutex::new(HashMap::new()),
             tokens: Mutex::new(Tokens::default()),
             usage: Mutex::new(usage),
             cursors: Mutex::new(HashMap::new()),
@@ -255,6 +258,8 @@ enum Route {
     BulkIngestUpload(String),
     BulkIngestResults(String, IngestResults),
     DataUnknown,
+    /// `/services/data/vXX.X/…` of a version the org does not serve.
+    UnservedVersion,
     NotAllowed(&'static str),
     Unknown,
 }
@@ -282,17 +287,24 @@ impl Route {
             Route::BulkIngestResults(_, IngestResults::Successful) => "bulk_ingest_successful",
             Route::BulkIngestResults(_, IngestResults::Failed) => "bulk_ingest_failed",
             Route::BulkIngestResults(_, IngestResults::Unprocessed) => "bulk_ingest_unprocessed",
-            Route::DataUnknown | Route::NotAllowed(_) | Route::Unknown => "unknown",
+            Route::DataUnknown | Route::UnservedVersion | Route::NotAllowed(_) | Route::Unknown => {
+                "unknown"
+            }
         }
     }
 
     /// Under `/services/data/vXX.X/`: needs a token, counts against the
     /// daily allowance and carries `Sforce-Limit-Info`.
     fn is_data(&self) -> bool {
-        !matches!(self, Route::Token | Route::Versions | Route::Unknown)
+        !matches!(
+            self,
+            Route::Token | Route::Versions | Route::UnservedVersion | Route::Unknown
+        )
     }
 
-    fn parse(method: &Method, path: &str) -> Route {
+    /// The route of `method path`; `served` says whether the org serves a
+    /// version (`"62.0"`).
+    fn parse(method: &Method, path: &str, served: impl Fn(&str) -> bool) -> Route {
         if path == "/services/oauth2/token" {
             return if method == Method::POST {
                 Route::Token
@@ -328,6 +340,9 @@ impl Route {
         else {
             return Route::DataUnknown;
         };
+        if !served(&v) {
+            return Route::UnservedVersion;
+        }
         let o = |x: &&str| x.to_string();
         let get = Method::GET;
         let (route, allowed): (Route, &[Method]) = match &s[1..] {
@@ -417,7 +432,11 @@ fn fault_reply(kind: &FaultKind) -> Option<Reply> {
             headers: Vec::new(),
             limit: None,
         },
-        FaultKind::Slow(_) | FaultKind::TruncatedJson | FaultKind::DropConnection => return None,
+        FaultKind::Slow(_)
+        | FaultKind::TruncatedJson
+        | FaultKind::DropConnection
+        | FaultKind::ServerErrorAfterWork
+        | FaultKind::DropAfterWork => return None,
     })
 }
 
@@ -425,7 +444,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     let (_in_flight, in_flight) = InFlight::enter(&shared.in_flight);
     let conn = ConnHandle::of(&req);
     let (parts, body) = req.into_parts();
-    let route = Route::parse(&parts.method, parts.uri.path());
+    let route = Route::parse(&parts.method, parts.uri.path(), |v| {
+        shared.cfg.serves_version(v)
+    });
     super::bulk::process_due(&shared);
     {
         let mut stats = shared.stats.lock().unwrap();
@@ -438,7 +459,14 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     }
 
     // Everything that depends on arrival order is decided now.
-    let fault = shared.faults.lock().unwrap().next();
+    let shared_fault = shared.faults.lock().unwrap().next();
+    let route_fault = shared
+        .route_faults
+        .lock()
+        .unwrap()
+        .get_mut(route.name())
+        .and_then(FaultPlan::next);
+    let fault = shared_fault.or(route_fault);
     let mut delay = shared.cfg.latency;
     if let Some(FaultKind::Slow(extra)) = &fault {
         delay += *extra;
@@ -482,9 +510,19 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             r
         }
     };
-    if matches!(fault, Some(FaultKind::TruncatedJson)) {
-        reply.status = 200;
-        reply.body.truncate(reply.body.len() / 2);
+    match fault {
+        Some(FaultKind::TruncatedJson) => {
+            reply.status = 200;
+            reply.body.truncate(reply.body.len() / 2);
+        }
+        // Done; its answer never arrives.
+        Some(FaultKind::DropAfterWork) => return dropped_response(conn),
+        Some(FaultKind::ServerErrorAfterWork) => {
+            let limit = reply.limit;
+            reply = fault_reply(&FaultKind::ServerError).expect("an error reply");
+            reply.limit = limit;
+        }
+        _ => {}
     }
     {
         let mut stats = shared.stats.lock().unwrap();
@@ -573,7 +611,7 @@ fn serve(
             "METHOD_NOT_ALLOWED",
             &format!("HTTP Method not allowed. Allowed are {allowed}"),
         ),
-        Route::DataUnknown | Route::Unknown => Reply::not_found(),
+        Route::DataUnknown | Route::UnservedVersion | Route::Unknown => Reply::not_found(),
     }
 }
 
@@ -651,12 +689,23 @@ fn token(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Reply {
 // ---------------------------------------------------------------------------
 // REST resources
 
+/// `GET /services/data/`: every version the org serves, oldest first, as
+/// `{"label", "url", "version"}` (REST API "Versions" and "List Available
+/// REST API Versions").
 fn versions(shared: &Shared) -> Reply {
-    let v = &shared.cfg.api_version;
-    Reply::json(
-        200,
-        &json!([{ "label": "Winter '25", "url": format!("/services/data/v{v}"), "version": v }]),
-    )
+    let list: Vec<Value> = shared
+        .cfg
+        .served_versions()
+        .into_iter()
+        .map(|v| {
+            json!({
+                "label": super::release_label(&v),
+                "url": format!("/services/data/v{v}"),
+                "version": v,
+            })
+        })
+        .collect();
+    Reply::json(200, &Value::Array(list))
 }
 
 fn resources(v: &str) -> Reply {
@@ -716,7 +765,7 @@ fn describe(shared: &Shared, v: &str, name: &str) -> Reply {
         .iter()
         .map(|f| {
             let (ty, soap) = type_json(f.kind);
-            let system = !f.writable();
+            let system = f.platform_maintained();
             let text = matches!(
                 f.kind,
                 FieldType::String | FieldType::Picklist | FieldType::Id
@@ -740,8 +789,8 @@ fn describe(shared: &Shared, v: &str, name: &str) -> Reply {
                 "caseSensitive": f.case_sensitive,
                 "idLookup": f.external_id || f.name == "Id" || f.name == "Name",
                 "nillable": f.nillable,
-                "createable": !system,
-                "updateable": !system,
+                "createable": f.can_create(),
+                "updateable": f.can_update(),
                 "defaultedOnCreate": system || f.name == "Name" || f.kind == FieldType::Boolean,
                 "custom": f.name.ends_with("__c"),
                 "nameField": f.name == "Name",

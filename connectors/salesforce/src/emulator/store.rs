@@ -120,6 +120,8 @@ impl FieldDef {
             precision: 0,
             length,
             nillable: false,
+            createable: true,
+            updateable: true,
         }
     }
 
@@ -148,12 +150,22 @@ impl FieldDef {
         Some(if self.match_ci() { s.to_lowercase() } else { s })
     }
 
-    /// Whether the field can be written through the API.
-    pub(crate) fn writable(&self) -> bool {
-        !matches!(
+    /// A field the platform maintains: never written through the API.
+    pub(crate) fn platform_maintained(&self) -> bool {
+        matches!(
             self.name.as_str(),
             "Id" | "CreatedDate" | "LastModifiedDate" | "SystemModstamp"
         )
+    }
+
+    /// describe's `createable`: settable when a record is created.
+    pub(crate) fn can_create(&self) -> bool {
+        self.createable && !self.platform_maintained()
+    }
+
+    /// describe's `updateable`: settable on an existing record.
+    pub(crate) fn can_update(&self) -> bool {
+        self.updateable && !self.platform_maintained()
     }
 }
 
@@ -425,20 +437,6 @@ impl Object {
         now: i64,
         undo: &mut Vec<Undo>,
     ) -> RowResult {
-        if !system {
-            let fixed: Vec<&str> = vals
-                .iter()
-                .filter(|(f, _)| !self.fields[*f].writable())
-                .map(|(f, _)| self.fields[*f].name.as_str())
-                .collect();
-            if !fixed.is_empty() {
-                return Err(RecErr::new(
-                    "INVALID_FIELD_FOR_INSERT_UPDATE",
-                    format!("Unable to create/update fields: {}. Please check the security settings of this field and verify that it is read/write for your profile or permission set.", fixed.join(", ")),
-                    &fixed,
-                ));
-            }
-        }
         let existing = match op {
             WriteOp::Insert => None,
             WriteOp::Upsert(key) => {
@@ -466,10 +464,41 @@ impl Object {
                 found.first().copied()
             }
         };
+        if !system {
+            self.check_settable(&vals, existing.is_none())?;
+        }
         match existing {
             Some(i) => self.update(i, vals, now, undo).map(|id| (id, false)),
             None => self.create(vals, now, undo).map(|id| (id, true)),
         }
+    }
+
+    /// Fields a create (`creating`) or an update may not set fail the row
+    /// with `INVALID_FIELD_FOR_INSERT_UPDATE`, naming them (SOAP API "Core
+    /// Data Types Used in API Calls", `StatusCode`; the message as
+    /// Salesforce words it for a field the user's profile or permission
+    /// set leaves read-only).
+    fn check_settable(&self, vals: &[(usize, Val)], creating: bool) -> Result<(), RecErr> {
+        let fixed: Vec<&str> = vals
+            .iter()
+            .map(|(f, _)| &self.fields[*f])
+            .filter(|d| {
+                if creating {
+                    !d.can_create()
+                } else {
+                    !d.can_update()
+                }
+            })
+            .map(|d| d.name.as_str())
+            .collect();
+        if fixed.is_empty() {
+            return Ok(());
+        }
+        Err(RecErr::new(
+            "INVALID_FIELD_FOR_INSERT_UPDATE",
+            format!("Unable to create/update fields: {}. Please check the security settings of this field and verify that it is read/write for your profile or permission set.", fixed.join(", ")),
+            &fixed,
+        ))
     }
 
     fn check_unique(&self, vals: &[(usize, Val)], me: Option<usize>) -> Result<(), RecErr> {
