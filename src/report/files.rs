@@ -15,6 +15,22 @@ use super::{CsvReport, ReportDir};
 use crate::diff::{DiffOutcome, Totals};
 use crate::state::{Class, DiscrepancyDelta};
 
+/// The ID column of every report CSV.
+pub const ID_COLUMN: &str = "external_id";
+
+/// The columns a configured run adds after the fields (first sighting,
+/// `new` or `persisting`) in gaps.csv, orphans.csv, mismatches.csv and
+/// duplicates.csv.
+pub const HISTORY_COLUMNS: [&str; 2] = ["first_seen", "state"];
+
+/// The columns of gaps.csv, orphans.csv and pending.csv that are not
+/// fields of the job (see `record_header`): a field of one of these
+/// names would give the file two columns of that name, and report.html
+/// would read the wrong one. `currency` is not among them: it is added
+/// only when no field has that name. The job config refuses these names
+/// (`crate::config`).
+pub const RESERVED_FIELD_NAMES: [&str; 3] = [ID_COLUMN, HISTORY_COLUMNS[0], HISTORY_COLUMNS[1]];
+
 /// What the reports say about the run itself.
 #[derive(Clone, Debug, Default)]
 pub struct RunMeta {
@@ -104,7 +120,7 @@ pub struct UnplacedRow {
 fn write_unplaced_csv(dir: &mut ReportDir, rows: &[UnplacedRow]) -> Result<()> {
     let mut w = CsvReport::new(
         dir.file("unplaced.csv")?,
-        &["side", "external_id", "field", "value", "reason"],
+        &["side", ID_COLUMN, "field", "value", "reason"],
     )?;
     for r in rows {
         w.row([
@@ -227,7 +243,7 @@ impl BackfillRow {
 pub fn write_backfill_csv(dir: &mut ReportDir, rows: &[BackfillRow]) -> Result<()> {
     let mut w = CsvReport::new(
         dir.file("backfill.csv")?,
-        &["external_id", "action", "outcome", "error"],
+        &[ID_COLUMN, "action", "outcome", "error"],
     )?;
     for r in rows {
         w.row([
@@ -311,7 +327,7 @@ pub fn write_diff_reports(
         write_unplaced_csv(dir, &extras.unplaced)?;
         let mut w = CsvReport::new(
             dir.file("resolved.csv")?,
-            &["class", "external_id", "first_seen", "resolved_at"],
+            &["class", ID_COLUMN, HISTORY_COLUMNS[0], "resolved_at"],
         )?;
         for r in &extras.resolved {
             w.row([&r.class, &r.key, &r.first_seen, &r.resolved_at])?;
@@ -433,7 +449,7 @@ fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
 /// (money in major units), then the money's currency unless a field is
 /// already named `currency`.
 fn record_header(schema: &Schema) -> (Vec<String>, bool) {
-    let mut header = vec!["external_id".to_string()];
+    let mut header = vec![ID_COLUMN.to_string()];
     header.extend(schema.fields.iter().map(|f| f.name.clone()));
     let add_currency = schema.money_field().is_some() && schema.index_of("currency").is_none();
     if add_currency {
@@ -483,7 +499,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
 ) -> Result<()> {
     let (mut header, add_currency) = record_header(schema);
     if history.is_some() {
-        header.extend(["first_seen".to_string(), "state".to_string()]);
+        header.extend(HISTORY_COLUMNS.map(String::from));
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut w = CsvReport::new(dir.file(name)?, &header)?;
@@ -517,7 +533,7 @@ fn write_mismatches(
     history: Option<&HistoryMap>,
 ) -> Result<()> {
     let mut header = vec![
-        "external_id",
+        ID_COLUMN,
         "field",
         "source_value",
         "target_value",
@@ -525,7 +541,7 @@ fn write_mismatches(
         "difference",
     ];
     if history.is_some() {
-        header.extend(["first_seen", "state"]);
+        header.extend(HISTORY_COLUMNS);
     }
     let mut w = CsvReport::new(dir.file("mismatches.csv")?, &header)?;
     for m in &outcome.mismatches {
@@ -578,9 +594,9 @@ fn write_duplicates(
     outcome: &DiffOutcome,
     history: Option<&HistoryMap>,
 ) -> Result<()> {
-    let mut header = vec!["external_id", "side", "count", "other_side_count"];
+    let mut header = vec![ID_COLUMN, "side", "count", "other_side_count"];
     if history.is_some() {
-        header.extend(["first_seen", "state"]);
+        header.extend(HISTORY_COLUMNS);
     }
     let mut w = CsvReport::new(dir.file("duplicates.csv")?, &header)?;
     for d in &outcome.duplicates {

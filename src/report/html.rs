@@ -26,6 +26,7 @@ use jiff::Timestamp;
 use recon_core::{format_minor, Currency, Money};
 use serde_json::Value as Json;
 
+use super::files::{HISTORY_COLUMNS, ID_COLUMN};
 use super::{neutralise, ReportDir};
 use crate::state::{RunRow, RunTotals, StateStore};
 
@@ -99,7 +100,35 @@ pub struct Page {
     pub files: Vec<(String, String)>,
 }
 
+/// The column names of the report CSVs that a field of the job may not
+/// have (the job config refuses them): see `files::RESERVED_FIELD_NAMES`.
+/// report.html reads these columns by name.
+pub use super::files::RESERVED_FIELD_NAMES;
+
+/// Whether a character changes how the text around it reads without
+/// showing itself: bidirectional controls (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069), zero-width characters (U+200B–U+200D,
+/// U+2060, U+FEFF), the other invisible format characters (U+180E,
+/// U+2061–U+2064, U+206A–U+206F) and control characters other than tab
+/// and line ends. An ID `ch_\u{202e}fdp.exe` would otherwise read as
+/// `ch_exe.pdf` on the page.
+pub fn is_hidden(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+    ) || (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+}
+
 /// Escapes text for HTML element content and quoted attribute values.
+/// Characters that [`is_hidden`] are shown as `\u202e` (four hex digits,
+/// lower case) instead of acting on the page; the CSV files keep them as
+/// they are.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -109,6 +138,9 @@ pub fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            c if is_hidden(c) => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
             c => out.push(c),
         }
     }
@@ -299,13 +331,13 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
             }
             let h = header(&path)?;
             let (Some(key), Some(amount), Some(cur)) = (
-                col(&h, "external_id"),
+                col(&h, ID_COLUMN),
                 col(&h, field),
                 h.iter().rposition(|c| c == "currency"),
             ) else {
                 continue;
             };
-            let (state, first) = (col(&h, "state"), col(&h, "first_seen"));
+            let (first, state) = (col(&h, HISTORY_COLUMNS[0]), col(&h, HISTORY_COLUMNS[1]));
             each_row(&path, |row| {
                 let Ok(currency) = Currency::parse(&row[cur]) else {
                     return Ok(());
@@ -329,12 +361,12 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
     if path.is_file() {
         let h = header(&path)?;
         if let (Some(key), Some(field), Some(cur), Some(diff)) = (
-            col(&h, "external_id"),
+            col(&h, ID_COLUMN),
             col(&h, "field"),
             col(&h, "currency"),
             col(&h, "difference"),
         ) {
-            let (state, first) = (col(&h, "state"), col(&h, "first_seen"));
+            let (first, state) = (col(&h, HISTORY_COLUMNS[0]), col(&h, HISTORY_COLUMNS[1]));
             each_row(&path, |row| {
                 if money_field.is_some_and(|f| f != &row[field]) {
                     return Ok(());
@@ -368,7 +400,7 @@ pub fn backfill(folder: &Path) -> Result<Backfill> {
         let h = header(&path)?;
         let col = |name: &str| h.iter().position(|c| c == name);
         if let (Some(key), Some(outcome), Some(error)) =
-            (col("external_id"), col("outcome"), col("error"))
+            (col(ID_COLUMN), col("outcome"), col("error"))
         {
             each_row(&path, |row| {
                 *out.outcomes.entry(row[outcome].to_string()).or_default() += 1;
@@ -408,12 +440,14 @@ fn files(folder: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// A link to a file: percent-encodes what a URL path may not hold.
-fn href(prefix: &str, name: &str) -> String {
-    let mut out = String::from(prefix);
-    for b in name.bytes() {
+/// Appends one path segment to a URL, percent-encoding every byte but
+/// the unreserved ones (RFC 3986: letters, digits, `-._~`): a `/`, `#`,
+/// `?` or `%` in a job name (a report folder's name) is then part of the
+/// segment, not the URL's structure.
+pub fn push_segment(out: &mut String, segment: &str) {
+    for b in segment.bytes() {
         match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                 out.push(b as char)
             }
             b => {
@@ -421,6 +455,13 @@ fn href(prefix: &str, name: &str) -> String {
             }
         }
     }
+}
+
+/// A link to the file `name` under `prefix` (already a URL path: `""`, or
+/// segments encoded by [`push_segment`], each ending in `/`).
+fn href(prefix: &str, name: &str) -> String {
+    let mut out = String::from(prefix);
+    push_segment(&mut out, name);
     out
 }
 
@@ -571,6 +612,8 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
 .clean{background:#2e7d32}.discrepancies{background:#b26a00}.trouble,.failed,.crashed{background:#c62828}.unknown,.running{background:#607d8b}\
 .meta{color:#526070}.charts{display:flex;flex-wrap:wrap;gap:16px}figure{margin:0}figcaption{font-weight:600;margin-bottom:2px}\
 svg text{font:11px system-ui,sans-serif;fill:#526070}.neg{color:#c62828}.note{background:#fff8e1;padding:6px 10px;margin:4px 0}\
+h1,td,.note{word-break:break-word;overflow-wrap:anywhere}\
+table.wrap{table-layout:fixed;width:100%}table.wrap td{vertical-align:top}.w-class{width:6.5em}.w-amount{width:15em}.w-state{width:6.5em}.w-first{width:12.5em}.w-age{width:5em}\
 @media print{body{margin:0}}";
 
 /// Renders the page.
@@ -647,7 +690,9 @@ pub fn render(page: &Page) -> String {
     let _ = writeln!(
         h,
         "<footer class=\"meta\"><p>recon {}. Amounts are exact (from minor units); text that a spreadsheet \
-         would run as a formula starts with <code>'</code>, as in the CSV files.</p></footer>\n</body>\n</html>",
+         would run as a formula starts with <code>'</code>, as in the CSV files. Characters that reorder or hide \
+         text (bidirectional controls, zero-width characters) are shown escaped, as <code>\\u202e</code>; the CSV \
+         files hold them as they are.</p></footer>\n</body>\n</html>",
         escape(s["recon_version"].as_str().unwrap_or(env!("CARGO_PKG_VERSION")))
     );
     h
@@ -881,8 +926,9 @@ fn top_section(h: &mut String, top: &[TopRow], started: Option<&str>) {
         "<p class=\"meta\">The {TOP_PER_CURRENCY} largest amounts per currency (a mismatch: target minus source).</p>"
     );
     h.push_str(
-        "<table id=\"top\"><tr><th>class</th><th>external ID</th><th class=\"n\">amount</th><th>state</th>\
-         <th>first seen</th><th class=\"n\">age</th></tr>\n",
+        "<table id=\"top\" class=\"wrap\"><tr><th class=\"w-class\">class</th><th>external ID</th>\
+         <th class=\"n w-amount\">amount</th><th class=\"w-state\">state</th><th class=\"w-first\">first seen</th>\
+         <th class=\"n w-age\">age</th></tr>\n",
     );
     for r in top {
         let _ = writeln!(
@@ -931,7 +977,9 @@ fn backfill_section(h: &mut String, b: &Backfill, s: &Json) {
         h.push_str("</table>\n");
     }
     if !b.failures.is_empty() {
-        h.push_str("<table><tr><th>refused ID</th><th>error</th></tr>\n");
+        h.push_str(
+            "<table id=\"failures\" class=\"wrap\"><tr><th>refused ID</th><th>error</th></tr>\n",
+        );
         for (k, e) in &b.failures {
             let _ = writeln!(h, "<tr><td>{}</td><td>{}</td></tr>", text(k), text(e));
         }
@@ -1032,6 +1080,39 @@ mod tests {
         // No script and nothing loaded from anywhere.
         assert!(!lower.contains("src=\"http"), "{html}");
         assert!(html.contains("default-src 'none'"));
+    }
+
+    #[test]
+    fn hidden_characters_are_shown_escaped() {
+        let hidden = [
+            '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}', '\u{200e}', '\u{200f}', '\u{061c}', '\u{200b}', '\u{200c}',
+            '\u{200d}', '\u{2060}', '\u{feff}', '\u{0}', '\u{7}', '\u{1b}', '\u{7f}', '\u{85}',
+        ];
+        for c in hidden {
+            let out = escape(&format!("ch_{c}x"));
+            assert_eq!(out, format!("ch_\\u{:04x}x", u32::from(c)), "{c:?}");
+        }
+        assert_eq!(escape("ch_\u{202e}fdp.exe"), "ch_\\u202efdp.exe");
+        // Visible text, tabs and line ends are left alone.
+        for c in [
+            'a', 'é', '東', '💶', '\t', '\n', '\r', ' ', '\u{00a0}', '\u{2010}', '\u{2070}',
+        ] {
+            assert_eq!(escape(&c.to_string()), c.to_string(), "{c:?}");
+        }
+        let mut p = page(vec![TopRow {
+            class: "gap",
+            key: "ch_\u{2067}evil\u{2069}".into(),
+            minor: 100,
+            currency: usd(),
+            state: "new".into(),
+            first_seen: "2026-11-30T06:00:00Z".into(),
+        }]);
+        p.summary["source"] = json!("exports/\u{200b}a.csv");
+        let html = render(&p);
+        assert!(html.contains(">ch_\\u2067evil\\u2069<"), "{html}");
+        assert!(html.contains("exports/\\u200ba.csv"), "{html}");
+        assert!(!html.chars().any(is_hidden), "{html}");
     }
 
     #[test]
