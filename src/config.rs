@@ -220,9 +220,123 @@ pub fn load(path: &Path) -> Result<ConfigFile> {
     parse(&text).with_context(|| format!("config {}", path.display()))
 }
 
-/// Parses config text (no environment expansion yet).
+/// Parses config text (no environment expansion yet) and checks what
+/// needs no connection and no file: job names ([`check_job_name`]) and
+/// field names (`check_field_names`).
 pub fn parse(text: &str) -> Result<ConfigFile> {
-    toml::from_str::<ConfigFile>(text).map_err(|e| anyhow!("{}", describe_toml_error(text, &e)))
+    let file = toml::from_str::<ConfigFile>(text)
+        .map_err(|e| anyhow!("{}", describe_toml_error(text, &e)))?;
+    for (name, job) in &file.jobs {
+        check_job_name(name)?;
+        check_field_names(name, job)?;
+    }
+    Ok(file)
+}
+
+/// A job name as messages show it: control characters as `\u{7}`.
+fn shown_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A job's name is one folder name: its reports go to
+/// `REPORTS/JOB/RUN_ID/` (and its run IDs, metrics files and report links
+/// are made of it). A name that is empty, `.` or `..`, or holds `/`, `\`
+/// or a control character would put them elsewhere, or nowhere sensible.
+pub fn check_job_name(name: &str) -> Result<()> {
+    const WHY: &str = "a job name is one folder name under the reports folder (REPORTS/JOB/RUN/)";
+    let shown = shown_name(name);
+    // What to rename it to: the name with its separators and controls
+    // replaced, leading dots and underscores dropped.
+    let fixed: String = name
+        .chars()
+        .map(|c| {
+            if matches!(c, '/' | '\\') || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect::<String>()
+        .trim_start_matches(['.', '_'])
+        .to_string();
+    let example = if fixed.is_empty() || fixed == name {
+        "a name such as [jobs.charges]".to_string()
+    } else {
+        format!("e.g. [jobs.{fixed}]")
+    };
+    if name.is_empty() {
+        bail!("a job has an empty name ([jobs.\"\"]): {WHY}; name it, {example}");
+    }
+    if name == "." || name == ".." {
+        bail!(
+            "job `{name}`: {WHY}, and `{name}` is the reports folder itself or its parent, not a folder of its own; rename the job, {example}"
+        );
+    }
+    if let Some(c) = name.chars().find(|c| matches!(c, '/' | '\\')) {
+        bail!(
+            "job `{shown}`: {WHY}, so it may not contain `{c}` (the job's reports would be written outside its folder); rename the job, {example}"
+        );
+    }
+    if let Some((i, c)) = name.chars().enumerate().find(|(_, c)| c.is_control()) {
+        bail!(
+            "job `{shown}`: {WHY}, so it may not contain a control character ({} at character {}); rename the job, {example}",
+            c.escape_unicode(),
+            i + 1
+        );
+    }
+    Ok(())
+}
+
+/// A field may not have the name of a column that the reports write
+/// beside the fields (`external_id`, `first_seen`, `state`: see
+/// `crate::report::html::RESERVED_FIELD_NAMES`), compared ignoring ASCII
+/// case (to a spreadsheet's lookup `State` is `state`), or gaps.csv would
+/// hold two columns of that name and report.html would read the wrong one.
+fn check_field_names(job_name: &str, job: &JobConfig) -> Result<()> {
+    use crate::report::html::RESERVED_FIELD_NAMES as RESERVED;
+    let named = job
+        .fields
+        .keys()
+        .map(|f| (f, "fields"))
+        .chain(job.compare.iter().map(|f| (f, "compare")))
+        .chain(job.time_field.iter().map(|f| (f, "time_field")));
+    for (field, setting) in named {
+        let Some(column) = RESERVED.iter().find(|r| r.eq_ignore_ascii_case(field)) else {
+            continue;
+        };
+        let new = format!("{}_value", field.to_ascii_lowercase());
+        let maps: Vec<String> = [("source", &job.source), ("target", &job.target)]
+            .into_iter()
+            .filter_map(|(side, e)| {
+                let (map, _) = e.connector().field_map()?;
+                Some(format!("{side}.{map} = {{ {new} = \"{field}\" }}"))
+            })
+            .collect();
+        let map_hint = if maps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", and map it to the column that holds it ({})",
+                maps.join(", ")
+            )
+        };
+        bail!(
+            "job `{}`: field `{field}` (in {setting}) has the name of a column the reports write beside the fields \
+             ({}: gaps.csv, orphans.csv and pending.csv would hold two `{column}` columns); \
+             rename the field, e.g. `{new}`, wherever the job names it (fields, compare, tolerances, time_field){map_hint}",
+            shown_name(job_name),
+            RESERVED.join(", "),
+        );
+    }
+    Ok(())
 }
 
 /// Keys whose values are secrets (or URLs that may hold one); a name
