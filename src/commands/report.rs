@@ -99,8 +99,10 @@ async fn run_folder(state: &StateStore, job: &str, run: Option<&str>) -> Result<
 }
 
 /// How a page in `out` links to the files of `folder`: `""` when they are
-/// the same folder, else the relative path (`../run-1/`), else an absolute
-/// file URL path.
+/// the same folder, else the relative path (`../run-1/`) as a URL path,
+/// each folder name percent-encoded ([`html::push_segment`]): a job named
+/// `eu#2` has its runs in `reports/eu#2/`, which a link must spell
+/// `reports/eu%232/` or the browser reads the rest as a fragment.
 fn link_prefix(out: &Path, folder: &Path) -> Result<String> {
     let out = out
         .canonicalize()
@@ -122,7 +124,7 @@ fn link_prefix(out: &Path, folder: &Path) -> Result<String> {
         let part = c.as_os_str().to_str().with_context(|| {
             format!("the report folder {} is not valid UTF-8", folder.display())
         })?;
-        rel.push_str(part);
+        html::push_segment(&mut rel, part);
         rel.push('/');
     }
     Ok(rel)
@@ -166,6 +168,12 @@ mod tests {
         assert_eq!(
             link_prefix(&out, &run).unwrap(),
             "../reports/charges/run-1/"
+        );
+        let odd = tmp.path().join("reports/a#b%c?d e/a#b%c?d e-1");
+        std::fs::create_dir_all(&odd).unwrap();
+        assert_eq!(
+            link_prefix(&out, &odd).unwrap(),
+            "../reports/a%23b%25c%3Fd%20e/a%23b%25c%3Fd%20e-1/"
         );
         let p = write_atomically(&out.join("report.html"), b"<p>x</p>").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"<p>x</p>");
