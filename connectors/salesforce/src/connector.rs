@@ -129,6 +129,9 @@ pub struct SalesforceConfig {
     pub bulk_timeout: Duration,
     /// First wait between polls of a bulk job (doubling up to 10 s).
     pub bulk_poll: Duration,
+    /// Mapped fields never written (API names), see
+    /// [`crate::SalesforceSettings::not_written`].
+    pub not_written: Vec<String>,
 }
 
 impl SalesforceConfig {
@@ -159,6 +162,7 @@ impl SalesforceConfig {
             rate_limit_patience: Duration::from_secs(15 * 60),
             bulk_timeout: DEFAULT_BULK_TIMEOUT,
             bulk_poll: Duration::from_millis(250),
+            not_written: Vec::new(),
         }
     }
 }
@@ -178,6 +182,16 @@ pub(crate) struct Prepared {
     /// `Id`, the key, the date, the fields and the currency field, each
     /// once, as the org spells them.
     pub select: Vec<String>,
+    /// The fields of `not_written`, lower case.
+    pub not_written: Vec<String>,
+}
+
+impl Prepared {
+    /// Whether writes send `f` (a mapped or the currency field): not a
+    /// field the platform maintains, not listed in `not_written`.
+    pub fn sends(&self, f: &FieldInfo) -> bool {
+        !f.is_system() && !self.not_written.contains(&f.name.to_ascii_lowercase())
+    }
 }
 
 /// A Salesforce sObject as a [`recon_core::Source`] and
@@ -357,10 +371,13 @@ impl SalesforceObjects {
         if let Some(u) = self.usage.latest() {
             return Ok(u);
         }
-        let v = self
+        let v = match self
             .json(Method::GET, &self.data_url("limits"), |r| r)
             .await
-            .map_err(http_error)?;
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.not_found_or(e).await),
+        };
         if let Some(u) = self.usage.latest() {
             return Ok(u);
         }
@@ -376,6 +393,61 @@ impl SalesforceObjects {
         }
     }
 
+    /// A request answered 404 as [`http_error`] maps it, unless the org
+    /// does not serve the configured API version: then that, with the
+    /// versions it serves.
+    pub(crate) async fn not_found_or(&self, e: HttpError) -> ConnectorError {
+        if matches!(e, HttpError::Status { status: 404, .. }) {
+            if let Some(unserved) = self.unserved_version().await {
+                return unserved;
+            }
+        }
+        http_error(e)
+    }
+
+    /// After a 404: whether the org does not serve `api_version`. Salesforce
+    /// answers a path under a version it does not serve with the same `404
+    /// NOT_FOUND` ("The requested resource does not exist") as one naming
+    /// an object it does not have, so the versions are listed with `GET
+    /// /services/data/` (REST API "Versions", no authentication needed:
+    /// https://developer.salesforce.com/docs/platform/api-rest/guide/resources-versions.html).
+    /// `None` when the version is served, or the list cannot be read (then
+    /// the 404 is reported as it came).
+    async fn unserved_version(&self) -> Option<ConnectorError> {
+        let url = format!("{}/services/data/", self.cfg.instance_url);
+        let listed = match self.json(Method::GET, &url, |r| r).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "Could not list the org's API versions after a 404.");
+                return None;
+            }
+        };
+        let mut versions: Vec<String> = listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.get("version").and_then(Json::as_str).map(str::to_string))
+            .collect();
+        if versions.is_empty() || versions.contains(&self.cfg.api_version) {
+            return None;
+        }
+        let number = |v: &String| {
+            let (a, b) = v.split_once('.').unwrap_or((v, "0"));
+            (a.parse::<u32>().unwrap_or(0), b.parse::<u32>().unwrap_or(0))
+        };
+        versions.sort_by_key(number);
+        let newest = versions.last().cloned().unwrap_or_default();
+        let served = if versions.len() > 2 {
+            format!("{} to {newest} ({} versions)", versions[0], versions.len())
+        } else {
+            versions.join(" and ")
+        };
+        Some(ConnectorError::Config(format!(
+            "Salesforce at {} does not serve REST API version {} (it answered 404 NOT_FOUND; GET /services/data/ lists the versions this org serves: {served}); set api_version in the job's target settings to one of them, e.g. api_version = \"{newest}\" (the newest)",
+            self.cfg.instance_url, self.cfg.api_version
+        )))
+    }
+
     /// The describe, fetched once and resolved against the job's fields.
     pub(crate) async fn prepared(&self) -> Result<&Prepared, ConnectorError> {
         self.prepared.get_or_try_init(|| self.prepare()).await
@@ -389,10 +461,15 @@ impl SalesforceObjects {
                 let url = self.data_url(&format!("sobjects/{}/describe", cfg.object));
                 match self.json(Method::GET, &url, |r| r).await {
                     Ok(v) => Ok(ObjectInfo::from_json(&v)),
-                    Err(HttpError::Status { status: 404, .. }) => Err(ConnectorError::Config(format!(
-                        "Salesforce has no object `{}` (describe answered 404 NOT_FOUND); check the job's object (custom objects end in __c) and that the integration user can read it",
-                        cfg.object
-                    ))),
+                    Err(HttpError::Status { status: 404, .. }) => {
+                        if let Some(unserved) = self.unserved_version().await {
+                            return Err(unserved);
+                        }
+                        Err(ConnectorError::Config(format!(
+                            "Salesforce has no object `{}` (describe answered 404 NOT_FOUND; the org serves API version {}); check the job's object (custom objects end in __c) and that the integration user can read it",
+                            cfg.object, cfg.api_version
+                        )))
+                    }
                     Err(e) => Err(http_error(e)),
                 }
             })
@@ -456,6 +533,36 @@ impl SalesforceObjects {
                 cfg.currency_field.as_deref().unwrap_or("CurrencyIsoCode")
             )));
         }
+        let mut not_written = Vec::new();
+        for name in &cfg.not_written {
+            let mapped = fields
+                .iter()
+                .chain(currency.iter())
+                .find(|f| f.name.eq_ignore_ascii_case(name));
+            match mapped {
+                Some(f) => not_written.push(f.name.to_ascii_lowercase()),
+                None => {
+                    return Err(ConnectorError::Config(format!(
+                        "Salesforce {}: not_written lists `{name}`, which is not a field the job writes; the fields it writes: {}",
+                        cfg.object,
+                        fields
+                            .iter()
+                            .chain(currency.iter())
+                            .filter(|f| !f.is_system() && !f.name.eq_ignore_ascii_case(&key.name))
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )))
+                }
+            }
+        }
+        if !not_written.is_empty() {
+            tracing::info!(
+                message = "Fields listed in not_written are read and compared, never written.",
+                object = cfg.object.as_str(),
+                fields = cfg.not_written.join(", ").as_str()
+            );
+        }
         let mut select: Vec<String> = Vec::new();
         let mut add = |n: &str| {
             if !select.iter().any(|s| s.eq_ignore_ascii_case(n)) {
@@ -484,6 +591,7 @@ impl SalesforceObjects {
             date,
             currency,
             select,
+            not_written,
         })
     }
 }

@@ -70,13 +70,12 @@ impl FieldInfo {
         self.kind == "datetime"
     }
 
-    /// Whether recon may send this field in a create or upsert.
-    pub fn writable(&self) -> bool {
-        self.createable
-            && self.updateable
-            && !SYSTEM_FIELDS
-                .iter()
-                .any(|s| s.eq_ignore_ascii_case(&self.name))
+    /// A field the platform maintains itself (`Id`, `CreatedDate`, …):
+    /// never sent in a write, whatever the job maps to it.
+    pub fn is_system(&self) -> bool {
+        SYSTEM_FIELDS
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(&self.name))
     }
 
     fn from_json(f: &Json) -> Option<FieldInfo> {
@@ -168,6 +167,37 @@ pub fn key_problem(object: &ObjectInfo, key: &str) -> Option<String> {
     }
 }
 
+/// What a write needs of a field it sends: to be set on create, on update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    /// Records are created (gaps; an upsert that matches nothing).
+    pub create: bool,
+    /// Existing records are changed (repairs of mismatches).
+    pub update: bool,
+}
+
+/// Why the integration user cannot write `f` as `needs` says, if so:
+/// describe's `createable: false` / `updateable: false` (Field-Level
+/// Security that leaves the field read-only for the user, or a formula or
+/// auto-number field).
+pub fn write_problem(f: &FieldInfo, needs: Needs) -> Option<String> {
+    let mut flags = Vec::new();
+    if needs.create && !f.createable {
+        flags.push("createable: false");
+    }
+    if needs.update && !f.updateable {
+        flags.push("updateable: false");
+    }
+    (!flags.is_empty()).then(|| flags.join(", "))
+}
+
+/// The Setup steps that give the integration user edit access to `field`.
+pub fn edit_access_fix(object: &str, field: &str) -> String {
+    format!(
+        "Grant edit access to it (Field-Level Security) for the integration user: Setup → Object Manager → {object} → Fields & Relationships → {field} → Set Field-Level Security → for the user's profile check \"Visible\" and clear \"Read-Only\" → Save; or in the permission set assigned to the user: Object Settings → {object} → Edit → Field Permissions → {field} → check \"Edit Access\" → Save (a formula or auto-number field can never be written)"
+    )
+}
+
 /// The Setup steps that make `key` an external ID that upserts can rely on.
 pub fn key_fix(object: &str, key: &str, exists: bool) -> String {
     if exists {
@@ -209,10 +239,45 @@ mod tests {
         assert!(f.external_id && f.unique && f.case_sensitive);
         let a = d.field("amount__c").unwrap();
         assert_eq!((a.kind.as_str(), a.scale, a.precision), ("currency", 2, 18));
-        assert!(a.is_number() && a.writable());
-        assert!(!d.field("Id").unwrap().writable());
-        assert!(!d.field("CreatedDate").unwrap().writable(), "system field");
+        assert!(a.is_number() && a.createable && a.updateable && !a.is_system());
+        assert!(d.field("Id").unwrap().is_system());
+        let created = d.field("CreatedDate").unwrap();
+        assert!(created.is_system() && !created.createable, "system field");
         assert!(d.names(2).ends_with("(6 fields)"));
+    }
+
+    #[test]
+    fn read_only_fields_are_named_with_the_flag_the_write_needs() {
+        let d = ObjectInfo::from_json(&json!({"fields": [
+            {"name": "Status__c", "type": "string", "createable": false, "updateable": false},
+            {"name": "Note__c", "type": "string", "createable": true, "updateable": false},
+        ]}));
+        let status = d.field("Status__c").unwrap();
+        let note = d.field("Note__c").unwrap();
+        let insert = Needs {
+            create: true,
+            update: false,
+        };
+        let repair = Needs {
+            create: true,
+            update: true,
+        };
+        assert_eq!(
+            write_problem(status, insert).as_deref(),
+            Some("createable: false")
+        );
+        assert_eq!(
+            write_problem(status, repair).as_deref(),
+            Some("createable: false, updateable: false")
+        );
+        assert_eq!(write_problem(note, insert), None, "inserts never update");
+        assert_eq!(
+            write_problem(note, repair).as_deref(),
+            Some("updateable: false")
+        );
+        let fix = edit_access_fix("Payment__c", "Status__c");
+        assert!(fix.contains("Field-Level Security"), "{fix}");
+        assert!(fix.contains("Object Manager → Payment__c → Fields & Relationships → Status__c"));
     }
 
     #[test]

@@ -93,6 +93,16 @@ pub struct SalesforceSettings {
     pub rate_limit_patience: Option<String>,
     /// How long a Bulk API 2.0 job may take, e.g. `"1h"` (default 30m).
     pub bulk_timeout: Option<String>,
+    /// Mapped fields recon never writes, by their API names (e.g.
+    /// `["Status__c"]`): read and compared as usual, left out of every
+    /// create and update. For a field the integration user may read but not
+    /// edit (describe `createable: false` / `updateable: false`, a
+    /// read-only Field-Level Security), which recon otherwise refuses to
+    /// backfill rather than write records without it. Records recon
+    /// creates then lack the field, and show as mismatches on it while it
+    /// is compared. The external ID field cannot be listed.
+    #[serde(default)]
+    pub not_written: Vec<String>,
 }
 
 fn trim_url(u: &str) -> String {
@@ -191,6 +201,18 @@ impl SalesforceSettings {
         if let Some(p) = &self.bulk_timeout {
             cfg.bulk_timeout = positive_duration(p, "Salesforce bulk_timeout")?;
         }
+        for f in &self.not_written {
+            if f.trim().eq_ignore_ascii_case(self.external_id_field.trim()) {
+                return Err(bad(format!(
+                    "not_written lists the external ID field `{f}`: every write sends the key"
+                )));
+            }
+        }
+        cfg.not_written = self
+            .not_written
+            .iter()
+            .map(|f| f.trim().to_string())
+            .collect();
         Ok(cfg)
     }
 
@@ -360,6 +382,10 @@ mod tests {
             (json!({"api_version": "sixty"}), "api_version"),
             (json!({"currency": "XXXX"}), "currency"),
             (json!({"bulk_timeout": "0s"}), "bulk_timeout"),
+            (
+                json!({"not_written": ["stripe_charge_id__c"]}),
+                "not_written lists the external ID field",
+            ),
             (
                 json!({"instance_url": "acme.my.salesforce.com"}),
                 "My Domain",

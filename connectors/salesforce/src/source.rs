@@ -410,10 +410,14 @@ impl Source for SalesforceObjects {
     /// Organization Limits",
     /// https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/dome_limits.htm).
     async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
-        let v = self
+        let v = match self
             .json(Method::GET, &self.data_url("limits"), |r| r)
             .await
-            .map_err(http_error)?;
+        {
+            Ok(v) => v,
+            // A 404 here is an API version the org does not serve.
+            Err(e) => return Err(self.not_found_or(e).await),
+        };
         let d = &v["DailyApiRequests"];
         let usage = match (d["Max"].as_u64(), d["Remaining"].as_u64()) {
             (Some(max), Some(rem)) => Some(crate::limits::ApiUsage {

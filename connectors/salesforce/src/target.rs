@@ -46,15 +46,16 @@
 //!   the last `Sforce-Limit-Info`); see [`crate::limits`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use futures_util::{stream, StreamExt, TryStreamExt};
-use recon_core::http::Method;
+use recon_core::http::{HttpError, Method};
 use recon_core::{ConnectorError, Record, Source, Target, Value, WriteMode, WriteOutcome};
 use serde_json::{json, Map, Value as Json};
 
 use crate::connector::{write_error, Prepared, SalesforceObjects};
 use crate::convert::{beyond_scale, to_json, value_to_field, Written};
-use crate::describe::{key_fix, key_problem};
+use crate::describe::{edit_access_fix, key_fix, key_problem, write_problem, FieldInfo, Needs};
 use crate::limits::check_share;
 use crate::soql;
 
@@ -69,6 +70,10 @@ pub const BULK_JOB_CALLS: u64 = 14;
 /// A record as one write sends it: field name → written value.
 type Row = Vec<(String, Written)>;
 
+/// Per row sent: its outcome, and whether its call was sent more than once
+/// (an earlier attempt's answer was lost; Salesforce may have acted on it).
+type Sent = Vec<(WriteOutcome, bool)>;
+
 impl SalesforceObjects {
     /// The fields a write sends for `r`, or why it cannot be written.
     fn row_of(&self, p: &Prepared, r: &Record) -> Result<Row, String> {
@@ -81,11 +86,12 @@ impl SalesforceObjects {
             },
         )];
         for (info, v) in p.fields.iter().zip(&r.values) {
-            if !info.writable() || info.name.eq_ignore_ascii_case(&p.key.name) {
+            if !p.sends(info) || info.name.eq_ignore_ascii_case(&p.key.name) {
                 continue;
             }
             if let Value::Money(m) = v {
                 match (&p.currency, self.cfg.currency) {
+                    (Some(c), _) if !p.sends(c) => {}
                     (Some(c), _) => row.push((
                         c.name.clone(),
                         Written {
@@ -122,6 +128,68 @@ impl SalesforceObjects {
         Ok(deduped)
     }
 
+    /// Refuses, before anything is written, a write that would send a
+    /// field the integration user cannot set as `needs` says (describe
+    /// `createable: false` for creates, `updateable: false` for updates):
+    /// Salesforce would refuse every record with
+    /// `INVALID_FIELD_FOR_INSERT_UPDATE`, or, where a tool drops what it
+    /// cannot write, records would be written without it. Names the
+    /// object, each field and its flag, the Field-Level Security that
+    /// fixes it, and `not_written`, which leaves a field out of writes.
+    pub(crate) fn check_writable(&self, p: &Prepared, needs: Needs) -> Result<(), ConnectorError> {
+        // The key, the mapped fields, and the currency field with money.
+        let currency = p
+            .currency
+            .iter()
+            .filter(|_| self.schema.money_field().is_some());
+        let mut sent: Vec<&FieldInfo> = vec![&p.key];
+        for f in p.fields.iter().chain(currency) {
+            if p.sends(f) && !sent.iter().any(|s| s.name.eq_ignore_ascii_case(&f.name)) {
+                sent.push(f);
+            }
+        }
+        let bad: Vec<(&FieldInfo, String)> = sent
+            .into_iter()
+            .filter_map(|f| write_problem(f, needs).map(|why| (f, why)))
+            .collect();
+        if bad.is_empty() {
+            return Ok(());
+        }
+        let object = &self.cfg.object;
+        let what = match (needs.create, needs.update) {
+            (true, true) => "create or update records",
+            (false, true) => "update records",
+            _ => "create records",
+        };
+        let listed = bad
+            .iter()
+            .map(|(f, why)| format!("{object}.{} ({why})", f.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let fixes = bad
+            .iter()
+            .map(|(f, _)| edit_access_fix(object, &f.name))
+            .collect::<Vec<_>>()
+            .join(". ");
+        let key_listed = bad
+            .iter()
+            .any(|(f, _)| f.name.eq_ignore_ascii_case(&p.key.name));
+        let exclude = if key_listed {
+            "The external ID field must be writable: every write sends it".to_string()
+        } else {
+            format!(
+                "Or, to backfill without it, list it in the job's target settings: not_written = [{}] (records are then written without it, and show as mismatches on it while it is compared)",
+                bad.iter()
+                    .map(|(f, _)| format!("\"{}\"", f.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        Err(ConnectorError::Config(format!(
+            "Salesforce: the integration user cannot set {listed}, which recon must send to {what}; nothing was written. {fixes}. {exclude}"
+        )))
+    }
+
     fn sobject(&self, row: &Row) -> Json {
         let mut m = Map::new();
         m.insert("attributes".into(), json!({"type": self.cfg.object}));
@@ -137,11 +205,15 @@ impl SalesforceObjects {
         p: &Prepared,
         rows: &[&Row],
         upsert: bool,
-    ) -> Result<Vec<WriteOutcome>, ConnectorError> {
+    ) -> Result<Sent, ConnectorError> {
         let body = json!({
             "allOrNone": false,
             "records": rows.iter().map(|r| self.sobject(r)).collect::<Vec<_>>(),
         });
+        // Attempts of this call: more than one when the policy resent it
+        // after an answer that never came (5xx, a cut connection, a cut
+        // body), which Salesforce may have acted on.
+        let attempts = AtomicU32::new(0);
         let (method, url) = if upsert {
             (
                 Method::PATCH,
@@ -154,18 +226,25 @@ impl SalesforceObjects {
             (Method::POST, self.data_url("composite/sobjects"))
         };
         let v = self
-            .json(method, &url, |r| r.json(&body))
+            .json(method, &url, |r| {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                r.json(&body)
+            })
             .await
             .map_err(write_error)?;
+        let resent = attempts.load(Ordering::Relaxed) > 1;
         let results = v.as_array().cloned().unwrap_or_default();
         Ok((0..rows.len())
-            .map(|i| match results.get(i) {
-                Some(o) => outcome_of(o, upsert),
-                None => WriteOutcome::Failed(format!(
-                    "Salesforce returned {} results for {} records; this one has none",
-                    results.len(),
-                    rows.len()
-                )),
+            .map(|i| {
+                let outcome = match results.get(i) {
+                    Some(o) => outcome_of(o, upsert),
+                    None => WriteOutcome::Failed(format!(
+                        "Salesforce returned {} results for {} records; this one has none",
+                        results.len(),
+                        rows.len()
+                    )),
+                };
+                (outcome, resent)
             })
             .collect())
     }
@@ -176,12 +255,12 @@ impl SalesforceObjects {
         p: &Prepared,
         rows: &[&Row],
         upsert: bool,
-    ) -> Result<Vec<WriteOutcome>, ConnectorError> {
+    ) -> Result<Sent, ConnectorError> {
         let calls: Vec<_> = rows
             .chunks(COLLECTION)
             .map(|chunk| self.collection_call(p, chunk, upsert))
             .collect();
-        let chunks: Vec<Vec<WriteOutcome>> = stream::iter(calls)
+        let chunks: Vec<Sent> = stream::iter(calls)
             .buffered(CONCURRENT_CALLS)
             .try_collect()
             .await?;
@@ -258,11 +337,7 @@ impl SalesforceObjects {
         })
         .await
         .map_err(write_error)?;
-        self.json(Method::PATCH, &job_url, |r| {
-            r.json(&json!({"state": "UploadComplete"}))
-        })
-        .await
-        .map_err(write_error)?;
+        self.close_job(&id, &job_url).await?;
         let status = self.await_job("ingest", &id).await?;
         // Items by key, in upload order (a key may repeat).
         let mut by_key: HashMap<String, VecDeque<usize>> = HashMap::new();
@@ -346,17 +421,76 @@ impl SalesforceObjects {
             .collect())
     }
 
+    /// Closes an ingest job (`PATCH {"state": "UploadComplete"}`). When
+    /// the first close landed but its answer was lost, the policy's resend
+    /// meets a job no longer `Open` and Salesforce refuses it
+    /// (`INVALIDJOBSTATE`: "The job state specified in a job update
+    /// operation is invalid", Bulk API 2.0 "Errors",
+    /// https://developer.salesforce.com/docs/atlas.en-us.api_asynch.meta/api_asynch/bulk_api_2_0_errors.htm).
+    /// Then the job is read (`GET jobs/ingest/{id}`): closed already
+    /// (`UploadComplete`, `InProgress`, `JobComplete`, or `Failed`, whose
+    /// records the results report) is what the close asked for, and the
+    /// write goes on; any other state is the refusal it looks like.
+    async fn close_job(&self, id: &str, job_url: &str) -> Result<(), ConnectorError> {
+        let refused = match self
+            .json(Method::PATCH, job_url, |r| {
+                r.json(&json!({"state": "UploadComplete"}))
+            })
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(
+                e @ HttpError::Status {
+                    status: 400 | 409, ..
+                },
+            ) if e
+                .to_string()
+                .to_ascii_uppercase()
+                .contains("INVALIDJOBSTATE") =>
+            {
+                e
+            }
+            Err(e) => return Err(write_error(e)),
+        };
+        let job = self
+            .json(Method::GET, job_url, |r| r)
+            .await
+            .map_err(write_error)?;
+        let state = job["state"].as_str().unwrap_or("");
+        match state {
+            "UploadComplete" | "InProgress" | "JobComplete" | "Failed" => {
+                tracing::info!(
+                    message = "The bulk job's close was refused as already done (its first answer was lost); the job is closed, going on.",
+                    object = self.cfg.object.as_str(),
+                    job = id,
+                    state
+                );
+                Ok(())
+            }
+            _ => Err(ConnectorError::Unreachable(format!(
+                "{refused}; Salesforce Bulk API 2.0 ingest job {id} is {}",
+                if state.is_empty() {
+                    "in no state"
+                } else {
+                    state
+                }
+            ))),
+        }
+    }
+
     /// Writes `rows` by collections or, from the threshold, a bulk job.
     async fn send(
         &self,
         p: &Prepared,
         rows: &[&Row],
         upsert: bool,
-    ) -> Result<Vec<WriteOutcome>, ConnectorError> {
+    ) -> Result<Sent, ConnectorError> {
         if rows.is_empty() {
             Ok(Vec::new())
         } else if rows.len() >= self.cfg.bulk_write_threshold {
-            self.bulk_ingest(p, rows, upsert).await
+            // A bulk job's results say what it created, resent or not.
+            let outcomes = self.bulk_ingest(p, rows, upsert).await?;
+            Ok(outcomes.into_iter().map(|o| (o, false)).collect())
         } else {
             self.collections(p, rows, upsert).await
         }
@@ -401,9 +535,11 @@ impl SalesforceObjects {
             .iter()
             .filter_map(|&i| rows[i].as_ref().ok())
             .collect();
-        let mut sent = self.send(p, &to_send, false).await?;
+        let (mut sent, resent): (Vec<WriteOutcome>, Vec<bool>) =
+            self.send(p, &to_send, false).await?.into_iter().unzip();
         // Refused as duplicates of the key: created meanwhile by someone
-        // else? Confirm by key; never update them.
+        // else, or by this very call's first attempt whose answer was
+        // lost? Confirm by key; never update them.
         let dup: Vec<usize> = (0..sent.len())
             .filter(|&j| matches!(&sent[j], WriteOutcome::Failed(m) if is_key_duplicate(m, &p.key.name)))
             .collect();
@@ -418,7 +554,15 @@ impl SalesforceObjects {
                 .collect();
             for &j in &dup {
                 if now.contains(&records[fresh[j]].key) {
-                    sent[j] = WriteOutcome::Unchanged;
+                    // Absent at this batch's lookup, refused as a duplicate
+                    // only by a resend of the call that sent it: the first
+                    // attempt created it (its answer was lost). Otherwise
+                    // another writer did.
+                    sent[j] = if resent[j] {
+                        WriteOutcome::Created
+                    } else {
+                        WriteOutcome::Unchanged
+                    };
                 }
             }
         }
@@ -486,7 +630,16 @@ impl Target for SalesforceObjects {
         let object = self.described().await?;
         let key = &self.cfg.external_id_field;
         match key_problem(object, key) {
-            None => Ok(()),
+            // Every backfill may create records (its gaps): each field it
+            // sends must be createable. Whether existing records are
+            // updated (updateable) is known with the plan, in check_budget.
+            None => self.check_writable(
+                self.prepared().await?,
+                Needs {
+                    create: true,
+                    update: false,
+                },
+            ),
             Some(problem) => Err(ConnectorError::NotIdempotent(format!(
                 "Salesforce {} {problem}: upserts by it would not be idempotent (Salesforce matches upserts only on an External ID field, and only a Unique one refuses a second record with the same key). {}",
                 self.cfg.object,
@@ -504,6 +657,13 @@ impl Target for SalesforceObjects {
             return Ok(Vec::new());
         }
         let p = self.prepared().await?;
+        self.check_writable(
+            p,
+            Needs {
+                create: true,
+                update: mode == WriteMode::Upsert,
+            },
+        )?;
         let rows: Vec<Result<Row, String>> = records.iter().map(|r| self.row_of(p, r)).collect();
         let rounded = records
             .iter()
@@ -544,7 +704,11 @@ impl Target for SalesforceObjects {
         }
         self.guard(&what, self.write_calls(ok)).await?;
         let to_send: Vec<&Row> = rows.iter().filter_map(|r| r.as_ref().ok()).collect();
-        let mut sent = self.send(p, &to_send, true).await?.into_iter();
+        let mut sent = self
+            .send(p, &to_send, true)
+            .await?
+            .into_iter()
+            .map(|(o, _)| o);
         Ok(rows
             .iter()
             .map(|r| match r {
@@ -565,6 +729,17 @@ impl Target for SalesforceObjects {
     /// job) calls, and for inserts the key lookups (about
     /// [`KEYS_PER_LOOKUP`] keys per query).
     async fn check_budget(&self, inserts: usize, upserts: usize) -> Result<(), ConnectorError> {
+        if inserts + upserts > 0 {
+            // Before the first write, with the plan: repairs of existing
+            // records need every field they send updateable.
+            self.check_writable(
+                self.prepared().await?,
+                Needs {
+                    create: true,
+                    update: upserts > 0,
+                },
+            )?;
+        }
         let batch = self.cfg.batch_size.max(1);
         let calls = |n: usize, insert: bool| -> u64 {
             (0..n.div_ceil(batch))
