@@ -1362,3 +1362,191 @@ async fn faults_answer_before_auth_and_processing() {
     assert_eq!(emu.stats().requests, 7);
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn versions_are_listed_and_others_are_not_found() {
+    let emu = start(EmulatorConfig {
+        oldest_api_version: "60.0".into(),
+        ..EmulatorConfig::default()
+    })
+    .await;
+    // No token needed, not counted.
+    let r = call(&emu, Method::GET, "/services/data/", None, &[], None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!([
+            {"label": "Spring '24", "url": "/services/data/v60.0", "version": "60.0"},
+            {"label": "Summer '24", "url": "/services/data/v61.0", "version": "61.0"},
+            {"label": "Winter '25", "url": "/services/data/v62.0", "version": "62.0"},
+        ])
+    );
+    assert_eq!(r.header("sforce-limit-info"), None);
+    let tok = token(&emu).await;
+    // An unserved version answers as an unknown object does.
+    let unserved = get(
+        &emu,
+        &tok,
+        &format!("/services/data/v59.0/sobjects/{OBJ}/describe"),
+    )
+    .await;
+    assert_error(&unserved, 404, "NOT_FOUND");
+    let unknown = get(&emu, &tok, &format!("{V}/sobjects/Nope__c/describe")).await;
+    assert_error(&unknown, 404, "NOT_FOUND");
+    assert_eq!(unserved.json(), unknown.json());
+    assert_eq!(
+        unserved.json(),
+        json!([{"errorCode": "NOT_FOUND", "message": "The requested resource does not exist"}])
+    );
+    assert_eq!(unserved.header("sforce-limit-info"), None, "not counted");
+    assert_eq!(get(&emu, &tok, &format!("{V}/limits")).await.status, 200);
+    assert_eq!(
+        emu.stats().api_calls,
+        2,
+        "the unknown object and the limits"
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_field_the_user_cannot_edit_fails_its_record_as_documented() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    emu.define_object(
+        OBJ,
+        vec![
+            FieldDef::external_id("Stripe_Charge_Id__c"),
+            FieldDef::text("Status__c").read_only(),
+            FieldDef {
+                updateable: false,
+                ..FieldDef::text("Note__c")
+            },
+        ],
+    );
+    let tok = token(&emu).await;
+    let d = get(&emu, &tok, &format!("{V}/sobjects/{OBJ}/describe"))
+        .await
+        .json();
+    let field = |n: &str| {
+        d["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (
+            field("Status__c")["createable"].clone(),
+            field("Status__c")["updateable"].clone()
+        ),
+        (json!(false), json!(false))
+    );
+    assert_eq!(
+        (
+            field("Note__c")["createable"].clone(),
+            field("Note__c")["updateable"].clone()
+        ),
+        (json!(true), json!(false))
+    );
+    let upsert = format!("{V}/composite/sobjects/{OBJ}/Stripe_Charge_Id__c");
+    let rec = |key: &str, extra: Value| {
+        let mut r = json!({"attributes": {"type": OBJ}, "Stripe_Charge_Id__c": key});
+        for (k, v) in extra.as_object().unwrap() {
+            r[k] = v.clone();
+        }
+        r
+    };
+    let r = send_json(
+        &emu,
+        &tok,
+        Method::PATCH,
+        &upsert,
+        json!({"allOrNone": false, "records": [
+            rec("ch_1", json!({"Status__c": "succeeded"})),
+            rec("ch_2", json!({"Note__c": "first"})),
+        ]}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let out = r.json();
+    assert_eq!(out[0]["success"], false, "{out}");
+    assert_eq!(
+        out[0]["errors"][0]["statusCode"],
+        "INVALID_FIELD_FOR_INSERT_UPDATE"
+    );
+    assert_eq!(out[0]["errors"][0]["fields"], json!(["Status__c"]));
+    assert_eq!(
+        out[1]["created"], true,
+        "Note__c can be set on create: {out}"
+    );
+    // Not stripped and stored: refused whole.
+    let keys: Vec<Value> = emu
+        .records(OBJ)
+        .iter()
+        .map(|r| r["Stripe_Charge_Id__c"].clone())
+        .collect();
+    assert_eq!(keys, [json!("ch_2")]);
+    // Updating Note__c is refused; the record keeps its value.
+    let r = send_json(
+        &emu,
+        &tok,
+        Method::PATCH,
+        &upsert,
+        json!({"records": [rec("ch_2", json!({"Note__c": "second"}))]}),
+    )
+    .await;
+    assert_eq!(
+        r.json()[0]["errors"][0]["statusCode"],
+        "INVALID_FIELD_FOR_INSERT_UPDATE",
+        "{}",
+        r.text
+    );
+    assert_eq!(emu.records(OBJ)[0]["Note__c"], "first");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_work_faults_lose_the_answer_of_a_call_that_was_processed() {
+    let emu = start(EmulatorConfig::default()).await;
+    let tok = token(&emu).await;
+    emu.set_route_faults(
+        "composite_create",
+        vec![
+            Fault {
+                kind: FaultKind::ServerErrorAfterWork,
+                after: 0,
+                times: 1,
+            },
+            Fault {
+                kind: FaultKind::DropAfterWork,
+                after: 1,
+                times: 1,
+            },
+        ],
+    );
+    let create = |key: &str| json!({"allOrNone": false, "records": [{"attributes": {"type": OBJ}, "Stripe_Charge_Id__c": key}]});
+    // Other routes are not counted by the create route's plan.
+    assert_eq!(get(&emu, &tok, &format!("{V}/limits")).await.status, 200);
+    let path = format!("{V}/composite/sobjects");
+    let r = send_json(&emu, &tok, Method::POST, &path, create("ch_1")).await;
+    assert_error(&r, 500, "UNKNOWN_EXCEPTION");
+    let res = reqwest::Client::new()
+        .post(format!("{}{path}", emu.base_url))
+        .bearer_auth(&tok)
+        .json(&create("ch_2"))
+        .send()
+        .await;
+    assert!(res.is_err(), "no answer: {res:?}");
+    assert_eq!(emu.records(OBJ).len(), 2, "both were processed");
+    // A resend meets its own first call's record.
+    let r = send_json(&emu, &tok, Method::POST, &path, create("ch_1")).await;
+    assert_eq!(
+        r.json()[0]["errors"][0]["statusCode"],
+        "DUPLICATE_VALUE",
+        "{}",
+        r.text
+    );
+    assert_eq!(emu.stats().by_route.get("composite_create"), Some(&3));
+    emu.shutdown().await;
+}
