@@ -236,6 +236,7 @@ fn file_spec(
         columns: schema.fields.iter().map(|f| column(&f.name)).collect(),
         currency_column: schema.money_field().is_some().then(|| column(currency)),
         amount_format: amount_format(format),
+        max_record_bytes: recon_file::DEFAULT_MAX_RECORD_BYTES,
     })
 }
 

@@ -68,6 +68,57 @@ pub struct FileSpec {
     pub currency_column: Option<String>,
     /// How amounts are written.
     pub amount_format: AmountFormat,
+    /// Longest record (CSV row or JSON line) read, in bytes; a longer one
+    /// stops the read with an error naming the line and this setting
+    /// ([`DEFAULT_MAX_RECORD_BYTES`] unless configured).
+    pub max_record_bytes: usize,
+}
+
+/// The default longest record: 64 MiB. A file without line ends (or with a
+/// runaway quote) then costs at most this much memory, not its size.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 << 20;
+
+/// How many names an error message lists before it says how many more.
+const NAMES_SHOWN: usize = 20;
+
+/// `names` for a message: the first [`NAMES_SHOWN`], each cut to 60
+/// characters, then how many more there are (a hostile header may hold a
+/// million columns).
+fn shown_names(names: &[String]) -> String {
+    let mut out: Vec<String> = names
+        .iter()
+        .take(NAMES_SHOWN)
+        .map(|n| {
+            if n.chars().count() > 60 {
+                format!("{}…", n.chars().take(60).collect::<String>())
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
+    if names.len() > NAMES_SHOWN {
+        out.push(format!("… and {} more", names.len() - NAMES_SHOWN));
+    }
+    out.join(", ")
+}
+
+/// The message of a record longer than `limit`.
+fn too_long(limit: usize) -> String {
+    format!(
+        "a record longer than {} (max_record_bytes): the file has no line end here, or a quote is never closed. \
+         If records really are this long, raise max_record_bytes in the file's settings",
+        human_bytes(limit)
+    )
+}
+
+fn human_bytes(n: usize) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} bytes")
+    }
 }
 
 /// A streaming reader over one export file.
@@ -137,7 +188,7 @@ impl FileReader {
         }
         let inner = match format {
             Format::Csv => {
-                let mut scanner = scan::Scanner::new(file);
+                let mut scanner = scan::Scanner::new(file, spec.max_record_bytes);
                 let header_location = Location(format!("{display} line 1"));
                 let has_header = scanner.next_record().map_err(|e| scan_error(&display, e))?;
                 if !has_header {
@@ -166,7 +217,7 @@ impl FileReader {
                             location: Location(format!("{display} line 1")),
                             message: format!(
                                 "{role} column `{col}` not found in the header; columns are: {}",
-                                names.join(", ")
+                                shown_names(&names)
                             ),
                         });
                     };
@@ -196,6 +247,8 @@ impl FileReader {
                     (Some(c), true) => Some(find(c, "currency")?),
                     _ => None,
                 };
+                // A data row never needs more fields than the header has.
+                scanner.limit_fields(names.len());
                 Inner::Csv {
                     width: names.len(),
                     scanner,
@@ -326,12 +379,23 @@ impl FileReader {
                 let mut raw: Vec<u8> = Vec::new();
                 loop {
                     raw.clear();
-                    let n = reader.read_until(b'\n', &mut raw).map_err(|source| {
-                        ReadError::Connector(ConnectorError::Io {
-                            what: display.clone(),
-                            source,
-                        })
-                    })?;
+                    // At most one byte past the limit is read, however long
+                    // the line.
+                    let limit = self.spec.max_record_bytes;
+                    let n = std::io::Read::take(&mut *reader, limit.saturating_add(1) as u64)
+                        .read_until(b'\n', &mut raw)
+                        .map_err(|source| {
+                            ReadError::Connector(ConnectorError::Io {
+                                what: display.clone(),
+                                source,
+                            })
+                        })?;
+                    if raw.len() > limit && raw.last() != Some(&b'\n') {
+                        return Err(ReadError::Connector(ConnectorError::Malformed {
+                            location: Location(format!("{display} line {}", *line_no + 1)),
+                            message: too_long(limit),
+                        }));
+                    }
                     if n == 0 {
                         break;
                     }
@@ -519,6 +583,20 @@ fn scan_error(display: &str, e: scan::ScanError) -> ConnectorError {
         scan::ScanError::Unterminated { line } => ConnectorError::Malformed {
             location: Location(format!("{display} line {line}")),
             message: "a quoted field is never closed; check for a stray double quote".into(),
+        },
+        scan::ScanError::TooLong { line, limit } => ConnectorError::Malformed {
+            location: Location(format!("{display} line {line}")),
+            message: too_long(limit),
+        },
+        scan::ScanError::TooManyFields { line, limit } => ConnectorError::Malformed {
+            location: Location(format!("{display} line {line}")),
+            message: if limit == scan::MAX_HEADER_FIELDS {
+                format!("the header has more than {limit} columns; is this a CSV export?")
+            } else {
+                format!(
+                    "row has more fields than the header's {limit}; check for an unquoted comma or a missing field"
+                )
+            },
         },
     }
 }

@@ -21,8 +21,22 @@ enum Span {
 #[derive(Debug)]
 pub(crate) enum ScanError {
     Io(std::io::Error),
-    Utf8 { line: u64 },
-    Unterminated { line: u64 },
+    Utf8 {
+        line: u64,
+    },
+    Unterminated {
+        line: u64,
+    },
+    /// A record longer than the scanner's limit (bytes), starting at `line`.
+    TooLong {
+        line: u64,
+        limit: usize,
+    },
+    /// A record with more fields than `limit`, starting at `line`.
+    TooManyFields {
+        line: u64,
+        limit: usize,
+    },
 }
 
 pub(crate) struct Scanner<R> {
@@ -47,7 +61,15 @@ pub(crate) struct Scanner<R> {
     skip_lf: bool,
     /// Whether the start of input (and a byte-order mark) was checked.
     started: bool,
+    /// Longest record, in bytes: the buffer never grows past it, so a file
+    /// without line ends costs this much memory, not its size.
+    max_record: usize,
+    /// Most fields in one record (the header's count, once it is read).
+    max_fields: usize,
 }
+
+/// Most columns a header may have: its field positions are kept in memory.
+pub(crate) const MAX_HEADER_FIELDS: usize = 1 << 21;
 
 const CHUNK: usize = 1 << 20;
 
@@ -73,10 +95,11 @@ static CLASS: [u8; 256] = {
 };
 
 impl<R: Read> Scanner<R> {
-    pub(crate) fn new(reader: R) -> Scanner<R> {
+    /// A scanner whose records are at most `max_record` bytes long.
+    pub(crate) fn new(reader: R, max_record: usize) -> Scanner<R> {
         Scanner {
             reader,
-            buf: vec![0; CHUNK],
+            buf: vec![0; CHUNK.min(max_record.max(64))],
             start: 0,
             end: 0,
             eof: false,
@@ -89,6 +112,20 @@ impl<R: Read> Scanner<R> {
             record_ascii: true,
             skip_lf: false,
             started: false,
+            max_record,
+            max_fields: MAX_HEADER_FIELDS,
+        }
+    }
+
+    /// Records after this one may have at most `n` fields.
+    pub(crate) fn limit_fields(&mut self, n: usize) {
+        self.max_fields = n;
+    }
+
+    fn too_many_fields(&self) -> ScanError {
+        ScanError::TooManyFields {
+            line: self.line,
+            limit: self.max_fields,
         }
     }
 
@@ -136,8 +173,15 @@ impl<R: Read> Scanner<R> {
             self.start = 0;
         }
         if self.end == self.buf.len() {
-            // A record longer than the buffer: grow it.
-            self.buf.resize(self.buf.len() * 2, 0);
+            // A record longer than the buffer: grow it, up to the limit.
+            if self.buf.len() >= self.max_record {
+                return Err(ScanError::TooLong {
+                    line: self.line,
+                    limit: self.max_record,
+                });
+            }
+            let grown = (self.buf.len() * 2).min(self.max_record);
+            self.buf.resize(grown, 0);
         }
         let n = loop {
             match self.reader.read(&mut self.buf[self.end..]) {
@@ -197,6 +241,9 @@ impl<R: Read> Scanner<R> {
                 i += k;
                 match CLASS[usize::from(self.buf[i])] {
                     COMMA => {
+                        if self.spans.len() >= self.max_fields {
+                            return Err(self.too_many_fields());
+                        }
                         self.spans.push(Span::Buf(field_start, i));
                         field_start = i + 1;
                     }
@@ -290,6 +337,9 @@ impl<R: Read> Scanner<R> {
                     at_field_start = false;
                 }
                 b',' => {
+                    if self.spans.len() >= self.max_fields {
+                        return Err(self.too_many_fields());
+                    }
                     self.spans.push(Span::Scratch(field, self.scratch.len()));
                     field = self.scratch.len();
                     at_field_start = true;
@@ -395,7 +445,7 @@ mod tests {
                 Ok(n)
             }
         }
-        let mut s = Scanner::new(Trickle(input, step));
+        let mut s = Scanner::new(Trickle(input, step), usize::MAX);
         s.buf = vec![0; 8];
         let mut out = Vec::new();
         while s.next_record().unwrap() {
@@ -441,7 +491,7 @@ mod tests {
                 );
             }
         }
-        let mut s = Scanner::new("h\r\n\r\na\rb\n".as_bytes());
+        let mut s = Scanner::new("h\r\n\r\na\rb\n".as_bytes(), usize::MAX);
         let mut lines = Vec::new();
         while s.next_record().unwrap() {
             lines.push(s.record_line());
@@ -451,7 +501,7 @@ mod tests {
 
     #[test]
     fn counts_lines_across_quoted_newlines() {
-        let mut s = Scanner::new("h\n\"a\nb\"\nc\n".as_bytes());
+        let mut s = Scanner::new("h\n\"a\nb\"\nc\n".as_bytes(), usize::MAX);
         let mut lines = Vec::new();
         while s.next_record().unwrap() {
             lines.push(s.record_line());
@@ -460,13 +510,58 @@ mod tests {
     }
 
     #[test]
+    fn a_record_past_the_limit_is_refused_without_reading_on() {
+        // 10 MB without a line end, a 1 KiB limit: refused at line 2, and
+        // the buffer never grew past the limit.
+        let mut input = b"h\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 10 << 20));
+        let mut s = Scanner::new(&input[..], 1024);
+        assert!(s.next_record().unwrap());
+        match s.next_record() {
+            Err(ScanError::TooLong {
+                line: 2,
+                limit: 1024,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(s.buf.len() <= 1024);
+        // Quoted records are bounded alike.
+        let mut input = b"h\n\"".to_vec();
+        input.extend(std::iter::repeat_n(b'y', 5000));
+        let mut s = Scanner::new(&input[..], 1024);
+        assert!(s.next_record().unwrap());
+        assert!(matches!(
+            s.next_record(),
+            Err(ScanError::TooLong { line: 2, .. })
+        ));
+        // A record within the limit is read whole.
+        let mut s = Scanner::new("h\nabc,def\n".as_bytes(), 64);
+        assert!(s.next_record().unwrap() && s.next_record().unwrap());
+        assert_eq!(s.fields().unwrap().get(1), "def");
+    }
+
+    #[test]
+    fn a_row_with_more_fields_than_the_header_is_refused_as_it_is_read() {
+        for input in ["a,b\n1,2\n1,2,3,4,5\n", "a,b\n1,2\n\"1\",2,3,4\n"] {
+            let mut s = Scanner::new(input.as_bytes(), usize::MAX);
+            assert!(s.next_record().unwrap());
+            s.limit_fields(2);
+            assert!(s.next_record().unwrap());
+            match s.next_record() {
+                Err(ScanError::TooManyFields { line: 3, limit: 2 }) => {}
+                other => panic!("{input:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn reports_bad_utf8_and_unterminated_quotes_with_lines() {
-        let mut s = Scanner::new(&b"h\nok\n\xff\xfe\n"[..]);
+        let mut s = Scanner::new(&b"h\nok\n\xff\xfe\n"[..], usize::MAX);
         assert!(s.next_record().unwrap());
         assert!(s.next_record().unwrap());
         assert!(s.next_record().unwrap());
         assert!(matches!(s.fields(), Err(ScanError::Utf8 { line: 3 })));
-        let mut s = Scanner::new("h\n\"open\n".as_bytes());
+        let mut s = Scanner::new("h\n\"open\n".as_bytes(), usize::MAX);
         assert!(s.next_record().unwrap());
         assert!(matches!(
             s.next_record(),
@@ -506,7 +601,7 @@ mod differential {
                     Ok(n)
                 }
             }
-            let mut s = Scanner::new(Trickle(&bytes, step));
+            let mut s = Scanner::new(Trickle(&bytes, step), usize::MAX);
             s.buf = vec![0; 16];
             let mut got = Vec::new();
             while s.next_record().unwrap() {

@@ -26,6 +26,11 @@ pub struct FileSettings {
     pub currency_column: Option<String>,
     /// `minor` (default) or `major`.
     pub amount_format: Option<AmountFormat>,
+    /// Longest record (CSV row, JSON line) in bytes, default 64 MiB
+    /// (`67108864`): a longer one stops the run (exit 2) naming the file
+    /// and line, so that a file without line ends never takes its size in
+    /// memory.
+    pub max_record_bytes: Option<usize>,
 }
 
 impl FileSettings {
@@ -37,6 +42,9 @@ impl FileSettings {
             columns: cx.names(&self.columns),
             currency_column: cx.currency(self.currency_column.as_ref(), "currency"),
             amount_format: self.amount_format.unwrap_or_default(),
+            max_record_bytes: self
+                .max_record_bytes
+                .unwrap_or(crate::DEFAULT_MAX_RECORD_BYTES),
         }
     }
 }

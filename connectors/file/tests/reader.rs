@@ -57,6 +57,7 @@ fn spec(path: PathBuf, key: &str, columns: &[&str], format: AmountFormat) -> Fil
         columns: columns.iter().map(|c| c.to_string()).collect(),
         currency_column: Some("currency".into()),
         amount_format: format,
+        max_record_bytes: recon_file::DEFAULT_MAX_RECORD_BYTES,
     }
 }
 
@@ -392,6 +393,7 @@ fn jsonl_byte_order_mark_and_unknown_currency_name_the_right_column() {
         columns: vec!["amount".into()],
         currency_column: Some("currency".into()),
         amount_format: recon_file::AmountFormat::Minor,
+        max_record_bytes: recon_file::DEFAULT_MAX_RECORD_BYTES,
     };
     let err = recon_file::read_all(spec, &schema).unwrap_err().to_string();
     assert!(err.contains("line 2"), "{err}");
