@@ -50,6 +50,14 @@ impl Fixture {
     /// The target holds ch_1, ch_2, ch_4 (40.01, a mismatch), ch_5, ch_6
     /// and the orphan ch_o1 (7.77): gaps ch_3, ch_big and the two hostile IDs.
     async fn new() -> Fixture {
+        Fixture::with_gaps(&[]).await
+    }
+
+    /// [`Fixture::new`] with more gaps: `extra` (ID, cents) in the source
+    /// only.
+    async fn with_gaps(extra: &[(String, i64)]) -> Fixture {
+        let source: Vec<(String, i64)> =
+            source().into_iter().chain(extra.iter().cloned()).collect();
         let db = TestDb::create(Dialect::Sqlite).await;
         db.exec("CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents BIGINT, currency TEXT, created_at TIMESTAMP)")
             .await;
@@ -60,9 +68,10 @@ impl Fixture {
                 .to_string()
         };
         let mut rows = Vec::new();
-        for (i, (id, amount)) in source().iter().enumerate() {
+        for (i, (id, amount)) in source.iter().enumerate() {
             let amount = match id.as_str() {
                 "ch_3" | "ch_big" => continue,
+                _ if extra.iter().any(|(e, _)| e == id) => continue,
                 "ch_4" => amount + 1,
                 _ if id.starts_with('<') || id.starts_with('=') => continue,
                 _ => *amount,
@@ -77,7 +86,7 @@ impl Fixture {
         .await;
         let dir = tempfile::tempdir().unwrap();
         let mut csv = String::from("id,amount,currency,created\n");
-        for (i, (id, amount)) in source().iter().enumerate() {
+        for (i, (id, amount)) in source.iter().enumerate() {
             csv.push_str(&format!(
                 "{},{amount},usd,{}\n",
                 csv_cell(id),
@@ -525,5 +534,191 @@ async fn a_page_that_cannot_be_made_fails_neither_the_run_nor_the_apply() {
         "{:?}",
         notes(&applied)
     );
+    f.db.drop_db().await;
+}
+
+/// Measures the table of the largest discrepancies as laid out: the
+/// viewport's width, the page's scroll width, and each row's cells
+/// (left, right, width, height, scroll width, client width, and how far
+/// below the cell's top its text starts). The result is
+/// written into the DOM as `<pre id="probe">JSON</pre>`, for `--dump-dom`.
+const PROBE: &str = "<script>(function(){var de=document.documentElement;\
+var out={vw:de.clientWidth,sw:de.scrollWidth,rows:[]};\
+document.querySelectorAll('#top tr[data-class]').forEach(function(tr){var cells=[];\
+for(var i=0;i<tr.cells.length;i++){var td=tr.cells[i];var r=td.getBoundingClientRect();\
+var q=document.createRange();q.selectNodeContents(td);var t=q.getBoundingClientRect();\
+cells.push({l:r.left,r:r.right,w:r.width,h:r.height,sw:td.scrollWidth,cw:td.clientWidth,t:t.top-r.top});}\
+out.rows.push({len:tr.cells[1].textContent.length,cells:cells});});\
+var pre=document.createElement('pre');pre.id='probe';pre.textContent=JSON.stringify(out);\
+document.body.appendChild(pre);})();</script>";
+
+/// The page with [`PROBE`] at the end of its body and the page's own
+/// Content-Security-Policy kept, with inline scripts allowed for the probe
+/// only (the page itself has none); `extra_style` is added after the
+/// page's style.
+fn probed(page: &str, extra_style: &str) -> String {
+    const POLICY: &str = "content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\"";
+    assert!(page.contains(POLICY), "the page's policy changed");
+    let probed = page
+        .replacen(
+            POLICY,
+            "content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'unsafe-inline'\"",
+            1,
+        )
+        .replacen("</head>", &format!("{extra_style}</head>"), 1)
+        .replacen("</body>", &format!("{PROBE}</body>"), 1);
+    assert_eq!(probed.matches("<script>").count(), 1);
+    probed
+}
+
+/// Opens `page` in Chromium 1280 px wide and returns what [`PROBE`] measured.
+fn measure(bin: &Path, profile: &Path, page: &Path) -> serde_json::Value {
+    let dom = String::from_utf8(headless(
+        bin,
+        profile,
+        page,
+        &["--dump-dom".into(), "--window-size=1280,1000".into()],
+    ))
+    .unwrap();
+    let json = dom
+        .split("<pre id=\"probe\">")
+        .nth(1)
+        .and_then(|p| p.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the probe did not run: {dom:.2000}"));
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[tokio::test]
+async fn long_ids_wrap_and_every_column_stays_on_screen() {
+    let long = format!("ch_{}", "7".repeat(297));
+    let huge = format!("ch_{}", "K".repeat(10 * 1024 - 3));
+    // Larger than every other amount: first in the table.
+    let f = Fixture::with_gaps(&[
+        (huge.clone(), 900_000_000_000_000_000),
+        (long.clone(), 800_000_000_000_000_000),
+    ])
+    .await;
+    let run = f.recon(&["run", "--dry-run"]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    let dir = folder(&run);
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(page.contains(&huge) && page.contains(&long));
+    assert!(
+        page.contains("td,.note{word-break:break-word;overflow-wrap:anywhere}"),
+        "the wrapping rule"
+    );
+
+    let bin = match chromium() {
+        Err(why) if std::env::var_os("RECON_REQUIRE_CHROMIUM").is_some_and(|v| v == "1") => {
+            panic!("RECON_REQUIRE_CHROMIUM=1 but {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIPPED the browser part of long_ids_wrap: {why}");
+            f.db.drop_db().await;
+            return;
+        }
+        Ok(bin) => bin,
+    };
+    let profile = f.dir.path().join("chromium-profile");
+
+    // The page itself renders in Chromium, under its own policy.
+    let dom = String::from_utf8(headless(
+        &bin,
+        &profile,
+        &dir.join("report.html"),
+        &["--dump-dom".into()],
+    ))
+    .unwrap();
+    assert!(
+        dom.contains("id=\"top\""),
+        "chromium built no DOM: {dom:.2000}"
+    );
+    assert!(dom.contains(&huge) && dom.contains(&long));
+    assert_eq!(cell(&dom, "data-count=\"gaps\""), "6");
+    assert!(
+        !dom.to_ascii_lowercase().contains("<script"),
+        "a script in the DOM"
+    );
+
+    // Laid out 1280 px wide: nothing is wider than the window, and every
+    // cell of every row, the long IDs' too, holds its content.
+    let probe_page = f.dir.path().join("probe.html");
+    std::fs::write(&probe_page, probed(&page, "")).unwrap();
+    let m = measure(&bin, &profile, &probe_page);
+    let vw = num(&m["vw"]);
+    assert!(vw > 1000.0, "{m}");
+    assert!(num(&m["sw"]) <= vw, "the page scrolls sideways: {m}");
+    let rows = m["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "{m}");
+    let mut short_height = f64::MAX;
+    for row in rows {
+        let cells = row["cells"].as_array().unwrap();
+        assert_eq!(cells.len(), 6, "{row}");
+        for (i, c) in cells.iter().enumerate() {
+            assert!(
+                num(&c["l"]) >= 0.0 && num(&c["r"]) <= vw,
+                "cell {i} off-screen: {row}"
+            );
+            assert!(num(&c["sw"]) <= num(&c["cw"]), "cell {i} overflows: {row}");
+        }
+        // The amount, state and first-seen columns keep their width, and
+        // their text stands at the top of the row, beside the ID's start.
+        for (i, min) in [(2, 150.0), (3, 60.0), (4, 120.0)] {
+            assert!(num(&cells[i]["w"]) >= min, "cell {i} squeezed: {row}");
+            assert!(num(&cells[i]["t"]) < 20.0, "cell {i} not at the top: {row}");
+        }
+        if num(&row["len"]) < 100.0 {
+            short_height = short_height.min(num(&cells[1]["h"]));
+        }
+    }
+    // The long IDs wrap onto lines of their own (the 10 KB one onto many).
+    let height = |len: usize| {
+        let row = rows
+            .iter()
+            .find(|r| num(&r["len"]) as usize == len)
+            .unwrap_or_else(|| panic!("no row of an ID of {len} characters: {m}"));
+        num(&row["cells"][1]["h"])
+    };
+    assert!(height(long.len()) > short_height * 1.5, "{m}");
+    assert!(height(huge.len()) > short_height * 10.0, "{m}");
+    eprintln!("layout at 1280 px: {m}");
+    // To look at it: RECON_TEST_KEEP_SCREENSHOT=/tmp/long-ids.png
+    if let Ok(keep) = std::env::var("RECON_TEST_KEEP_SCREENSHOT") {
+        headless(
+            &bin,
+            &profile,
+            &dir.join("report.html"),
+            &[
+                format!("--screenshot={keep}"),
+                "--window-size=1280,2400".into(),
+                "--hide-scrollbars".into(),
+            ],
+        );
+    }
+
+    // The probe sees the fault it guards against: without the wrapping
+    // rules the same page pushes the amount past the window's edge.
+    let unwrapped = f.dir.path().join("unwrapped.html");
+    std::fs::write(
+        &unwrapped,
+        probed(
+            &page,
+            "<style>h1,td,.note{word-break:normal!important;overflow-wrap:normal!important}\
+             table.wrap{table-layout:auto!important;width:auto!important}</style>",
+        ),
+    )
+    .unwrap();
+    let m = measure(&bin, &profile, &unwrapped);
+    let vw = num(&m["vw"]);
+    let first = &m["rows"][0]["cells"];
+    assert!(
+        num(&first[2]["l"]) > vw,
+        "the amount stayed visible unwrapped: {m}"
+    );
+    assert!(num(&m["sw"]) > vw, "{m}");
     f.db.drop_db().await;
 }
