@@ -26,6 +26,11 @@ fn recon(args: &[&str]) -> Output {
 /// A `recon run` job reading `source` (with `settings` in its source
 /// table) against a small valid CSV target.
 fn job(dir: &Path, source: &Path, settings: &str) -> std::path::PathBuf {
+    let state = format!("sqlite://{}", dir.join("state.db").display());
+    job_with_state(dir, source, settings, &state)
+}
+
+fn job_with_state(dir: &Path, source: &Path, settings: &str, state: &str) -> std::path::PathBuf {
     let target = dir.join("target.csv");
     std::fs::write(&target, "id,amount,currency\nch_1,100,usd\n").unwrap();
     let config = dir.join("recon.toml");
@@ -35,7 +40,7 @@ fn job(dir: &Path, source: &Path, settings: &str) -> std::path::PathBuf {
             r#"
 [defaults]
 reports = "{reports}"
-state = "sqlite://{state}"
+state = "{state}"
 
 [jobs.charges]
 fields = {{ amount = "money", currency = "currency" }}
@@ -57,7 +62,6 @@ key = "id"
 mode = "off"
 "#,
             reports = dir.join("reports").display(),
-            state = dir.join("state.db").display(),
             source = source.display(),
             target = target.display(),
         ),
@@ -177,4 +181,36 @@ fn a_row_with_far_more_fields_than_the_header_is_refused_as_it_is_read() {
     let config = job(dir.path(), &source, "");
     let o = recon(&["run", "--config", config.to_str().unwrap()]);
     assert_refused(&o, &source, "line 3", &["more fields than the header's 3"]);
+}
+
+/// A NUL in an external ID is refused where it is read, naming the side,
+/// the file and the line, the same way on SQLite and PostgreSQL state (it
+/// used to pass on SQLite and fail every run on PostgreSQL with no ID).
+#[tokio::test]
+async fn a_nul_in_an_id_is_refused_alike_on_both_state_backends() {
+    let pg = recon_sql::testing::TestDb::create(recon_sql::Dialect::Postgres).await;
+    let mut messages = Vec::new();
+    for state in [None, Some(pg.url.clone())] {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("charges.csv");
+        std::fs::write(
+            &source,
+            "id,amount,currency\nch_1,100,usd\nch_\u{0}2,200,usd\n",
+        )
+        .unwrap();
+        let state =
+            state.unwrap_or_else(|| format!("sqlite://{}", dir.path().join("state.db").display()));
+        let config = job_with_state(dir.path(), &source, "", &state);
+        let o = recon(&["run", "--config", config.to_str().unwrap()]);
+        assert_refused(
+            &o,
+            &source,
+            "line 3",
+            &["source", "NUL", "ch_\\02", "tr -d"],
+        );
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        messages.push(err.replace(&source.display().to_string(), "FILE"));
+    }
+    assert_eq!(messages[0], messages[1], "same input, same message");
+    pg.drop_db().await;
 }

@@ -65,6 +65,9 @@ impl RecordBatch {
                 want: self.kinds.len(),
             });
         }
+        if key.as_bytes().contains(&0) {
+            return Err(DiffError::Nul(key.to_string()));
+        }
         let start = self.bytes.len();
         if let Err(i) = encode_record(&mut self.bytes, key, values, &self.kinds) {
             self.bytes.truncate(start);
@@ -172,6 +175,14 @@ pub enum DiffError {
         /// Fields in the schema.
         want: usize,
     },
+    /// An external ID holds a NUL character, which no state store keeps
+    /// alike (PostgreSQL text refuses it, SQLite keeps it): refused here,
+    /// so the same input fails the same way on every backend.
+    #[error(
+        "external ID `{}` holds a NUL character (U+0000), which recon cannot record (the state store keeps every discrepancy's ID, and PostgreSQL text refuses NUL); remove NUL bytes where the export is made, or strip them (tr -d '\\000' < in.csv > out.csv), then run again",
+        .0.replace('\0', "\\0")
+    )]
+    Nul(String),
 }
 
 /// Which side of the comparison.

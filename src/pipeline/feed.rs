@@ -24,6 +24,16 @@ pub enum Side {
     Target,
 }
 
+impl Side {
+    /// `source` or `target`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Target => "target",
+        }
+    }
+}
+
 /// Which rows of a file to keep (e.g. those inside a run's window).
 pub type RowFilter<'a> = &'a (dyn Fn(&[ValueRef<'_>]) -> bool + Sync);
 
@@ -95,9 +105,14 @@ fn read_side(
     let mut first = true;
     loop {
         let mut batch = fresh(free);
-        let done = reader.for_each_while(|key, values, _| -> Result<bool> {
+        if let Some(signal) = crate::interrupt::requested() {
+            anyhow::bail!("interrupted by {signal} while reading {}", reader.display());
+        }
+        let done = reader.for_each_while(|key, values, location| -> Result<bool> {
             if keep.is_none_or(|k| k(values)) {
-                batch.push(key, values)?;
+                batch
+                    .push(key, values)
+                    .map_err(|e| anyhow::anyhow!("{} {}: {e}", side.name(), location()))?;
             }
             Ok(batch.len() < BATCH)
         });

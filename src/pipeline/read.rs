@@ -164,7 +164,10 @@ async fn feed(
         for r in &page.records {
             values.clear();
             values.extend(r.values.iter().map(Value::as_ref));
-            batch.push(&r.key, &values)?;
+            batch.push(&r.key, &values).map_err(|e| {
+                let name = if source_side { "source" } else { "target" };
+                anyhow::anyhow!("{name} {}: {e}", side.describe())
+            })?;
         }
         if source_side {
             engine.add_source_batch(&batch)?;
