@@ -36,9 +36,34 @@
 //!   recon looks that key up again and records it `Unchanged` when it is
 //!   there (it never sends an update for it), or `Failed` when it is not (a
 //!   key equal but for case on a case-insensitive field).
+//!   A create whose answer was lost (a 5xx, a cut connection or a cut body
+//!   after Salesforce did the work) is resent by the HTTP policy, and the
+//!   resend meets the first attempt's records as `DUPLICATE_VALUE`: those
+//!   found on the second lookup are [`WriteOutcome::Created`] when their
+//!   call was sent more than once (this run created them), `Unchanged`
+//!   otherwise. A resend after a `429` or a refreshed token, whose first
+//!   attempt Salesforce did not process, meeting a record another writer
+//!   created in that interval would be counted created too: the connector
+//!   sees how often a call was sent, not why.
 //! - **Precondition** ([`Target::check_idempotent`]): describe must show the
 //!   key field with `externalId: true` and `unique: true`; otherwise recon
 //!   refuses, giving the Setup steps that fix the field.
+//! - **Fields the user cannot set.** Every field a write sends (the key, the
+//!   mapped fields, the currency field with money; not the fields the
+//!   platform maintains, `Id`, `CreatedDate`, …, and not those listed in
+//!   `not_written`) must be `createable` in describe, and for repairs of
+//!   existing records `updateable` too: a read-only Field-Level Security
+//!   shows as `false`, and Salesforce refuses such a field with
+//!   `INVALID_FIELD_FOR_INSERT_UPDATE`. recon refuses before writing
+//!   anything, naming the object, each field, its flag and the permission
+//!   that fixes it, or the `not_written` entry that leaves it out:
+//!   `createable` in [`Target::check_idempotent`] (so `recon check` reports
+//!   it: every backfill may create its gaps), `updateable` in
+//!   [`Target::check_budget`] when the plan repairs records, and both again
+//!   in every [`Target::write`].
+//! - **A lost `UploadComplete`.** When a bulk job's close landed but its
+//!   answer was lost, the resend is refused `INVALIDJOBSTATE`; recon reads
+//!   the job and goes on when it is closed already (see `close_job`).
 //! - **Daily allowance.** Before a write call sends anything, recon
 //!   estimates the API calls it needs (lookups, one collection call per 200
 //!   records, or about 14 for a bulk job) and refuses, with the figures,
