@@ -751,3 +751,76 @@ async fn faults_on_reads_and_writes_lose_nothing_and_write_nothing_twice() {
     }
     emu.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_written_names_only_fields_the_job_writes_and_leaves_them_out() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let mut fields = payment_fields();
+    fields[3] = FieldDef::text("Status__c").read_only();
+    emu.define_object(OBJECT, fields);
+    let created = ts("2026-01-01T00:00:00Z");
+
+    let refused = connector(config(&emu));
+    let e = refused.check_idempotent().await.unwrap_err();
+    assert!(matches!(e, ConnectorError::Config(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("Payment__c.Status__c (createable: false)"),
+        "{e}"
+    );
+    let e = refused
+        .write(&[record("ch_1", 100, created)], WriteMode::Insert)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("Status__c"), "{e}");
+    assert!(emu.records(OBJECT).is_empty(), "nothing written");
+
+    let mut cfg = config(&emu);
+    cfg.not_written = vec!["Nope__c".into()];
+    let e = connector(cfg).check_idempotent().await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not_written lists `Nope__c`, which is not a field the job writes"),
+        "{e}"
+    );
+
+    let mut cfg = config(&emu);
+    cfg.not_written = vec!["status__C".into()];
+    let target = connector(cfg);
+    target.check_idempotent().await.unwrap();
+    let out = target
+        .write(&[record("ch_1", 100, created)], WriteMode::Insert)
+        .await
+        .unwrap();
+    assert_eq!(out, [WriteOutcome::Created]);
+    let stored = &emu.records(OBJECT)[0];
+    assert!(stored["Status__c"].is_null(), "{stored}");
+    assert_eq!(stored["Amount__c"].to_string(), "1.00");
+    emu.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_was_lost_is_reported_created_not_unchanged() {
+    let emu = org(EmulatorConfig::default()).await;
+    let created = ts("2026-01-01T00:00:00Z");
+    let target = connector(config(&emu));
+    target.check_idempotent().await.unwrap();
+    // The first create's work is done and its answer lost: the resend
+    // meets its own records.
+    emu.set_route_faults(
+        "composite_create",
+        vec![Fault {
+            kind: FaultKind::ServerErrorAfterWork,
+            after: 0,
+            times: 1,
+        }],
+    );
+    let batch: Vec<Record> = (0..3)
+        .map(|i| record(&format!("ch_{i}"), 100 + i, created))
+        .collect();
+    let out = target.write(&batch, WriteMode::Insert).await.unwrap();
+    assert_eq!(out, vec![WriteOutcome::Created; 3]);
+    assert_eq!(emu.stats().by_route.get("composite_create"), Some(&2));
+    assert_eq!(emu.records(OBJECT).len(), 3, "each once");
+    emu.shutdown().await;
+}
