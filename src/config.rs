@@ -300,8 +300,13 @@ pub fn check_job_name(name: &str) -> Result<()> {
 /// `crate::report::html::RESERVED_FIELD_NAMES`), compared ignoring ASCII
 /// case (to a spreadsheet's lookup `State` is `state`), or gaps.csv would
 /// hold two columns of that name and report.html would read the wrong one.
+///
+/// With a money field the reports add a `currency` column (the money's
+/// code) unless a field is named `currency`, which then takes its place:
+/// such a field must hold a code (kind `currency` or `text`), and
+/// `Currency` or `CURRENCY` would be a second currency column.
 fn check_field_names(job_name: &str, job: &JobConfig) -> Result<()> {
-    use crate::report::html::RESERVED_FIELD_NAMES as RESERVED;
+    use crate::report::html::{CURRENCY_COLUMN, RESERVED_FIELD_NAMES as RESERVED};
     let named = job
         .fields
         .keys()
@@ -335,6 +340,31 @@ fn check_field_names(job_name: &str, job: &JobConfig) -> Result<()> {
             shown_name(job_name),
             RESERVED.join(", "),
         );
+    }
+    let money = job.fields.iter().find(|(_, k)| **k == FieldKind::Money);
+    let Some((money, _)) = money else {
+        return Ok(());
+    };
+    let named = job.fields.keys().chain(&job.compare);
+    for field in named.filter(|f| f.eq_ignore_ascii_case(CURRENCY_COLUMN)) {
+        let kind = job.fields.get(field).copied().unwrap_or(FieldKind::Text);
+        if field != CURRENCY_COLUMN {
+            bail!(
+                "job `{}`: field `{field}` would be a second currency column beside the `{CURRENCY_COLUMN}` column \
+                 the reports add for the money field `{money}`; name it `{CURRENCY_COLUMN}` (it then takes that column's place), \
+                 or rename it, e.g. `{}_value`",
+                shown_name(job_name),
+                field.to_ascii_lowercase(),
+            );
+        }
+        if !matches!(kind, FieldKind::Currency | FieldKind::Text) {
+            bail!(
+                "job `{}`: field `{CURRENCY_COLUMN}` is declared as `{kind}`, but it takes the place of the `{CURRENCY_COLUMN}` column \
+                 the reports add for the money field `{money}`, so the reports would lose the money's currency code; \
+                 declare it `{CURRENCY_COLUMN} = \"currency\"`, or rename the field, e.g. `{CURRENCY_COLUMN}_{kind}`",
+                shown_name(job_name),
+            );
+        }
     }
     Ok(())
 }

@@ -503,6 +503,39 @@ fn fields_named_like_a_report_column_are_refused_before_anything_is_opened() {
         }
     }
 
+    // With a money field, a field named `currency` takes the place of the
+    // currency column the reports add: it must hold the code, and no other
+    // spelling of it is a second currency column.
+    for (fields, compare, want) in [
+        (
+            "amount = \"money\", currency = \"integer\", created = \"timestamp\"",
+            "",
+            "field `currency` is declared as `integer`, but it takes the place of the `currency` column \
+             the reports add for the money field `amount`, so the reports would lose the money's currency code; \
+             declare it `currency = \"currency\"`, or rename the field, e.g. `currency_integer`",
+        ),
+        (
+            "amount = \"money\", created = \"timestamp\", Currency = \"currency\"",
+            "",
+            "field `Currency` would be a second currency column beside the `currency` column the reports add \
+             for the money field `amount`; name it `currency` (it then takes that column's place), or rename it, \
+             e.g. `currency_value`",
+        ),
+        (
+            "amount = \"money\", created = \"timestamp\"",
+            "compare = [\"amount\", \"CURRENCY\"]",
+            "field `CURRENCY` would be a second currency column",
+        ),
+    ] {
+        let (dir, config) = Fixture::without_db("charges", fields, compare);
+        let o = recon(&config, &["run"]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("job `charges`: "), "{}", text(&o));
+        assert!(stderr.contains(want), "{}", text(&o));
+        assert_untouched(dir.path());
+    }
+
     // Renamed and mapped as the message says, the job runs; its gaps.csv
     // has the reserved columns once each, and the field under its name.
     let f = tokio::runtime::Runtime::new()

@@ -31,6 +31,13 @@ pub const HISTORY_COLUMNS: [&str; 2] = ["first_seen", "state"];
 /// (`crate::config`).
 pub const RESERVED_FIELD_NAMES: [&str; 3] = [ID_COLUMN, HISTORY_COLUMNS[0], HISTORY_COLUMNS[1]];
 
+/// The column of gaps.csv, orphans.csv and pending.csv that holds the
+/// money field's currency code. A field of this name takes its place (it
+/// is then the code, as `currency = "currency"`); the job config refuses
+/// one that cannot hold a code, and other spellings of the name
+/// (`crate::config`).
+pub const CURRENCY_COLUMN: &str = "currency";
+
 /// What the reports say about the run itself.
 #[derive(Clone, Debug, Default)]
 pub struct RunMeta {
@@ -451,9 +458,9 @@ fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
 fn record_header(schema: &Schema) -> (Vec<String>, bool) {
     let mut header = vec![ID_COLUMN.to_string()];
     header.extend(schema.fields.iter().map(|f| f.name.clone()));
-    let add_currency = schema.money_field().is_some() && schema.index_of("currency").is_none();
+    let add_currency = schema.money_field().is_some() && schema.index_of(CURRENCY_COLUMN).is_none();
     if add_currency {
-        header.push("currency".into());
+        header.push(CURRENCY_COLUMN.into());
     }
     (header, add_currency)
 }

@@ -101,9 +101,10 @@ pub struct Page {
 }
 
 /// The column names of the report CSVs that a field of the job may not
-/// have (the job config refuses them): see `files::RESERVED_FIELD_NAMES`.
-/// report.html reads these columns by name.
-pub use super::files::RESERVED_FIELD_NAMES;
+/// have (the job config refuses them), and the currency column a field
+/// may take the place of: see `files::RESERVED_FIELD_NAMES` and
+/// `files::CURRENCY_COLUMN`. report.html reads these columns by name.
+pub use super::files::{CURRENCY_COLUMN, RESERVED_FIELD_NAMES};
 
 /// Whether a character changes how the text around it reads without
 /// showing itself: bidirectional controls (U+061C, U+200E, U+200F,
@@ -333,7 +334,7 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
             let (Some(key), Some(amount), Some(cur)) = (
                 col(&h, ID_COLUMN),
                 col(&h, field),
-                h.iter().rposition(|c| c == "currency"),
+                h.iter().rposition(|c| c == CURRENCY_COLUMN),
             ) else {
                 continue;
             };
