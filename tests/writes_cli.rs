@@ -1503,3 +1503,157 @@ async fn lock_lost_during_the_only_batch_commits_nothing_after_it() {
     target.drop_db().await;
     state_db.drop_db().await;
 }
+
+/// A small tmpfs mounted for one test (root only), unmounted on drop.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    /// `None` when this process may not mount (not root): said on stderr.
+    fn mount(at: PathBuf, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(&at).unwrap();
+        let root = std::process::Command::new("id").arg("-u").output().unwrap();
+        if String::from_utf8_lossy(&root.stdout).trim() != "0" {
+            eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+            return None;
+        }
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount -t tmpfs failed as root");
+        Some(SmallDisk(at))
+    }
+
+    /// Fills the file system up to `leave` free bytes with a ballast file.
+    fn fill(&self, leave: u64) -> PathBuf {
+        let out = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let avail: u64 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let ballast = self.0.join("ballast");
+        std::fs::write(&ballast, vec![0u8; avail.saturating_sub(leave) as usize]).unwrap();
+        ballast
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Every file of a folder with its bytes.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The disk fills while the reports of a run that backfilled are written:
+/// exit 2 naming the phase and the file, the old report folder intact, and
+/// the run's record keeps what it wrote (recon runs shows it); the next run
+/// writes nothing twice.
+#[tokio::test]
+async fn a_full_disk_while_reporting_keeps_the_old_folder_and_records_the_backfill() {
+    let db = TestDb::create(Dialect::Postgres).await;
+    payments_table(&db).await;
+    let job = many_gaps();
+    job.configure(&JobSpec {
+        url: &db.url,
+        table: "payments",
+        mode: "insert",
+        write_batch: 500,
+        state: None,
+        target_extra: "",
+        with_email: false,
+    });
+    let Some(disk) = SmallDisk::mount(job.path("disk"), "2m") else {
+        return;
+    };
+    let out = disk.0.join("nightly");
+    let run = |extra: &[&str]| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+        c.arg("run")
+            .arg("--config")
+            .arg(job.path("recon.toml"))
+            .arg("--out")
+            .arg(&out)
+            .args(extra);
+        c.output().unwrap()
+    };
+    let o = run(&["--dry-run"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let before = snapshot(&out);
+    let ballast = disk.fill(16 * 1024);
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for says in [
+        "report phase",
+        "of the report folder",
+        "No space left on device",
+        "already written 3000",
+    ] {
+        assert!(err.contains(says), "`{says}`: {}", text(&o));
+    }
+    assert_eq!(snapshot(&out), before, "the old report folder is intact");
+    assert_eq!(
+        count(&db.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64
+    );
+    // The run's record says what it wrote.
+    let counts = query_rows(
+        &state_url(&job),
+        "SELECT status, counts FROM recon_runs WHERE dry_run = 0",
+        2,
+    )
+    .await;
+    assert_eq!(counts.len(), 1, "{counts:?}");
+    assert_eq!(counts[0][0], "failed");
+    let c: serde_json::Value = serde_json::from_str(&counts[0][1]).unwrap();
+    assert_eq!(c["backfilled"], GAPS as u64, "{c}");
+    let runs = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
+        .args(["runs", "--config"])
+        .arg(job.path("recon.toml"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&runs.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("failed") && l.trim_end().ends_with(" 3000")),
+        "{listed}"
+    );
+    // Space again: the next run finds every gap written, once.
+    std::fs::remove_file(ballast).unwrap();
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["backfilled"], 0);
+    assert_eq!(s["matched"], GAPS as u64);
+    assert_eq!(
+        count(&db.url, "SELECT COUNT(*) FROM payments").await,
+        GAPS as i64
+    );
+    drop(disk);
+    db.drop_db().await;
+}

@@ -151,29 +151,6 @@ pub async fn report(
         target_ms,
         total_ms: cx.started.elapsed().as_millis(),
     };
-    write_diff_reports(
-        &mut dir,
-        schema,
-        &found.outcome,
-        &meta,
-        &extras,
-        status.code(),
-    )?;
-    if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
-        save_plan(cx, state, &dir, lines.count, found.outcome.source_records).await?;
-    }
-    // report.html last: it reads the staged summary.json and CSVs back.
-    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
-    // The folder is committed only once the history it shows is recorded,
-    // and only by a run that still holds its lock and was not stopped.
-    found.recording.finish().await?;
-    if crate::faults::abort_after_history() {
-        std::process::abort();
-    }
-    super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
-    crate::interrupt::check(job, "before committing its report folder")?;
-    let path = dir.commit()?;
     let mut counts = crate::report::counts(&found.outcome);
     counts.insert("pending".into(), json!(extras.pending.len()));
     counts.insert("backfilled".into(), json!(extras.backfilled));
@@ -181,6 +158,53 @@ pub async fn report(
     if let Some(d) = &delivered {
         counts.insert("delivered_not_created".into(), json!(d.not_created));
     }
+    let written = async {
+        write_diff_reports(
+            &mut dir,
+            schema,
+            &found.outcome,
+            &meta,
+            &extras,
+            status.code(),
+        )?;
+        if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
+            save_plan(cx, state, &dir, lines.count, found.outcome.source_records).await?;
+        }
+        // report.html last: it reads the staged summary.json and CSVs back.
+        let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
+        crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
+        // The folder is committed only once the history it shows is recorded,
+        // and only by a run that still holds its lock and was not stopped.
+        found.recording.finish().await?;
+        if crate::faults::abort_after_history() {
+            std::process::abort();
+        }
+        super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
+        crate::interrupt::check(job, "before committing its report folder")?;
+        dir.commit()
+    }
+    .await;
+    let counts = serde_json::Value::Object(counts);
+    // What the run did is recorded even when its reports could not be
+    // written (a full disk): its writes are in the ledger, its counts in the
+    // run's record, for `recon runs` and the next run.
+    let path = written.map_err(|error| {
+        let wrote = extras.backfilled + extras.backfill_failed;
+        let note = if wrote > 0 {
+            format!(
+                "; the backfill had already written {} and failed {} items, recorded in the state store (recon runs shows the counts; the next run does not write them again)",
+                extras.backfilled, extras.backfill_failed
+            )
+        } else {
+            String::new()
+        };
+        anyhow::Error::new(ReportFailed {
+            counts: counts.clone(),
+            error: error.context(format!(
+                "job `{job}`: report phase: the reports were not written and any earlier report folder is untouched{note}"
+            )),
+        })
+    })?;
     println!("{}", render(&found.outcome, &extras));
     if let Some(d) = &delivered {
         println!("{}", d.render());
@@ -188,8 +212,26 @@ pub async fn report(
     if let Some(msg) = &found.guard.trouble {
         crate::logging::stderr_line("error", msg);
     }
-    Ok((status, serde_json::Value::Object(counts), path))
+    Ok((status, counts, path))
 }
+
+/// A run that failed in its report phase, with the counts of what it did
+/// (recorded with the failure).
+#[derive(Debug)]
+pub struct ReportFailed {
+    /// The run's counts, as `summary.json` would have held them.
+    pub counts: serde_json::Value,
+    /// Why the reports were not written.
+    pub error: anyhow::Error,
+}
+
+impl std::fmt::Display for ReportFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for ReportFailed {}
 
 /// Items written by a backfill, as `backfill.csv` and the counts show them.
 pub struct Rows {
@@ -286,7 +328,12 @@ pub async fn record(state: &StateStore, run_id: &str, result: &Result<Finished>)
             Some(dir.display().to_string()),
             None,
         ),
-        Err(e) => (RunStatus::Failed, json!(null), None, Some(format!("{e:#}"))),
+        Err(e) => {
+            let counts = e
+                .downcast_ref::<ReportFailed>()
+                .map_or(json!(null), |r| r.counts.clone());
+            (RunStatus::Failed, counts, None, Some(format!("{e:#}")))
+        }
     };
     state
         .finish_run(run_id, status, &counts, dir.as_deref(), error.as_deref())

@@ -195,12 +195,20 @@ impl ReportDir {
         self.staging.join(name)
     }
 
-    /// Opens a new file in the staging folder.
-    pub fn file(&mut self, name: &str) -> Result<BufWriter<fs::File>> {
+    /// Opens a new file in the staging folder. Its write errors name the
+    /// file and the report folder (a full disk says where).
+    pub fn file(&mut self, name: &str) -> Result<ReportFile> {
         let path = self.staging.join(name);
-        let f = fs::File::create(&path)
-            .with_context(|| format!("cannot write report {}", path.display()))?;
-        Ok(BufWriter::with_capacity(1 << 16, f))
+        let shown = format!(
+            "{name} of the report folder {} (staged in {})",
+            self.dest.display(),
+            self.staging.display()
+        );
+        let f = fs::File::create(&path).with_context(|| format!("cannot create {shown}"))?;
+        Ok(ReportFile {
+            shown,
+            inner: BufWriter::with_capacity(1 << 16, f),
+        })
     }
 
     /// Writes a whole file at once.
@@ -208,7 +216,7 @@ impl ReportDir {
         let mut f = self.file(name)?;
         f.write_all(bytes)?;
         f.flush()?;
-        f.get_ref().sync_all().ok();
+        f.inner.get_ref().sync_all().ok();
         Ok(())
     }
 
@@ -268,6 +276,33 @@ impl ReportDir {
             let _ = f.sync_all();
         }
         Ok(self.dest.clone())
+    }
+}
+
+/// A report file being written into the staging folder: buffered, and
+/// every I/O error says which file of which report folder it hit.
+pub struct ReportFile {
+    shown: String,
+    inner: BufWriter<fs::File>,
+}
+
+impl ReportFile {
+    fn named(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("cannot write {}: {e}", self.shown))
+    }
+}
+
+impl Write for ReportFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.named(e))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(buf).map_err(|e| self.named(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.named(e))
     }
 }
 
