@@ -4,7 +4,11 @@
 //! plan, a rerun with nothing to write, and a crash mid-apply after which
 //! the next run writes each remaining gap exactly once; a run killed while
 //! its Bulk API ingest job still processes, whose job lands after the next
-//! run sent its own: each charge exactly once.
+//! run sent its own: each charge exactly once. Fields the integration user
+//! cannot set refused before anything is written (or left out with
+//! `not_written`); an API version the org does not serve told apart from a
+//! missing object; creates whose answer was lost reported created; a
+//! resent `UploadComplete` refused as already done goes on.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
