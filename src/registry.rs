@@ -12,6 +12,9 @@ macro_rules! registry {
         /// table, tagged by `type`.
         #[derive(Debug, Clone, Deserialize)]
         #[serde(tag = "type", rename_all = "snake_case")]
+        // Read once per job from the config file: a few hundred bytes per
+        // value cost nothing, and boxing would only add derefs everywhere.
+        #[allow(clippy::large_enum_variant)]
         pub enum EndpointConfig {
             $($(#[$doc])* $variant($settings),)*
         }
