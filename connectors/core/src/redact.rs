@@ -123,16 +123,46 @@ static SECRETS: RwLock<Registry> = RwLock::new(Registry {
     parts: None,
 });
 
-/// Every `MIN_SCRUB_PART`-character window of the long secrets.
+/// How many leading bytes of a secret are its public form, not its secret:
+/// an auth scheme (`Bearer `) and a type prefix that every key of its kind
+/// shares (`sk_test_`, `whsec_`, `pat-na1-`: letters and digits up to the
+/// last `_` or `-` among the token's first 16 characters). A window inside
+/// it is not scrubbed on its own, so that a provider's own masked echo
+/// (`Invalid API Key provided: sk_test_****1234`) stays readable; any
+/// window reaching past it is.
+fn public_prefix_len(secret: &str) -> usize {
+    let token_start = secret.rfind(' ').map_or(0, |i| i + 1);
+    let token = &secret[token_start..];
+    let head: String = token.chars().take(16).collect();
+    let Some(cut) = head.rfind(['_', '-']) else {
+        return token_start;
+    };
+    let prefix = &head[..cut];
+    if prefix.is_empty()
+        || !prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return token_start;
+    }
+    token_start + cut + 1
+}
+
+/// Every `MIN_SCRUB_PART`-character window of the long secrets, but those
+/// wholly inside a secret's public prefix ([`public_prefix_len`]).
 fn windows_of(secrets: &[String]) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
     for s in secrets {
+        let public = public_prefix_len(s);
         let bounds: Vec<usize> = s
             .char_indices()
             .map(|(i, _)| i)
             .chain(std::iter::once(s.len()))
             .collect();
         for w in bounds.windows(MIN_SCRUB_PART + 1) {
+            if w[MIN_SCRUB_PART] <= public {
+                continue;
+            }
             let part = &s[w[0]..w[MIN_SCRUB_PART]];
             if !out.contains(&part) {
                 out.push(part);
@@ -561,6 +591,18 @@ mod tests {
         assert_eq!(scrub("F6gH8jK0\" was sent"), "***\" was sent");
         // Seven characters are not enough to be told from prose.
         assert_eq!(scrub("tok_Q7w"), "tok_Q7w");
+        // A key's public type prefix is no secret: a provider's masked
+        // echo stays readable, while a piece reaching past it goes.
+        Secret::new("Bearer sk_test_51HqLyjWDarjtT1zdp7dc0abc");
+        assert_eq!(
+            scrub("Invalid API Key provided: sk_test_****0abc"),
+            "Invalid API Key provided: sk_test_****0abc"
+        );
+        // (the part of the public prefix no secret window covers stays)
+        assert_eq!(scrub("key sk_test_51HqLy cut"), "key s*** cut");
+        assert_eq!(public_prefix_len("pat-na1-11111111-2222"), 8);
+        assert_eq!(public_prefix_len("Bearer whsec_abc"), 13);
+        assert_eq!(public_prefix_len("Zq9/Wv#Xk-long"), 0);
         // Non-ASCII secrets are cut at character boundaries.
         Secret::new("pässwörd-ÄÖÜ-123");
         assert_eq!(scrub("x pässwörd-Ä"), "x ***");
