@@ -257,7 +257,8 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     let source_done = feed_files(
         &mut engine,
         vec![(source, Side::Source, None), (target, Side::Target, None)],
-    )?;
+    )?
+    .source_done;
     drop(progress);
     let source_ms = source_done.unwrap_or_else(|| started.elapsed()).as_millis();
     tracing::debug!(

@@ -34,8 +34,20 @@ impl Side {
     }
 }
 
+/// What a row filter makes of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Row {
+    /// Diffed.
+    Keep,
+    /// Outside the window.
+    Skip,
+    /// In no window (its time is empty): listed as unplaced, in the same
+    /// pass, so no side is read twice.
+    Unplaced,
+}
+
 /// Which rows of a file to keep (e.g. those inside a run's window).
-pub type RowFilter<'a> = &'a (dyn Fn(&[ValueRef<'_>]) -> bool + Sync);
+pub type RowFilter<'a> = &'a (dyn Fn(&[ValueRef<'_>]) -> Row + Sync);
 
 /// One file to feed, its side, and its row filter.
 pub type FileFeed<'a> = (FileReader, Side, Option<RowFilter<'a>>);
@@ -48,22 +60,31 @@ enum Message {
     Target(RecordBatch),
 }
 
-/// Feeds files to the engine, in order, through the two stages. Returns
-/// how long after the call the source side was done, when a target side
-/// followed it.
-pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<Option<Duration>> {
+/// What feeding files found besides the diff.
+#[derive(Debug, Default)]
+pub struct Fed {
+    /// How long after the call the source side was done, when a target
+    /// side followed it.
+    pub source_done: Option<Duration>,
+    /// Keys of the rows the filters called [`Row::Unplaced`], in file order.
+    pub unplaced: Vec<String>,
+}
+
+/// Feeds files to the engine, in order, through the two stages.
+pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<Fed> {
     let started = Instant::now();
     let spec = engine.spec().clone();
     let mut source_done = None;
-    std::thread::scope(|scope| -> Result<()> {
+    let unplaced = std::thread::scope(|scope| -> Result<Vec<String>> {
         let (tx, rx) = sync_channel::<Message>(4);
         let (free_tx, free_rx) = channel::<RecordBatch>();
         let spec = &spec;
-        let handle = scope.spawn(move || -> Result<()> {
+        let handle = scope.spawn(move || -> Result<Vec<String>> {
+            let mut unplaced = Vec::new();
             for (mut reader, side, keep) in files {
-                read_side(&mut reader, spec, side, &tx, &free_rx, keep)?;
+                read_side(&mut reader, spec, side, &tx, &free_rx, keep, &mut unplaced)?;
             }
-            Ok(())
+            Ok(unplaced)
         });
         for msg in rx {
             match msg {
@@ -85,7 +106,10 @@ pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<O
             .join()
             .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
     })?;
-    Ok(source_done)
+    Ok(Fed {
+        source_done,
+        unplaced,
+    })
 }
 
 /// Parses one file into batches on the calling thread, sending each full batch.
@@ -96,6 +120,7 @@ fn read_side(
     tx: &SyncSender<Message>,
     free: &Receiver<RecordBatch>,
     keep: Option<RowFilter<'_>>,
+    unplaced: &mut Vec<String>,
 ) -> Result<()> {
     let fresh = |free: &Receiver<RecordBatch>| {
         let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
@@ -109,10 +134,12 @@ fn read_side(
             anyhow::bail!("interrupted by {signal} while reading {}", reader.display());
         }
         let done = reader.for_each_while(|key, values, location| -> Result<bool> {
-            if keep.is_none_or(|k| k(values)) {
-                batch
+            match keep.map_or(Row::Keep, |k| k(values)) {
+                Row::Keep => batch
                     .push(key, values)
-                    .map_err(|e| anyhow::anyhow!("{} {}: {e}", side.name(), location()))?;
+                    .map_err(|e| anyhow::anyhow!("{} {}: {e}", side.name(), location()))?,
+                Row::Skip => {}
+                Row::Unplaced => unplaced.push(key.to_string()),
             }
             Ok(batch.len() < BATCH)
         });

@@ -223,7 +223,7 @@ async fn read_stages(
     let open = history::Prefetch::start(ledger.state, job);
     let read =
         crate::ops::progress::phase("read", read::read_and_diff(plan, &sides, window)).await?;
-    let unplaced = read::unplaced_records(plan, &sides).await?;
+    let unplaced = read::unplaced_records(plan, &sides, read.unplaced).await?;
     let mut outcome = read.outcome;
     let confirmed = crate::ops::progress::phase(
         "diff",

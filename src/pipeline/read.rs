@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use futures_util::TryStreamExt;
-use recon_core::{BuildContext, Record, Source, Target, Value, ValueRef, Window};
+use recon_core::{BuildContext, Record, Source, Target, Unplaced, Value, ValueRef, Window};
 
-use super::feed::{feed_files, Side};
+use super::feed::{feed_files, Row, Side};
 use super::RunPlan;
 use crate::config::{EndpointConfig, UnplacedPolicy};
 use crate::diff::{
@@ -80,6 +80,9 @@ pub struct Read {
     pub source_ms: u128,
     /// Milliseconds spent reading the target.
     pub target_ms: u128,
+    /// Records of each side (source, target) in no window, when the read
+    /// itself found them (export files); `None`: ask the side.
+    pub unplaced: [Option<Vec<Unplaced>>; 2],
 }
 
 /// Reads the source, then the target, into one diff engine.
@@ -88,7 +91,7 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     let started = std::time::Instant::now();
     let mut engine = DiffEngine::new(plan.spec.clone());
     let (source, target) = (sides.source.as_ref(), sides.target());
-    feed(
+    let source_unplaced = feed(
         &plan.job.job.source,
         source,
         plan,
@@ -99,7 +102,7 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     .await
     .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
     let source_ms = started.elapsed().as_millis();
-    feed(
+    let target_unplaced = feed(
         &plan.job.job.target,
         target,
         plan,
@@ -114,12 +117,14 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
         outcome: engine.finish(),
         source_ms,
         target_ms,
+        unplaced: [source_unplaced, target_unplaced],
     })
 }
 
 /// Feeds one side to the engine. A file side goes through `recon diff`'s
-/// batched pipeline (a reader thread, no owned records, no pages); other
-/// sides stream pages, each encoded as one batch.
+/// batched pipeline (a reader thread, no owned records, no pages), and the
+/// rows without a time are listed in the same pass (returned); other sides
+/// stream pages, each encoded as one batch (`None`: they list theirs).
 async fn feed(
     endpoint: &EndpointConfig,
     side: &dyn Source,
@@ -127,33 +132,46 @@ async fn feed(
     window: Window,
     engine: &mut DiffEngine,
     source_side: bool,
-) -> Result<()> {
+) -> Result<Option<Vec<Unplaced>>> {
     let schema = &plan.spec.schema;
     if let EndpointConfig::File(file) = endpoint {
         let cx = BuildContext {
             schema,
             time_field: plan.time_field,
         };
-        let reader = recon_file::FileReader::open(file.spec(cx), schema)?;
+        let spec = file.spec(cx);
         let time_field = plan.time_field;
-        let in_window = move |values: &[ValueRef<'_>]| match time_field {
-            Some(t) => {
-                matches!(values.get(t), Some(ValueRef::Timestamp(ts)) if window.contains(*ts))
-            }
-            None => true,
+        let column = time_field.map(|t| spec.columns[t].clone());
+        let reader = recon_file::FileReader::open(spec, schema)?;
+        let in_window = move |values: &[ValueRef<'_>]| match time_field.map(|t| values.get(t)) {
+            None => Row::Keep,
+            Some(Some(ValueRef::Timestamp(ts))) if window.contains(*ts) => Row::Keep,
+            Some(Some(ValueRef::Null) | None) => Row::Unplaced,
+            Some(Some(_)) => Row::Skip,
         };
         let side = if source_side {
             Side::Source
         } else {
             Side::Target
         };
-        let feed = || feed_files(engine, vec![(reader, side, Some(&in_window))]).map(|_| ());
+        let feed = || feed_files(engine, vec![(reader, side, Some(&in_window))]);
         // The reader thread and this one work at full speed; other tasks
         // (the lock's heartbeat) move to another worker meanwhile.
-        return match tokio::runtime::Handle::current().runtime_flavor() {
+        let fed = match tokio::runtime::Handle::current().runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
             _ => feed(),
-        };
+        }?;
+        return Ok(column.map(|field| {
+            fed.unplaced
+                .into_iter()
+                .map(|key| Unplaced {
+                    key,
+                    field: field.clone(),
+                    value: String::new(),
+                    reason: "empty".to_string(),
+                })
+                .collect()
+        }));
     }
     let mut pages = side.read(window);
     let mut batch = RecordBatch::new(engine.spec());
@@ -175,22 +193,30 @@ async fn feed(
             engine.add_target_batch(&batch);
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Records of either side that no window can hold (time field empty, NULL
 /// or not a timestamp). With `unplaced = "fail"` any such record stops the
 /// run (exit 2) before anything is written.
-pub async fn unplaced_records(plan: &RunPlan, sides: &Sides) -> Result<Vec<UnplacedRow>> {
+pub async fn unplaced_records(
+    plan: &RunPlan,
+    sides: &Sides,
+    read: [Option<Vec<Unplaced>>; 2],
+) -> Result<Vec<UnplacedRow>> {
     let job = &plan.job.name;
     let mut rows = Vec::new();
-    for (side, endpoint) in [
-        ("source", sides.source.as_ref()),
-        ("target", sides.target()),
+    let [source_found, target_found] = read;
+    for (side, endpoint, found) in [
+        ("source", sides.source.as_ref(), source_found),
+        ("target", sides.target(), target_found),
     ] {
-        let found = endpoint.unplaced().await.with_context(|| {
-            format!("job `{job}`: listing the {side}'s records that have no time")
-        })?;
+        let found = match found {
+            Some(found) => found,
+            None => endpoint.unplaced().await.with_context(|| {
+                format!("job `{job}`: listing the {side}'s records that have no time")
+            })?,
+        };
         rows.extend(found.into_iter().map(|record| UnplacedRow {
             side: side.to_string(),
             record,
