@@ -256,3 +256,67 @@ async fn postgres_citext_key_on_the_lookup_path() {
 async fn mariadb_ci_collation_key_on_the_lookup_path() {
     case_insensitive_key_on_the_lookup_path(Dialect::MySql).await;
 }
+
+/// Export files on both sides, read once: the pass that feeds the diff
+/// remembers which keys each file holds outside the window, so edge
+/// lookups still find an orphan's source row stamped the day before, a
+/// gap's target row stamped the day after and a target row without a time,
+/// while a gap no row of the target holds stays a gap.
+#[tokio::test]
+async fn file_edges_are_confirmed_from_the_keys_the_read_saw_outside_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = (T1 - 86_400, T1 + 86_400);
+    std::fs::write(
+        dir.path().join("source.csv"),
+        format!(
+            "id,amount,currency,created\n\
+             ch_in,1000,usd,{T1}\n\
+             ch_late,2000,usd,{T1}\n\
+             ch_blank,2500,usd,{T1}\n\
+             ch_gap,3000,usd,{T1}\n\
+             ch_early,4000,usd,{before}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("target.csv"),
+        format!(
+            "id,amount,currency,created\n\
+             ch_in,1000,usd,{T1}\n\
+             ch_late,2000,usd,{after}\n\
+             ch_blank,2500,usd,\n\
+             ch_early,4000,usd,{T1}\n\
+             ch_orphan,5000,usd,{T1}\n"
+        ),
+    )
+    .unwrap();
+    let target = format!(
+        "[jobs.charges.target]\ntype = \"file\"\npath = \"{}\"\nkey = \"id\"",
+        dir.path().join("target.csv").display()
+    );
+    let cfg = config(dir.path(), &target);
+    let out = dir.path().join("out");
+    let o = run(&cfg, &out);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = summary(&out);
+    // ch_late and ch_blank found in the target, ch_early in the source.
+    assert_eq!(s["confirmed_by_lookup"], 3, "{s}");
+    assert_eq!(s["gaps"], 1, "{s}");
+    assert_eq!(s["orphans"], 1, "{s}");
+    let gaps = std::fs::read_to_string(out.join("gaps.csv")).unwrap();
+    assert!(
+        gaps.contains("ch_gap") && !gaps.contains("ch_late"),
+        "{gaps}"
+    );
+    let orphans = std::fs::read_to_string(out.join("orphans.csv")).unwrap();
+    assert!(
+        orphans.contains("ch_orphan") && !orphans.contains("ch_early"),
+        "{orphans}"
+    );
+    // The target row without a time is listed, from the same pass.
+    let unplaced = std::fs::read_to_string(out.join("unplaced.csv")).unwrap();
+    assert!(
+        unplaced.contains("target,ch_blank,created,,empty"),
+        "{unplaced}"
+    );
+}

@@ -32,6 +32,11 @@ use arena::{
 };
 pub use records::Records;
 
+/// The engine's hash of an external ID (the same everywhere in a process).
+pub fn key_hash(key: &str) -> u64 {
+    arena::hash_key(key.as_bytes())
+}
+
 /// Records of one side, encoded and hashed ahead of the engine, possibly on
 /// another thread: a reader fills batches while the engine indexes or
 /// probes the previous one.

@@ -60,6 +60,30 @@ enum Message {
     Target(RecordBatch),
 }
 
+/// Most keys [`Outside`] remembers (8 bytes each): past it, edge lookups
+/// read the file again instead.
+const OUTSIDE_CAP: usize = 8 << 20;
+
+/// The hashes of a file's keys on rows the filter did not keep (outside
+/// the window, or unplaced): an edge lookup in that file can only find one
+/// of these, so keys not among them need no second read of the file.
+#[derive(Debug, Default)]
+pub struct Outside(Vec<u64>);
+
+impl Outside {
+    fn seal(mut self) -> Outside {
+        self.0.sort_unstable();
+        self.0.dedup();
+        self
+    }
+
+    /// Whether the file may hold `key` outside the rows it kept (hashes
+    /// collide rarely; a collision only costs a lookup).
+    pub fn may_hold(&self, key: &str) -> bool {
+        self.0.binary_search(&crate::diff::key_hash(key)).is_ok()
+    }
+}
+
 /// What feeding files found besides the diff.
 #[derive(Debug, Default)]
 pub struct Fed {
@@ -68,6 +92,9 @@ pub struct Fed {
     pub source_done: Option<Duration>,
     /// Keys of the rows the filters called [`Row::Unplaced`], in file order.
     pub unplaced: Vec<String>,
+    /// For one filtered file: the keys of the rows not kept; `None` with
+    /// no filter, several filtered files, or more than [`OUTSIDE_CAP`].
+    pub outside: Option<Outside>,
 }
 
 /// Feeds files to the engine, in order, through the two stages.
@@ -75,40 +102,45 @@ pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<F
     let started = Instant::now();
     let spec = engine.spec().clone();
     let mut source_done = None;
-    let unplaced = std::thread::scope(|scope| -> Result<Vec<String>> {
-        let (tx, rx) = sync_channel::<Message>(4);
-        let (free_tx, free_rx) = channel::<RecordBatch>();
-        let spec = &spec;
-        let handle = scope.spawn(move || -> Result<Vec<String>> {
-            let mut unplaced = Vec::new();
-            for (mut reader, side, keep) in files {
-                read_side(&mut reader, spec, side, &tx, &free_rx, keep, &mut unplaced)?;
-            }
-            Ok(unplaced)
-        });
-        for msg in rx {
-            match msg {
-                Message::Source(batch, estimate) => {
-                    if let Some(n) = estimate {
-                        engine.reserve_source(n);
+    let filtered = files.iter().filter(|(_, _, keep)| keep.is_some()).count();
+    let (unplaced, outside) =
+        std::thread::scope(|scope| -> Result<(Vec<String>, Option<Outside>)> {
+            let (tx, rx) = sync_channel::<Message>(4);
+            let (free_tx, free_rx) = channel::<RecordBatch>();
+            let spec = &spec;
+            let handle = scope.spawn(move || -> Result<(Vec<String>, Option<Outside>)> {
+                let mut unplaced = Vec::new();
+                let mut outside = (filtered == 1).then(Outside::default);
+                for (mut reader, side, keep) in files {
+                    let seen = (&mut unplaced, &mut outside);
+                    read_side(&mut reader, spec, side, &tx, &free_rx, keep, seen)?;
+                }
+                Ok((unplaced, outside.map(Outside::seal)))
+            });
+            for msg in rx {
+                match msg {
+                    Message::Source(batch, estimate) => {
+                        if let Some(n) = estimate {
+                            engine.reserve_source(n);
+                        }
+                        engine.add_source_batch(&batch)?;
+                        let _ = free_tx.send(batch);
                     }
-                    engine.add_source_batch(&batch)?;
-                    let _ = free_tx.send(batch);
-                }
-                Message::Target(batch) => {
-                    source_done.get_or_insert_with(|| started.elapsed());
-                    engine.add_target_batch(&batch);
-                    let _ = free_tx.send(batch);
+                    Message::Target(batch) => {
+                        source_done.get_or_insert_with(|| started.elapsed());
+                        engine.add_target_batch(&batch);
+                        let _ = free_tx.send(batch);
+                    }
                 }
             }
-        }
-        handle
-            .join()
-            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
-    })?;
+            handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
+        })?;
     Ok(Fed {
         source_done,
         unplaced,
+        outside,
     })
 }
 
@@ -120,7 +152,7 @@ fn read_side(
     tx: &SyncSender<Message>,
     free: &Receiver<RecordBatch>,
     keep: Option<RowFilter<'_>>,
-    unplaced: &mut Vec<String>,
+    (unplaced, outside): (&mut Vec<String>, &mut Option<Outside>),
 ) -> Result<()> {
     let fresh = |free: &Receiver<RecordBatch>| {
         let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
@@ -134,12 +166,22 @@ fn read_side(
             anyhow::bail!("interrupted by {signal} while reading {}", reader.display());
         }
         let done = reader.for_each_while(|key, values, location| -> Result<bool> {
-            match keep.map_or(Row::Keep, |k| k(values)) {
+            let row = keep.map_or(Row::Keep, |k| k(values));
+            match row {
                 Row::Keep => batch
                     .push(key, values)
                     .map_err(|e| anyhow::anyhow!("{} {}: {e}", side.name(), location()))?,
                 Row::Skip => {}
                 Row::Unplaced => unplaced.push(key.to_string()),
+            }
+            if row != Row::Keep {
+                if let Some(o) = outside.as_mut() {
+                    if o.0.len() < OUTSIDE_CAP {
+                        o.0.push(crate::diff::key_hash(key));
+                    } else {
+                        *outside = None;
+                    }
+                }
             }
             Ok(batch.len() < BATCH)
         });

@@ -227,7 +227,7 @@ async fn read_stages(
     let mut outcome = read.outcome;
     let confirmed = crate::ops::progress::phase(
         "diff",
-        read::confirm_edges(&mut outcome, &sides, &plan.spec),
+        read::confirm_edges(&mut outcome, &sides, &plan.spec, &read.outside),
     )
     .await?;
     let pending = pending(plan, &mut outcome, now)?;

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use futures_util::TryStreamExt;
 use recon_core::{BuildContext, Record, Source, Target, Unplaced, Value, ValueRef, Window};
 
-use super::feed::{feed_files, Row, Side};
+use super::feed::{feed_files, Outside, Row, Side};
 use super::RunPlan;
 use crate::config::{EndpointConfig, UnplacedPolicy};
 use crate::diff::{
@@ -83,6 +83,16 @@ pub struct Read {
     /// Records of each side (source, target) in no window, when the read
     /// itself found them (export files); `None`: ask the side.
     pub unplaced: [Option<Vec<Unplaced>>; 2],
+    /// Keys each side holds outside what it read, when the read itself
+    /// saw them (export files): edge lookups ask only for those.
+    pub outside: [Option<Outside>; 2],
+}
+
+/// What one side's read found besides its records.
+#[derive(Default)]
+struct SideRead {
+    unplaced: Option<Vec<Unplaced>>,
+    outside: Option<Outside>,
 }
 
 /// Reads the source, then the target, into one diff engine.
@@ -91,7 +101,7 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     let started = std::time::Instant::now();
     let mut engine = DiffEngine::new(plan.spec.clone());
     let (source, target) = (sides.source.as_ref(), sides.target());
-    let source_unplaced = feed(
+    let source_read = feed(
         &plan.job.job.source,
         source,
         plan,
@@ -102,7 +112,7 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     .await
     .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
     let source_ms = started.elapsed().as_millis();
-    let target_unplaced = feed(
+    let target_read = feed(
         &plan.job.job.target,
         target,
         plan,
@@ -117,7 +127,8 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
         outcome: engine.finish(),
         source_ms,
         target_ms,
-        unplaced: [source_unplaced, target_unplaced],
+        unplaced: [source_read.unplaced, target_read.unplaced],
+        outside: [source_read.outside, target_read.outside],
     })
 }
 
@@ -132,7 +143,7 @@ async fn feed(
     window: Window,
     engine: &mut DiffEngine,
     source_side: bool,
-) -> Result<Option<Vec<Unplaced>>> {
+) -> Result<SideRead> {
     let schema = &plan.spec.schema;
     if let EndpointConfig::File(file) = endpoint {
         let cx = BuildContext {
@@ -161,7 +172,7 @@ async fn feed(
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
             _ => feed(),
         }?;
-        return Ok(column.map(|field| {
+        let unplaced = column.map(|field| {
             fed.unplaced
                 .into_iter()
                 .map(|key| Unplaced {
@@ -171,7 +182,11 @@ async fn feed(
                     reason: "empty".to_string(),
                 })
                 .collect()
-        }));
+        });
+        return Ok(SideRead {
+            unplaced,
+            outside: fed.outside,
+        });
     }
     let mut pages = side.read(window);
     let mut batch = RecordBatch::new(engine.spec());
@@ -193,7 +208,7 @@ async fn feed(
             engine.add_target_batch(&batch);
         }
     }
-    Ok(None)
+    Ok(SideRead::default())
 }
 
 /// Records of either side that no window can hold (time field empty, NULL
@@ -254,12 +269,13 @@ pub async fn confirm_edges(
     outcome: &mut DiffOutcome,
     sides: &Sides,
     spec: &DiffSpec,
+    outside: &[Option<Outside>; 2],
 ) -> Result<Confirmed> {
     let (gaps_read, orphans_read) = (outcome.gaps.len(), outcome.orphans.len());
-    let in_target = lookup(sides.target(), &outcome.gaps)
+    let in_target = lookup(sides.target(), &outcome.gaps, outside[1].as_ref())
         .await
         .context("confirming gaps by key in the target")?;
-    let in_source = lookup(sides.source.as_ref(), &outcome.orphans)
+    let in_source = lookup(sides.source.as_ref(), &outcome.orphans, outside[0].as_ref())
         .await
         .context("confirming orphans by key in the source")?;
     let mut dismissed = 0;
@@ -298,12 +314,25 @@ pub async fn confirm_edges(
 
 /// The records a side holds for the keys of `records`, by key. A side read
 /// whole holds nothing a lookup could add: asking it again would only read
-/// it twice, so the keys are not even collected.
-async fn lookup(side: &dyn Source, records: &Records) -> Result<HashMap<String, Record>> {
+/// it twice, so the keys are not even collected. Neither does a side whose
+/// read saw every key it holds outside the window (`outside`): only those
+/// keys are asked for, and none means no second read.
+async fn lookup(
+    side: &dyn Source,
+    records: &Records,
+    outside: Option<&Outside>,
+) -> Result<HashMap<String, Record>> {
     if records.is_empty() || side.reads_whole() {
         return Ok(HashMap::new());
     }
-    let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
+    let keys: Vec<String> = records
+        .iter()
+        .filter(|r| outside.is_none_or(|o| o.may_hold(&r.key)))
+        .map(|r| r.key.clone())
+        .collect();
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
     crate::ops::progress::looked_up(keys.len());
     let found = side.lookup(&keys).await?;
     Ok(found.into_iter().map(|r| (r.key.clone(), r)).collect())
