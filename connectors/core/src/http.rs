@@ -12,9 +12,11 @@
 //!   requests, so the limiter paces at `r = limit × (1 − headroom) − (B − 1)`:
 //!   no window of `interval` (Stripe: any one second; HubSpot: any rolling
 //!   10 s) ever holds more than the configured limit, whatever the burst.
-//!   `headroom_percent` keeps a little of the limit unused where the
-//!   provider's counting is coarser than ours (fixed windows on its clock,
-//!   requests bunched by the network).
+//!   `headroom_percent` keeps a share of the limit unused (a budget others
+//!   share); `jitter` stretches the pace so that what is sent over
+//!   `interval + jitter` fits one window, since the provider counts on its
+//!   own clock what the network delivers bunched: a fixed time, not a share
+//!   of the limit (`× interval / (interval + jitter)`).
 //! - **Adaptive pacing (AIMD).** A 429, a `Retry-After`, a provider hint of
 //!   what remains of its window ([`LimitHeaders`],
 //!   [`HttpClient::report_remaining`]) or a caller's own "slow down" signal
@@ -99,10 +101,18 @@ pub struct HttpPolicy {
     /// 1). A burst is paid for out of the steady rate: the limiter paces at
     /// `limit × (1 − headroom) − (burst − 1)` per `interval`.
     pub burst: u32,
-    /// Percent of the limit left unused (0..=50; default 0), for providers
-    /// whose counting is coarser than ours: fixed windows on the provider's
-    /// clock see requests the network bunched together.
+    /// Percent of the limit left unused (0..=50; default 0), for a budget
+    /// others share (HubSpot's apps of one account) or counting coarser
+    /// than ours.
     pub headroom_percent: u32,
+    /// How much closer together the provider may see requests than they
+    /// were sent (network and timer jitter; default 0): the provider counts
+    /// arrivals on its own clock, so a window of `interval` there holds
+    /// what was sent over `interval + jitter`. The pace leaves exactly that
+    /// unused: `× interval / (interval + jitter)`, a fixed time rather than
+    /// a share of the limit (at 50/s, 20 ms of jitter costs 2%, where 6%
+    /// of headroom cost three requests a second).
+    pub jitter: Duration,
     /// Per-request timeout, from sending to the end of the body.
     pub timeout: Duration,
     /// Most attempts per call that fail other than by rate limiting (5xx,
@@ -138,6 +148,7 @@ impl HttpPolicy {
             interval: Duration::from_secs(1),
             burst: 1,
             headroom_percent: 0,
+            jitter: Duration::ZERO,
             timeout: Duration::from_secs(30),
             max_attempts: 6,
             max_total_wait: Duration::from_secs(120),
@@ -150,11 +161,14 @@ impl HttpPolicy {
     }
 
     /// The steady pace, in requests per `interval`: the limit less the
-    /// headroom less what the burst may add to a window.
+    /// headroom less what the burst may add to a window, spread so that
+    /// what was sent over `interval + jitter` fits one window.
     pub fn pace(&self) -> f64 {
         let limit = f64::from(self.requests_per_second);
         let kept = limit * (1.0 - f64::from(self.headroom_percent.min(50)) / 100.0);
-        (kept - f64::from(self.burst.max(1) - 1)).max(limit.min(1.0) * 0.5)
+        let interval = self.interval.max(Duration::from_millis(1)).as_secs_f64();
+        let spread = interval / (interval + self.jitter.as_secs_f64());
+        ((kept - f64::from(self.burst.max(1) - 1)) * spread).max(limit.min(1.0) * 0.5)
     }
 
     /// The sleep before retry number `retry` (0 for the first retry): full
@@ -1684,6 +1698,7 @@ mod tests {
             interval: Duration::from_secs(1),
             burst: 1,
             headroom_percent: 0,
+            jitter: Duration::ZERO,
             timeout: Duration::from_secs(5),
             max_attempts,
             max_total_wait: Duration::from_secs(10),
@@ -3024,11 +3039,65 @@ mod tests {
         );
     }
 
+    /// The most of `arrivals` (sorted, seconds) in any one-second window.
+    fn busiest_second(arrivals: &[f64]) -> usize {
+        let mut lo = 0;
+        (0..arrivals.len())
+            .map(|hi| {
+                while arrivals[hi] - arrivals[lo] >= 1.0 - 1e-9 {
+                    lo += 1;
+                }
+                hi - lo + 1
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn jitter_is_paid_as_a_time_not_a_share_of_the_limit() {
+        // 20 ms of jitter costs 2% at any limit (a 6% headroom cost 3/s
+        // at 50/s and 6/s at 100/s).
+        for (limit, pace) in [(25, 24.5098), (50, 49.0196), (100, 98.0392)] {
+            let mut p = HttpPolicy::new(limit);
+            p.jitter = Duration::from_millis(20);
+            assert!((p.pace() - pace).abs() < 1e-3, "{limit}: {}", p.pace());
+        }
+        // With a burst, what the burst adds is paid first.
+        let mut p = HttpPolicy::new(20);
+        p.burst = 5;
+        p.jitter = Duration::from_millis(20);
+        assert!((p.pace() - 16.0 / 1.02).abs() < 1e-9, "{}", p.pace());
+        // HubSpot's ten-second window hardly notices it.
+        let mut p = HttpPolicy::new(100);
+        p.interval = Duration::from_secs(10);
+        p.jitter = Duration::from_millis(20);
+        assert!(p.pace() > 99.8, "{}", p.pace());
+
+        // Sent at the pace, one request a period apart, and seen by the
+        // provider up to 20 ms late until request m and on time after (the
+        // most the network can bunch them): no second holds more than 50.
+        let mut p = HttpPolicy::new(50);
+        p.jitter = Duration::from_millis(20);
+        let seen = |pace: f64, late: f64, m: usize| {
+            let mut a: Vec<f64> = (0..300)
+                .map(|k| k as f64 / pace + if k < m { late } else { 0.0 })
+                .collect();
+            a.sort_by(f64::total_cmp);
+            busiest_second(&a)
+        };
+        for m in 0..300 {
+            assert!(seen(p.pace(), 0.020, m) <= 50, "m = {m}");
+        }
+        // At the full limit the same bunching puts 51 in a second.
+        assert!((0..300).any(|m| seen(50.0, 0.020, m) > 50));
+    }
+
     #[test]
     fn policy_defaults_and_bad_settings() {
         let p = HttpPolicy::new(25);
         assert_eq!(p.burst, 1);
         assert_eq!(p.headroom_percent, 0);
+        assert_eq!(p.jitter, Duration::ZERO);
         assert_eq!(p.rate_limit_patience, Duration::from_secs(900));
         assert_eq!(p.pace(), 25.0);
         assert_eq!(p.timeout, Duration::from_secs(30));

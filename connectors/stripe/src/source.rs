@@ -134,8 +134,9 @@ pub struct StripeSource {
     pace: f64,
 }
 
-/// Share of Stripe's limit recon leaves unused (see [`StripeSource::new`]).
-const HEADROOM_PERCENT: u32 = 6;
+/// How much closer together than sent Stripe may see recon's requests
+/// (see [`StripeSource::new`]).
+const JITTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Pages a slice is sized to hold on average. Each slice ends with one
 /// partial page (half a call wasted on average), so slices of 20 pages keep
@@ -197,12 +198,14 @@ impl StripeSource {
         // Stripe documents its limits as requests per second
         // (https://docs.stripe.com/rate-limits) and says nothing of bursts,
         // so recon reads them literally: no burst (any one-second window
-        // holds at most the limit), and 6% of the limit left unused, because
-        // Stripe counts on its own clock what the network delivers bunched
-        // together (at 25/s a request may arrive 20 ms early without a
-        // window ever holding 26).
+        // holds at most the limit), and paced so that what it sends over
+        // 1.02 s fits one second, because Stripe counts on its own clock
+        // what the network delivers bunched (a request may arrive 20 ms
+        // early without any second ever holding more than the limit): 2%
+        // of the limit unused whatever the limit, where a 6% headroom left
+        // 1.5 requests a second unused at 25/s and 6 at 100/s.
         policy.burst = 1;
-        policy.headroom_percent = HEADROOM_PERCENT;
+        policy.jitter = JITTER;
         if let Some(t) = cfg.timeout_secs {
             policy.timeout = std::time::Duration::from_secs(t);
         }

@@ -7,7 +7,8 @@
 //! same origin, so `[{after: 0, times: 2}, {after: 5, times: 1}]` hits requests
 //! 0, 1 and 5.
 
-use std::time::Instant;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use super::FaultKind;
 
@@ -119,10 +120,68 @@ impl WindowCounter {
     }
 }
 
-/// Either way of counting, as configured.
+/// The strictest count: at most `limit` requests admitted in any one
+/// second ending at an arrival (the window `(now − 1 s, now]`), as a
+/// provider keeping a log of its last second would. Other clients spend
+/// `others_percent` of it, spread evenly over the second (they are modelled
+/// as a steady stream, not a burst). Rejected requests are not counted.
+pub(crate) struct SlidingCounter {
+    limit: usize,
+    others_percent: u64,
+    origin: Instant,
+    /// Our admitted requests within the last second.
+    log: VecDeque<Instant>,
+}
+
+impl SlidingCounter {
+    pub fn new(limit: u32, others_percent: u32, origin: Instant) -> Self {
+        SlidingCounter {
+            limit: limit as usize,
+            others_percent: u64::from(others_percent.min(100)),
+            origin,
+            log: VecDeque::new(),
+        }
+    }
+
+    /// Requests of other clients in the last second: a steady stream of
+    /// `limit × others%` per second since the origin.
+    fn others(&self, now: Instant) -> usize {
+        let per_sec = self.limit as u64 * self.others_percent;
+        if per_sec == 0 {
+            return 0;
+        }
+        // Arrival k (from 0) of theirs is at k / rate seconds.
+        let at = |t: Duration| (t.as_nanos() * u128::from(per_sec) / 100 / 1_000_000_000) as i64;
+        let elapsed = now.saturating_duration_since(self.origin);
+        let before = elapsed.checked_sub(Duration::from_secs(1));
+        let upto = at(elapsed) + 1;
+        let from = before.map_or(0, |b| at(b) + 1);
+        (upto - from).max(0) as usize
+    }
+
+    /// Returns whether a request arriving now may go through.
+    pub fn admit(&mut self, now: Instant) -> bool {
+        while self
+            .log
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(1))
+        {
+            self.log.pop_front();
+        }
+        if self.log.len() + self.others(now) < self.limit {
+            self.log.push_back(now);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Any way of counting, as configured.
 pub(crate) enum Limiter {
     Bucket(RateLimiter),
     Window(WindowCounter),
+    Sliding(SlidingCounter),
 }
 
 impl Limiter {
@@ -130,6 +189,7 @@ impl Limiter {
         match self {
             Limiter::Bucket(b) => b.admit(now),
             Limiter::Window(w) => w.admit(now),
+            Limiter::Sliding(s) => s.admit(now),
         }
     }
 }
@@ -137,7 +197,25 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    #[test]
+    fn a_sliding_second_never_holds_more_than_the_limit() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut s = SlidingCounter::new(3, 0, t0);
+        for m in [0, 500, 999] {
+            assert!(s.admit(ms(m)));
+        }
+        assert!(s.admit(ms(1000)), "the request at 0 ms left the second");
+        // A fixed window would admit two more here; a sliding second not.
+        assert!(!s.admit(ms(1000)));
+        assert!(!s.admit(ms(1400)));
+        assert!(s.admit(ms(1500)));
+        // Others spending half of 10/s leave 5 in any second.
+        let mut s = SlidingCounter::new(10, 50, t0);
+        let got = (0..20).filter(|i| s.admit(ms(5000 + i * 10))).count();
+        assert_eq!(got, 5);
+    }
 
     #[test]
     fn a_window_admits_the_limit_less_the_others_share() {

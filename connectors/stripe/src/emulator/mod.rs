@@ -20,8 +20,10 @@
 //! * **Errors.** Stripe's error body `{"error": {"code", "doc_url", "message",
 //!   "param", "type"}}`, e.g. `404 resource_missing` "No such charge: 'ch_x'".
 //! * **Rate limit, latency, faults** — see [`EmulatorConfig`], [`RateLimitMode`]
-//!   (a token bucket, or strict one-second windows with other clients
-//!   spending a share) and [`FaultKind`].
+//!   (a token bucket, strict fixed one-second windows, or any one second
+//!   (sliding), with other clients spending a share; [`Emulator::arrivals`]
+//!   lists what the limiter decided, for counts per second) and
+//!   [`FaultKind`].
 //!
 //! Order of decisions for each request: it is counted and matched against the
 //! fault plan on arrival; an injected error fault answers without auth or rate
@@ -87,6 +89,12 @@ pub enum RateLimitMode {
     /// (https://docs.stripe.com/rate-limits): a client that keeps every
     /// one-second window at or under `n` is never throttled.
     PerSecondWindow,
+    /// The strictest reading: at most `n` requests in any one second ending
+    /// at an arrival (a sliding log of the last second), other clients'
+    /// share spread evenly over it. A client whose every one-second span
+    /// holds at most `n` arrivals is never throttled; one that lets two
+    /// requests bunch at a fixed window's boundary is.
+    SlidingWindow,
 }
 
 impl Default for EmulatorConfig {
@@ -175,6 +183,16 @@ pub enum FaultKind {
 /// first in the plan wins.
 pub type Fault = recon_emulator_kit::Fault<FaultKind>;
 
+/// One request the rate limiter decided on (see [`Emulator::arrivals`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// When it arrived, from [`Emulator::start`] (the origin of the fixed
+    /// windows of [`RateLimitMode::PerSecondWindow`]).
+    pub at: Duration,
+    /// Whether the limiter let it through (else it got a `429`).
+    pub admitted: bool,
+}
+
 /// Counters since [`Emulator::start`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EmulatorStats {
@@ -258,6 +276,13 @@ impl Emulator {
 
     pub fn stats(&self) -> EmulatorStats {
         self.shared.stats.lock().unwrap().clone()
+    }
+
+    /// Every request the rate limiter decided on, in arrival order (empty
+    /// without `rate_limit_per_sec`): how many each second held, for
+    /// benchmarks of a client's pacing. Faults and 401s are not in it.
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.shared.arrivals.lock().unwrap().clone()
     }
 
     /// Stops accepting connections, lets requests in flight finish (for up to

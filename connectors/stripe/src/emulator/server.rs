@@ -14,9 +14,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::faults::{FaultPlan, Limiter, RateLimiter, WindowCounter};
+use super::faults::{FaultPlan, Limiter, RateLimiter, SlidingCounter, WindowCounter};
 use super::store::{Found, ListQuery, MissingCursor, Store};
-use super::{EmulatorConfig, EmulatorStats, FaultKind, ObjectKind, RateLimitMode};
+use super::{Arrival, EmulatorConfig, EmulatorStats, FaultKind, ObjectKind, RateLimitMode};
 use recon_emulator_kit::{
     base64_decode, dropped_response, percent_decode, splitmix64, ConnHandle, IdSeq, InFlight,
     MALFORMED_JSON_BODY,
@@ -31,6 +31,10 @@ pub(crate) struct Shared {
     pub store: RwLock<Store>,
     pub faults: Mutex<FaultPlan>,
     pub limiter: Option<Mutex<Limiter>>,
+    /// The origin of the limiter's windows and of `arrivals`.
+    pub origin: Instant,
+    /// Every request the limiter decided on.
+    pub arrivals: Mutex<Vec<Arrival>>,
     pub stats: Mutex<EmulatorStats>,
     in_flight: AtomicU64,
     request_ids: IdSeq,
@@ -38,6 +42,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(config: &EmulatorConfig) -> Self {
+        let origin = Instant::now();
         Shared {
             api_key: config.api_key.clone(),
             latency: config.latency,
@@ -48,13 +53,16 @@ impl Shared {
                     RateLimitMode::TokenBucket => {
                         Limiter::Bucket(RateLimiter::new(n, config.others_percent))
                     }
-                    RateLimitMode::PerSecondWindow => Limiter::Window(WindowCounter::new(
-                        n,
-                        config.others_percent,
-                        Instant::now(),
-                    )),
+                    RateLimitMode::PerSecondWindow => {
+                        Limiter::Window(WindowCounter::new(n, config.others_percent, origin))
+                    }
+                    RateLimitMode::SlidingWindow => {
+                        Limiter::Sliding(SlidingCounter::new(n, config.others_percent, origin))
+                    }
                 })
             }),
+            origin,
+            arrivals: Mutex::new(Vec::new()),
             stats: Mutex::new(EmulatorStats::default()),
             in_flight: AtomicU64::new(0),
             request_ids: IdSeq::new(),
@@ -282,8 +290,20 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         Plan::Serve => match authorize(&shared, req.headers()) {
             Some(denied) => Plan::Reply(denied),
             None => match &shared.limiter {
-                Some(l) if !l.lock().unwrap().admit(Instant::now()) => Plan::Reply(rate_limited()),
-                _ => Plan::Serve,
+                Some(l) => {
+                    let now = Instant::now();
+                    let admitted = l.lock().unwrap().admit(now);
+                    shared.arrivals.lock().unwrap().push(Arrival {
+                        at: now.saturating_duration_since(shared.origin),
+                        admitted,
+                    });
+                    if admitted {
+                        Plan::Serve
+                    } else {
+                        Plan::Reply(rate_limited())
+                    }
+                }
+                None => Plan::Serve,
             },
         },
         other => other,
