@@ -57,6 +57,22 @@ struct JobSpec<'a> {
     with_email: bool,
 }
 
+impl<'a> JobSpec<'a> {
+    /// An insert job into `payments` at `url`, `write_batch` rows a batch,
+    /// with `state` (None: SQLite beside the job).
+    fn inserts(url: &'a str, write_batch: usize, state: Option<&'a str>) -> JobSpec<'a> {
+        JobSpec {
+            url,
+            table: "payments",
+            mode: "insert",
+            write_batch,
+            state,
+            target_extra: "",
+            with_email: false,
+        }
+    }
+}
+
 impl Job {
     fn new(rows: &[(&str, i64, &str, &str, i64)]) -> Job {
         let dir = tempfile::tempdir().unwrap();
@@ -1243,16 +1259,7 @@ async fn sigterm_mid_backfill(state: Option<&str>) {
     let target = TestDb::create(Dialect::Postgres).await;
     payments_table(&target).await;
     let job = many_gaps();
-    let spec = |batch| JobSpec {
-        url: &target.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: batch,
-        state,
-        target_extra: "",
-        with_email: false,
-    };
-    job.configure(&spec(500));
+    job.configure(&JobSpec::inserts(&target.url, 500, state));
     let held = TableLock::take(&target.url).await;
     let metrics = job.path("recon.prom");
     let mut child = job
@@ -1342,16 +1349,7 @@ async fn a_second_signal_exits_at_once_and_the_next_run_cleans_up() {
     let target = TestDb::create(Dialect::Postgres).await;
     payments_table(&target).await;
     let job = many_gaps();
-    let spec = JobSpec {
-        url: &target.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 500,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    };
-    job.configure(&spec);
+    job.configure(&JobSpec::inserts(&target.url, 500, None));
     let held = TableLock::take(&target.url).await;
     let mut child = job
         .command("run1")
@@ -1386,8 +1384,8 @@ async fn a_second_signal_exits_at_once_and_the_next_run_cleans_up() {
 }
 
 /// Every early exit under the lock releases it: a window that cannot be
-/// resolved, one that has not begun, a lookback before the earliest
-/// instant (SQLite state, where the lock is a row that would stay).
+/// resolved and one that has not begun (SQLite state, where the lock is a
+/// row that would stay).
 #[tokio::test]
 async fn early_exits_release_the_run_lock() {
     let db = TestDb::create(Dialect::Sqlite).await;
@@ -1396,15 +1394,7 @@ async fn early_exits_release_the_run_lock() {
     )
     .await;
     let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 10,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 10, None));
     for (window, says) in [
         ("9999-12-31", "job `charges`"),
         ("2099-01-01", "has not begun"),
@@ -1442,15 +1432,7 @@ async fn lock_lost_during_the_only_batch_commits_nothing_after_it() {
     let target = TestDb::create(Dialect::Postgres).await;
     payments_table(&target).await;
     let job = many_gaps();
-    job.configure(&JobSpec {
-        url: &target.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 5000,
-        state: Some(&state_db.url),
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&target.url, 5000, Some(&state_db.url)));
     let held = TableLock::take(&target.url).await;
     let child = job
         .command("run1")
@@ -1576,15 +1558,7 @@ async fn a_full_disk_while_reporting_keeps_the_old_folder_and_records_the_backfi
     let db = TestDb::create(Dialect::Postgres).await;
     payments_table(&db).await;
     let job = many_gaps();
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 500,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 500, None));
     let Some(disk) = SmallDisk::mount(job.path("disk"), "2m") else {
         return;
     };
