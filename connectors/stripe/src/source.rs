@@ -158,10 +158,18 @@ fn plan_slices(
 ) -> Vec<(i64, i64)> {
     let by_size = (pages / PAGES_PER_SLICE).ceil();
     let in_flight = (pace * latency * 2.0).ceil();
-    let slices = by_size
+    let least = by_size
         .max(in_flight)
         .min(pages.ceil())
         .clamp(1.0, cap.max(1) as f64) as i64;
+    // Each slice costs its pages rounded up: of `least` up to twice as
+    // many slices, the fewest that cost the fewest calls (199 pages in 11
+    // slices cost 209 calls, in 20 slices 200).
+    let calls = |n: i64| n as f64 * (pages / n as f64 - 1e-9).ceil();
+    let most = (least * 2).min(pages.ceil() as i64).min(cap.max(1) as i64);
+    let slices = (least..=most.max(least))
+        .min_by(|a, b| calls(*a).total_cmp(&calls(*b)).then(a.cmp(b)))
+        .unwrap_or(least);
     let span = (end - lo).max(1);
     let slices = slices.min(span);
     // Even cuts: slice k is [lo + span·k/n, lo + span·(k+1)/n).
@@ -524,8 +532,12 @@ mod tests {
         assert_eq!(s[0].0, 0);
         assert_eq!(s.last().unwrap().1, 50_000);
         assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
-        // At 94/s and 150 ms, 29 requests should be in flight: 29 slices.
-        assert_eq!(plan_slices(0, 50_000, 500.0, 94.0, 0.15, 256).len(), 29);
+        // At 94/s and 150 ms, 29 requests should be in flight: at least 29
+        // slices, and of those the fewest that cost the fewest calls: 50
+        // of 10 pages (29 slices of 17.2 pages would cost 522 calls).
+        assert_eq!(plan_slices(0, 50_000, 500.0, 94.0, 0.15, 256).len(), 50);
+        // 199 pages at 49/s and 104 ms: 11 would do, 20 cost 200 calls.
+        assert_eq!(plan_slices(0, 50_000, 199.0, 49.02, 0.104, 256).len(), 20);
         // Never more slices than pages, seconds, or the cap.
         assert_eq!(plan_slices(0, 50_000, 3.0, 94.0, 0.15, 256).len(), 3);
         assert_eq!(plan_slices(0, 2, 300.0, 94.0, 0.15, 256).len(), 2);
