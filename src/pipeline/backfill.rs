@@ -408,7 +408,9 @@ pub async fn apply(
         Ok::<(), StateError>(())
     };
     let writer = async move {
-        let mut outcomes: HashMap<String, WriteOutcome> = HashMap::with_capacity(items.len());
+        // By item index (a slot knows its items): no key is hashed.
+        let mut outcomes: Vec<Option<WriteOutcome>> = Vec::new();
+        outcomes.resize_with(items.len(), || None);
         let mut written = 0usize;
         // A marker that stopped (its ledger write failed) drops its end of
         // the channel: nothing more is written.
@@ -453,7 +455,9 @@ pub async fn apply(
                         std::process::abort();
                     }
                     let mark = slot.written(&records, &result);
-                    outcomes.extend(records.into_iter().map(|r| r.key).zip(result));
+                    for (&i, outcome) in slot.items.iter().zip(result) {
+                        outcomes[i] = Some(outcome);
+                    }
                     mark
                 }
                 (
@@ -495,15 +499,11 @@ pub async fn apply(
     };
     let (marked, written) = tokio::join!(marker, writer);
     marked?;
-    let mut outcomes = written?;
-    // Back into plan order.
-    items
-        .iter()
-        .map(|(r, _)| {
-            outcomes
-                .remove(&r.key)
-                .ok_or_else(|| anyhow!("no outcome recorded for {}", r.key))
-        })
+    // In plan order.
+    written?
+        .into_iter()
+        .zip(items)
+        .map(|(o, (r, _))| o.ok_or_else(|| anyhow!("no outcome recorded for {}", r.key)))
         .collect()
 }
 

@@ -1,12 +1,13 @@
 //! Stage 8: the discrepancy history (new, persisting, resolved), written
 //! while the backfill writes the target.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use jiff::Timestamp;
-use recon_core::{format_timestamp, WriteOutcome};
+use recon_core::{format_timestamp, Record, WriteOutcome};
 use tracing::Instrument;
 
 use super::backfill::{self, Guard, Item, Ledger};
@@ -15,16 +16,20 @@ use crate::diff::DiffOutcome;
 use crate::report::{HistoryMap, ResolvedRow};
 use crate::state::{Backend, Class, DiscrepancyDelta, OpenHistory, StateError, StateStore};
 
+/// The key of a listed record: moved out of a record decoded for it (an
+/// encoded list), copied from a borrowed one.
+fn key_of(r: Cow<'_, Record>) -> String {
+    match r {
+        Cow::Owned(r) => r.key,
+        Cow::Borrowed(r) => r.key.clone(),
+    }
+}
+
 /// Every open discrepancy of this run, by class and key.
 fn current(outcome: &DiffOutcome) -> Vec<(Class, String)> {
     let mut current: Vec<(Class, String)> = Vec::new();
-    current.extend(outcome.gaps.iter().map(|r| (Class::Gap, r.key.clone())));
-    current.extend(
-        outcome
-            .orphans
-            .iter()
-            .map(|r| (Class::Orphan, r.key.clone())),
-    );
+    current.extend(outcome.gaps.iter().map(|r| (Class::Gap, key_of(r))));
+    current.extend(outcome.orphans.iter().map(|r| (Class::Orphan, key_of(r))));
     current.extend(
         outcome
             .mismatches
