@@ -6,7 +6,7 @@
 //! | plan | [`job`] | args + config → [`RunPlan`] |
 //! | connect | [`read::Sides::build`] | settings → source, target |
 //! | read + diff | [`read::read_and_diff`] | both sides → `DiffOutcome` |
-//! | unplaced | [`read::unplaced_records`] | sides → rows no window holds |
+//! | unplaced | [`read::unplaced_records`] | what the reads met in no window → rows |
 //! | confirm edges | [`read::confirm_edges`] | outcome → outcome, dismissed |
 //! | pending | [`pending`] | outcome → outcome, young records |
 //! | plan items | [`backfill::plan_items`] | outcome → items |
@@ -223,7 +223,7 @@ async fn read_stages(
     let open = history::Prefetch::start(ledger.state, job);
     let read =
         crate::ops::progress::phase("read", read::read_and_diff(plan, &sides, window)).await?;
-    let unplaced = read::unplaced_records(plan, &sides, read.unplaced).await?;
+    let unplaced = read::unplaced_records(plan, read.unplaced)?;
     let mut outcome = read.outcome;
     let confirmed = crate::ops::progress::phase(
         "diff",

@@ -80,9 +80,9 @@ pub struct Read {
     pub source_ms: u128,
     /// Milliseconds spent reading the target.
     pub target_ms: u128,
-    /// Records of each side (source, target) in no window, when the read
-    /// itself found them (export files); `None`: ask the side.
-    pub unplaced: [Option<Vec<Unplaced>>; 2],
+    /// Records of each side (source, target) in no window, found by the
+    /// read itself.
+    pub unplaced: [Vec<Unplaced>; 2],
     /// Keys each side holds outside what it read, when the read itself
     /// saw them (export files): edge lookups ask only for those.
     pub outside: [Option<Outside>; 2],
@@ -91,7 +91,7 @@ pub struct Read {
 /// What one side's read found besides its records.
 #[derive(Default)]
 struct SideRead {
-    unplaced: Option<Vec<Unplaced>>,
+    unplaced: Vec<Unplaced>,
     outside: Option<Outside>,
 }
 
@@ -133,9 +133,9 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
 }
 
 /// Feeds one side to the engine. A file side goes through `recon diff`'s
-/// batched pipeline (a reader thread, no owned records, no pages), and the
-/// rows without a time are listed in the same pass (returned); other sides
-/// stream pages, each encoded as one batch (`None`: they list theirs).
+/// batched pipeline (a reader thread, no owned records, no pages); other
+/// sides stream pages, each encoded as one batch. Either way the rows in
+/// no window are listed from the same pass.
 async fn feed(
     endpoint: &EndpointConfig,
     side: &dyn Source,
@@ -172,17 +172,17 @@ async fn feed(
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
             _ => feed(),
         }?;
-        let unplaced = column.map(|field| {
-            fed.unplaced
-                .into_iter()
-                .map(|key| Unplaced {
-                    key,
-                    field: field.clone(),
-                    value: String::new(),
-                    reason: "empty".to_string(),
-                })
-                .collect()
-        });
+        let field = column.unwrap_or_default();
+        let unplaced = fed
+            .unplaced
+            .into_iter()
+            .map(|key| Unplaced {
+                key,
+                field: field.clone(),
+                value: String::new(),
+                reason: "empty".to_string(),
+            })
+            .collect();
         return Ok(SideRead {
             unplaced,
             outside: fed.outside,
@@ -190,7 +190,9 @@ async fn feed(
     }
     let mut pages = side.read(window);
     let mut batch = RecordBatch::new(engine.spec());
-    while let Some(page) = pages.try_next().await? {
+    let mut unplaced = Vec::new();
+    while let Some(mut page) = pages.try_next().await? {
+        unplaced.append(&mut page.unplaced);
         crate::ops::progress::page(source_side, page.records.len());
         batch.clear();
         let mut values = Vec::with_capacity(schema.fields.len());
@@ -208,30 +210,21 @@ async fn feed(
             engine.add_target_batch(&batch);
         }
     }
-    Ok(SideRead::default())
+    // In key order: a table returns them in no particular order.
+    unplaced.sort_by(|a: &Unplaced, b: &Unplaced| a.key.cmp(&b.key));
+    Ok(SideRead {
+        unplaced,
+        outside: None,
+    })
 }
 
 /// Records of either side that no window can hold (time field empty, NULL
 /// or not a timestamp). With `unplaced = "fail"` any such record stops the
 /// run (exit 2) before anything is written.
-pub async fn unplaced_records(
-    plan: &RunPlan,
-    sides: &Sides,
-    read: [Option<Vec<Unplaced>>; 2],
-) -> Result<Vec<UnplacedRow>> {
+pub fn unplaced_records(plan: &RunPlan, read: [Vec<Unplaced>; 2]) -> Result<Vec<UnplacedRow>> {
     let job = &plan.job.name;
     let mut rows = Vec::new();
-    let [source_found, target_found] = read;
-    for (side, endpoint, found) in [
-        ("source", sides.source.as_ref(), source_found),
-        ("target", sides.target(), target_found),
-    ] {
-        let found = match found {
-            Some(found) => found,
-            None => endpoint.unplaced().await.with_context(|| {
-                format!("job `{job}`: listing the {side}'s records that have no time")
-            })?,
-        };
+    for (side, found) in ["source", "target"].into_iter().zip(read) {
         rows.extend(found.into_iter().map(|record| UnplacedRow {
             side: side.to_string(),
             record,

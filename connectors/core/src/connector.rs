@@ -30,6 +30,20 @@ impl Window {
 pub struct Page {
     /// Records in the order the system returned them.
     pub records: Vec<Record>,
+    /// Rows the same read met that no window can hold (their time is empty,
+    /// NULL or not a timestamp), listed instead of diffed: a side reports
+    /// them from the read itself, so no side is read a second time for them.
+    pub unplaced: Vec<Unplaced>,
+}
+
+impl Page {
+    /// A page of records and nothing unplaced.
+    pub fn new(records: Vec<Record>) -> Page {
+        Page {
+            records,
+            unplaced: Vec::new(),
+        }
+    }
 }
 
 /// A record that no window can hold, because its time field is empty,
@@ -58,7 +72,11 @@ pub trait Source: Send + Sync {
 
     /// Every record whose creation time falls inside `window` (all records
     /// for sources without time, such as an export file), page by page.
-    /// Values follow the schema the connector was built with.
+    /// Values follow the schema the connector was built with. Records the
+    /// same read meets whose time is empty, NULL or not a timestamp belong
+    /// to no window: they go into [`Page::unplaced`], so that a run counts
+    /// and lists them without reading the side again (the API connectors,
+    /// whose every record has a time, have none).
     fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>>;
 
     /// Records for exactly these keys, those that exist; used to confirm a
@@ -70,14 +88,6 @@ pub trait Source: Send + Sync {
     /// nothing the read did not, and is skipped.
     fn reads_whole(&self) -> bool {
         false
-    }
-
-    /// Records that [`Source::read`] leaves out of every window because their
-    /// time field is empty, NULL or not a timestamp, so that a run can count
-    /// and list them. Sources whose every record has a time (the API
-    /// connectors) keep this default, which finds none.
-    async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
-        Ok(Vec::new())
     }
 
     /// One cheap call that shows the system answers and accepts the

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use futures_core::stream::BoxStream;
-use recon_core::{ConnectorError, Page, Record, Schema, Source, Unplaced, Value, ValueRef, Window};
+use recon_core::{ConnectorError, Page, Record, Schema, Source, Unplaced, Value, Window};
 
 use crate::{FileReader, FileSpec, ReadError};
 
@@ -14,7 +14,7 @@ const PAGE: usize = 1000;
 /// An export file as a [`Source`]. When `time_field` names a timestamp
 /// field of the schema, only records inside the window are read; records
 /// whose time cell is empty (or JSON null, or missing) belong to no window
-/// and are listed by [`Source::unplaced`] instead. A time cell that is not a
+/// and are listed in the pages' `unplaced` instead. A time cell that is not a
 /// timestamp stops the read with an error naming its line.
 #[derive(Clone, Debug)]
 pub struct FileSource {
@@ -31,9 +31,18 @@ pub struct FileSource {
 struct PageStream<F> {
     state: Mutex<Option<Result<FileReader, ConnectorError>>>,
     keep: F,
+    /// The time field's column, for unplaced rows.
+    time_column: String,
 }
 
-impl<F: Fn(&Record) -> bool> PageStream<F> {
+/// What the stream's filter makes of a record.
+enum Keep {
+    Record,
+    Skip,
+    Unplaced,
+}
+
+impl<F: Fn(&Record) -> Keep> PageStream<F> {
     fn next_page(&self) -> Option<Result<Page, ConnectorError>> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut reader = match state.take()? {
@@ -46,14 +55,21 @@ impl<F: Fn(&Record) -> bool> PageStream<F> {
                 key: key.to_string(),
                 values: values.iter().map(|v| v.to_owned_value()).collect(),
             };
-            if (self.keep)(&record) {
-                page.records.push(record);
+            match (self.keep)(&record) {
+                Keep::Record => page.records.push(record),
+                Keep::Skip => {}
+                Keep::Unplaced => page.unplaced.push(Unplaced {
+                    key: record.key,
+                    field: self.time_column.clone(),
+                    value: String::new(),
+                    reason: "empty".to_string(),
+                }),
             }
-            Ok::<bool, std::convert::Infallible>(page.records.len() < PAGE)
+            Ok::<bool, std::convert::Infallible>(page.records.len() + page.unplaced.len() < PAGE)
         });
         match result {
             // End of file: the stream ends after this page.
-            Ok(true) if page.records.is_empty() => None,
+            Ok(true) if page.records.is_empty() && page.unplaced.is_empty() => None,
             Ok(true) => Some(Ok(page)),
             Ok(false) => {
                 *state = Some(Ok(reader));
@@ -65,7 +81,7 @@ impl<F: Fn(&Record) -> bool> PageStream<F> {
     }
 }
 
-impl<F: Fn(&Record) -> bool + Unpin> futures_core::Stream for PageStream<F> {
+impl<F: Fn(&Record) -> Keep + Unpin> futures_core::Stream for PageStream<F> {
     type Item = Result<Page, ConnectorError>;
     fn poll_next(
         self: std::pin::Pin<&mut Self>,
@@ -79,11 +95,22 @@ impl<F: Fn(&Record) -> bool + Unpin> futures_core::Stream for PageStream<F> {
 impl FileSource {
     fn stream<'a>(
         &'a self,
-        keep: impl Fn(&Record) -> bool + Send + Sync + Unpin + 'a,
+        keep: impl Fn(&Record) -> Keep + Send + Sync + Unpin + 'a,
     ) -> BoxStream<'a, Result<Page, ConnectorError>> {
+        let time_column = self
+            .time_field
+            .map(|i| {
+                self.spec
+                    .columns
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| self.schema.fields[i].name.clone())
+            })
+            .unwrap_or_default();
         Box::pin(PageStream {
             state: Mutex::new(Some(FileReader::open(self.spec.clone(), &self.schema))),
             keep,
+            time_column,
         })
     }
 }
@@ -109,9 +136,11 @@ impl Source for FileSource {
 
     fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
         let time_field = self.time_field;
-        self.stream(move |r| match time_field {
-            Some(i) => matches!(r.values.get(i), Some(Value::Timestamp(t)) if window.contains(*t)),
-            None => true,
+        self.stream(move |r| match time_field.map(|i| r.values.get(i)) {
+            None => Keep::Record,
+            Some(Some(Value::Timestamp(t))) if window.contains(*t) => Keep::Record,
+            Some(Some(Value::Null) | None) => Keep::Unplaced,
+            Some(Some(_)) => Keep::Skip,
         })
     }
 
@@ -138,38 +167,5 @@ impl Source for FileSource {
                 ReadError::Caller(never) => match never {},
             })?;
         Ok(found)
-    }
-
-    /// Records whose time cell is empty, null or missing: one more pass
-    /// over the file, only for jobs that window a file by time.
-    async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
-        let Some(i) = self.time_field else {
-            return Ok(Vec::new());
-        };
-        let field = self
-            .spec
-            .columns
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| self.schema.fields[i].name.clone());
-        let mut reader = FileReader::open(self.spec.clone(), &self.schema)?;
-        let mut out = Vec::new();
-        reader
-            .for_each(|key, values, _| {
-                if matches!(values.get(i), Some(ValueRef::Null)) {
-                    out.push(Unplaced {
-                        key: key.to_string(),
-                        field: field.clone(),
-                        value: String::new(),
-                        reason: "empty".to_string(),
-                    });
-                }
-                Ok::<(), std::convert::Infallible>(())
-            })
-            .map_err(|e| match e {
-                ReadError::Connector(c) => c,
-                ReadError::Caller(never) => match never {},
-            })?;
-        Ok(out)
     }
 }

@@ -725,7 +725,7 @@ impl HubSpotObjects {
                 let next = v["paging"]["next"]["after"]
                     .as_str()
                     .map(|s| Some(s.to_string()));
-                Ok(Some((Page { records }, next)))
+                Ok(Some((Page::new(records), next)))
             },
         ))
     }

@@ -137,7 +137,7 @@ impl SalesforceObjects {
                     (Some(false), Some(url)) => Next::More(url.to_string()),
                     _ => Next::Done,
                 };
-                Ok(Some((Page { records }, next)))
+                Ok(Some((Page::new(records), next)))
             },
         ))
     }
@@ -271,7 +271,7 @@ impl SalesforceObjects {
                 let next = header("Sforce-Locator")
                     .filter(|l| !l.is_empty() && l != "null")
                     .map(Some);
-                Ok(Some((Page { records }, next)))
+                Ok(Some((Page::new(records), next)))
             }
         }))
     }

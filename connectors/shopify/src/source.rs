@@ -755,7 +755,7 @@ impl Source for ShopifySource {
                     }
                 }
             }
-            Ok(Page { records })
+            Ok(Page::new(records))
         };
         let seen2 = seen.clone();
         let first = async move {

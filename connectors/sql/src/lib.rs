@@ -275,7 +275,16 @@ impl SqlTable {
                 if dialect == Dialect::Sqlite {
                     check_sqlite_times(&pool, &table_sql, &col, column, &display).await?;
                 }
-                format!("SELECT {select_list} FROM {table_sql} WHERE {e} >= {lo} AND {e} < {hi}")
+                // The rows no window holds come in the same read, flagged
+                // by a last column, so that they are listed without a
+                // second pass over the table.
+                let unplaceable = dialect.unplaceable(&col);
+                let raw = dialect.as_text(&col);
+                format!(
+                    "SELECT {select_list}, CASE WHEN {unplaceable} THEN 1 ELSE 0 END, \
+                     CASE WHEN {unplaceable} THEN {raw} END FROM {table_sql} \
+                     WHERE ({e} >= {lo} AND {e} < {hi}) OR {unplaceable}"
+                )
             }
             None => format!("SELECT {select_list} FROM {table_sql}"),
         };
@@ -609,53 +618,52 @@ impl Source for SqlTable {
             .map(|row| self.parse_row(row))
             .collect()
     }
+}
 
-    /// Rows whose time column is NULL (or, on SQLite, holds no timestamp):
-    /// the windowed read can never return them.
-    async fn unplaced(&self) -> Result<Vec<Unplaced>, ConnectorError> {
+/// A row of the read: a record, or one no window holds.
+enum ReadRow {
+    Record(Record),
+    Unplaced(Unplaced),
+}
+
+impl SqlTable {
+    /// A row of the windowed read: flagged by the column after the select
+    /// list when its time column is NULL (or, on SQLite, holds no
+    /// timestamp), the stored text in the one after that.
+    fn read_row(&self, row: &sqlx::any::AnyRow) -> Result<ReadRow, ConnectorError> {
         let Some(i) = self.cfg.time_field else {
-            return Ok(Vec::new());
+            return self.parse_row(row).map(ReadRow::Record);
         };
-        let d = self.dialect;
-        let column = &self.cfg.columns[i];
-        let col = d.quote(column);
-        let sql = format!(
-            "SELECT {}, {} FROM {} WHERE {}",
-            d.as_text(&d.quote(&self.cfg.key_column)),
-            d.as_text(&col),
-            self.table(),
-            d.unplaceable(&col)
-        );
-        let rows = sqlx::query(&sql)
-            .fetch_all(&self.pool)
-            .await
+        let flag_at = self.schema.fields.len() + 1 + usize::from(self.currency_storage.is_some());
+        let flagged: i64 = row
+            .try_get(flag_at)
             .map_err(|e| db_error(&self.display, e))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let text = |i: usize| {
-                row.try_get::<Option<String>, _>(i)
-                    .map_err(|e| db_error(&self.display, e))
-            };
-            let key = text(0)?.map(|k| k.trim().to_string()).unwrap_or_default();
-            let value = text(1)?;
-            let reason = match value.as_deref() {
-                None => "null",
-                Some(v) if v.trim().is_empty() => "empty",
-                Some(_) => "not a timestamp",
-            };
-            out.push(Unplaced {
-                key,
-                field: column.clone(),
-                value: value.unwrap_or_default(),
-                reason: reason.to_string(),
-            });
+        if flagged == 0 {
+            return self.parse_row(row).map(ReadRow::Record);
         }
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(out)
+        let text = |i: usize| {
+            row.try_get::<Option<String>, _>(i)
+                .map_err(|e| db_error(&self.display, e))
+        };
+        let key = text(0)?.map(|k| k.trim().to_string()).unwrap_or_default();
+        // The time column as stored (the select list reads it converted).
+        let value = text(flag_at + 1)?;
+        let reason = match value.as_deref() {
+            None => "null",
+            Some(v) if v.trim().is_empty() => "empty",
+            Some(_) => "not a timestamp",
+        };
+        Ok(ReadRow::Unplaced(Unplaced {
+            key,
+            field: self.cfg.columns[i].clone(),
+            value: value.unwrap_or_default(),
+            reason: reason.to_string(),
+        }))
     }
 }
 
-/// Streams the rows of `sql` as pages of parsed records.
+/// Streams the rows of `sql` as pages of parsed records, with the rows no
+/// window holds listed beside them.
 fn stream_pages<'a>(
     table: &'a SqlTable,
     args: AnyArguments<'a>,
@@ -663,13 +671,17 @@ fn stream_pages<'a>(
     sqlx::query_with(&table.read_sql, args)
         .fetch(&table.pool)
         .map_err(move |e| db_error(&table.display, e))
-        .and_then(move |row| std::future::ready(table.parse_row(&row)))
+        .and_then(move |row| std::future::ready(table.read_row(&row)))
         .chunks(PAGE)
         .map(|chunk| {
-            chunk
-                .into_iter()
-                .collect::<Result<Vec<Record>, ConnectorError>>()
-                .map(|records| Page { records })
+            let mut page = Page::default();
+            for row in chunk {
+                match row? {
+                    ReadRow::Record(r) => page.records.push(r),
+                    ReadRow::Unplaced(u) => page.unplaced.push(u),
+                }
+            }
+            Ok(page)
         })
 }
 

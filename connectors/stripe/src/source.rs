@@ -347,7 +347,7 @@ impl StripeSource {
             }
             records.push(to_record(self.cfg.object, &self.schema, &self.paths, o)?);
         }
-        Ok(Page { records })
+        Ok(Page::new(records))
     }
 }
 
