@@ -733,6 +733,21 @@ impl StateStore {
         }
     }
 
+    /// A derived table `v(external_id)` of the strings in one bound JSON
+    /// array (`["a", "b", …]`): no element is parsed again to pick a
+    /// column out of it (200,000 new discrepancies of one class: two
+    /// `json_extract` calls a row saved on SQLite).
+    fn json_keys(&self, param: &str) -> String {
+        match self.backend {
+            Backend::Sqlite => {
+                format!("(SELECT value AS external_id FROM json_each({param})) AS v")
+            }
+            Backend::Postgres => format!(
+                "(SELECT value AS external_id FROM json_array_elements_text(CAST({param} AS json)) AS e(value)) AS v"
+            ),
+        }
+    }
+
     async fn begin_write(&self, context: &str) -> Result<Transaction<'static, Any>, StateError> {
         match self.backend {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
@@ -1556,11 +1571,13 @@ impl StateStore {
         // New ones with no row at all are inserted as they are; when the job
         // has resolved rows, some may come back: upserted (the same rows,
         // with the conflict clause).
+        // One class at a time (`new` is sorted by class): the class is
+        // bound once, the keys are a flat JSON array.
         let insert = format!(
             "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
              first_seen_at, last_seen_run, last_seen_at, resolved_at) \
-             SELECT $1, v.class, v.external_id, $2, $3, $2, $3, NULL FROM {}",
-            self.json_rows("$4", &["class", "external_id"])
+             SELECT $1, $5, v.external_id, $2, $3, $2, $3, NULL FROM {}",
+            self.json_keys("$4")
         );
         let upsert = format!(
             "{insert} WHERE true \
@@ -1573,16 +1590,19 @@ impl StateStore {
              resolved_at = NULL, resolved_run = NULL"
         );
         let sql = if reopen { &upsert } else { &insert };
-        for chunk in new.chunks(JSON_BATCH) {
-            let rows: Vec<[&str; 2]> = chunk.iter().map(|(c, id)| [c.as_str(), *id]).collect();
-            sqlx::query(sql)
-                .bind(job.to_string())
-                .bind(run_id.to_string())
-                .bind(now_s.clone())
-                .bind(json_text(&rows))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(context))?;
+        for class in new.chunk_by(|a, b| a.0 == b.0) {
+            for chunk in class.chunks(JSON_BATCH) {
+                let keys: Vec<&str> = chunk.iter().map(|(_, id)| *id).collect();
+                sqlx::query(sql)
+                    .bind(job.to_string())
+                    .bind(run_id.to_string())
+                    .bind(now_s.clone())
+                    .bind(json_text(&keys))
+                    .bind(chunk[0].0.as_str().to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db(context))?;
+            }
         }
         // This run is now the last that saw every open discrepancy.
         sqlx::query(

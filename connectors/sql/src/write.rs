@@ -181,6 +181,24 @@ enum Cast {
     None,
 }
 
+/// `t` as `YYYY-MM-DD HH:MM:SS` in UTC, what `strftime("%Y-%m-%d %H:%M:%S")`
+/// writes (years 0-9999 formatted by hand: a backfill formats one per row).
+fn sql_utc(t: jiff::Timestamp) -> String {
+    let dt = jiff::tz::TimeZone::UTC.to_datetime(t);
+    if !(0..=9999).contains(&dt.year()) {
+        return t.strftime("%Y-%m-%d %H:%M:%S").to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        dt.year(),
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second()
+    )
+}
+
 /// What went wrong with one statement.
 enum WriteError {
     /// The connection is gone; the statement may or may not have committed.
@@ -384,14 +402,12 @@ impl SqlTable {
                 }
                 (Cell::Text(f.format(*t)), Cast::Text)
             }
-            (Value::Timestamp(t), Storage::Timestamp) => (
-                Cell::Text(t.strftime("%Y-%m-%d %H:%M:%S").to_string()),
-                Cast::Timestamp,
-            ),
+            (Value::Timestamp(t), Storage::Timestamp) => (Cell::Text(sql_utc(*t)), Cast::Timestamp),
             (Value::Timestamp(t), _) => (Cell::Text(recon_core::format_timestamp(*t)), Cast::Text),
             (Value::Currency(c), _) => (Cell::Text(self.currency_text(*c, style)), Cast::Text),
             // PostgreSQL: `CAST($n AS BIGINT)`; elsewhere the bare placeholder.
             (Value::Text(s), Storage::Integer) => (Cell::Text(s.clone()), Cast::Integer),
+            (Value::Text(s), _) => (Cell::Text(s.clone()), Cast::Text),
             (other, _) => (Cell::Text(other.to_string()), Cast::Text),
         }
     }
@@ -461,7 +477,12 @@ impl SqlTable {
         let write_currency = self.writes_currency_column();
         let mut row = Vec::with_capacity(r.values.len() + 2);
         if with_key {
-            row.push(self.cell(&Value::Text(r.key.clone()), self.key_storage, None, style));
+            // What `cell` gives the key as a `Value::Text`, without a copy more.
+            let cast = match self.key_storage {
+                Storage::Integer => Cast::Integer,
+                _ => Cast::Text,
+            };
+            row.push((Cell::Text(r.key.clone()), cast));
         }
         for (i, v) in r.values.iter().enumerate() {
             row.push(self.cell(v, self.storage[i], style.timestamp_text[i], style));
@@ -508,17 +529,18 @@ impl SqlTable {
     /// cells need different casts (the bound VALUES list handles that).
     fn json_rows(&self, records: &[&Record], style: &WriteStyle) -> Option<(String, String)> {
         let mut casts: Vec<Option<Cast>> = Vec::new();
-        let mut json = String::with_capacity(records.len() * 96 + 2);
-        json.push('[');
+        // Bytes, turned into a String once: serde_json writes valid UTF-8.
+        let mut json: Vec<u8> = Vec::with_capacity(records.len() * 96 + 2);
+        json.push(b'[');
         for (i, r) in records.iter().enumerate() {
             let cells = self.row_cells(r, true, style);
             if casts.is_empty() {
                 casts = vec![None; cells.len()];
             }
             if i > 0 {
-                json.push(',');
+                json.push(b',');
             }
-            json.push('[');
+            json.push(b'[');
             for (j, (cell, cast)) in cells.into_iter().enumerate() {
                 match casts[j] {
                     None => casts[j] = Some(cast),
@@ -526,17 +548,19 @@ impl SqlTable {
                     Some(_) => {}
                 }
                 if j > 0 {
-                    json.push(',');
+                    json.push(b',');
                 }
-                match cell {
-                    Cell::Null => json.push_str("null"),
-                    Cell::Int(n) => json.push_str(&n.to_string()),
-                    Cell::Text(t) => json.push_str(&serde_json::Value::String(t).to_string()),
-                }
+                // Writing into a Vec<u8> cannot fail.
+                let _ = match cell {
+                    Cell::Null => serde_json::to_writer(&mut json, &()),
+                    Cell::Int(n) => serde_json::to_writer(&mut json, &n),
+                    Cell::Text(t) => serde_json::to_writer(&mut json, &t),
+                };
             }
-            json.push(']');
+            json.push(b']');
         }
-        json.push(']');
+        json.push(b']');
+        let json = String::from_utf8(json).ok()?;
         let select: Vec<String> = casts
             .iter()
             .enumerate()
@@ -686,6 +710,20 @@ impl SqlTable {
         refs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         let (sql, args) = self.insert_sql(&refs, mode, style);
         let rows = timed(sqlx::query_with(&sql, args).fetch_all(&self.pool)).await?;
+        if rows.len() == records.len() {
+            // As many rows returned as records: each record wrote its own
+            // row (a row is written at most once per statement, so a
+            // repeated key would return fewer), and every record has the
+            // outcome its mode and the look-up before give it.
+            return Ok(records
+                .iter()
+                .map(|r| match mode {
+                    WriteMode::Insert => WriteOutcome::Created,
+                    WriteMode::Upsert if before.contains(&r.key) => WriteOutcome::Updated,
+                    WriteMode::Upsert => WriteOutcome::Created,
+                })
+                .collect());
+        }
         let returned: HashSet<String> = rows
             .iter()
             .filter_map(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
@@ -1113,6 +1151,25 @@ mod tests {
         }
         assert_eq!(TimestampText::detect("29/11/2025"), None);
         assert_eq!(TimestampText::detect("2025-11-29T19:44:01-05:00"), None);
+    }
+
+    #[test]
+    fn sql_timestamps_are_what_strftime_writes() {
+        for text in [
+            "2026-11-28T00:00:00Z",
+            "2026-11-28T23:59:59.999999999Z",
+            "1970-01-01T00:00:00Z",
+            "0999-03-04T05:06:07Z",
+            "9999-12-30T00:00:00Z",
+            "-000001-06-01T12:00:00Z",
+        ] {
+            let t: jiff::Timestamp = text.parse().unwrap();
+            assert_eq!(
+                sql_utc(t),
+                t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+                "{text}"
+            );
+        }
     }
 
     #[test]
