@@ -1088,6 +1088,22 @@ impl StateStore {
             self.except_in(&mut tx, context, plan_id, job, &now_s, b)
                 .await?;
         }
+        if !planned.is_empty() && self.backend == Backend::Postgres {
+            // A batch's keys are one TOASTed value (4,000 keys: 130 KB of
+            // random IDs, which barely compress); pglz spends 3-4 ms on
+            // each, 0.2 s for a 200,000-gap plan that the first write waits
+            // for. lz4 takes half that (psql A/B of the same 50 rows: 0.15 s
+            // instead of 0.32 s). For this transaction only, and only where
+            // the server has it (PostgreSQL 14+, built with lz4): otherwise
+            // no row, nothing set.
+            sqlx::query(
+                "SELECT set_config('default_toast_compression', 'lz4', true) FROM pg_settings \
+                 WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)",
+            )
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.db(context))?;
+        }
         let insert = "INSERT INTO recon_ledger_batches (plan_id, seq, job, action, status, \
              attempts, updated_at, items, keys) VALUES ($1, $2, $3, $4, 'planned', 0, $5, $6, $7) \
              ON CONFLICT (plan_id, seq) DO NOTHING";

