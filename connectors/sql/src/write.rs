@@ -714,18 +714,26 @@ impl SqlTable {
         let (sql, args) = self.insert_sql(&refs, mode, style);
         let rows = timed(sqlx::query_with(&sql, args).fetch_all(&self.pool)).await?;
         if rows.len() == records.len() {
-            // As many rows returned as records: each record wrote its own
-            // row (a row is written at most once per statement, so a
-            // repeated key would return fewer), and every record has the
-            // outcome its mode and the look-up before give it.
-            return Ok(records
+            // Every record's key came back, exactly (`refs` is in key
+            // order; a trigger that rewrote a key, or a case variant, takes
+            // the path below): each record wrote its own row, and has the
+            // outcome its mode and the look-up before give it. Compared in
+            // order, without a set of the batch's keys.
+            let mut got: Vec<String> = rows
                 .iter()
-                .map(|r| match mode {
-                    WriteMode::Insert => WriteOutcome::Created,
-                    WriteMode::Upsert if before.contains(&r.key) => WriteOutcome::Updated,
-                    WriteMode::Upsert => WriteOutcome::Created,
-                })
-                .collect());
+                .filter_map(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
+                .collect();
+            got.sort_unstable();
+            if got.len() == refs.len() && got.iter().zip(&refs).all(|(g, r)| *g == r.key) {
+                return Ok(records
+                    .iter()
+                    .map(|r| match mode {
+                        WriteMode::Insert => WriteOutcome::Created,
+                        WriteMode::Upsert if before.contains(&r.key) => WriteOutcome::Updated,
+                        WriteMode::Upsert => WriteOutcome::Created,
+                    })
+                    .collect());
+            }
         }
         let returned: HashSet<String> = rows
             .iter()
