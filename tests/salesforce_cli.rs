@@ -68,6 +68,16 @@ fn payments_by_key(sf: &Salesforce) -> HashMap<String, usize> {
     n
 }
 
+/// The org holds `n` charges, each exactly once.
+fn each_charge_once(sf: &Salesforce, n: usize) {
+    let by_key = payments_by_key(sf);
+    assert_eq!(by_key.len(), n);
+    assert!(
+        by_key.values().all(|&c| c == 1),
+        "every charge exactly once"
+    );
+}
+
 /// The README's custom object: `Payment__c` keyed by the external ID
 /// `Stripe_Charge_Id__c` (unique, case-sensitive).
 fn payment_object(sf: &Salesforce) {
@@ -336,12 +346,7 @@ async fn stripe_charges_to_salesforce_payments() {
     let s = summary(&after);
     assert_eq!(s["gaps"], 300, "only the unwritten gaps: {s}");
     assert_eq!(s["backfilled"], 300, "{s}");
-    let by_key = payments_by_key(&sf);
-    assert_eq!(by_key.len(), 800);
-    assert!(
-        by_key.values().all(|&n| n == 1),
-        "every charge exactly once"
-    );
+    each_charge_once(&sf, 800);
     stripe.shutdown().await;
     sf.shutdown().await;
 }
@@ -424,12 +429,7 @@ async fn a_bulk_job_left_processing_by_a_killed_run_is_never_written_twice() {
         outcomes.iter().all(|o| o == "unchanged"),
         "the killed run's job landed first: {outcomes:?}"
     );
-    let by_key = payments_by_key(&sf);
-    assert_eq!(by_key.len(), 150);
-    assert!(
-        by_key.values().all(|&n| n == 1),
-        "every charge exactly once"
-    );
+    each_charge_once(&sf, 150);
     assert_eq!(sf.stats().by_route.get("bulk_ingest_state"), Some(&2));
 
     // And the run after that finds nothing to do.
@@ -726,12 +726,7 @@ async fn records_created_by_a_call_whose_answer_was_lost_are_reported_created() 
         "two calls, each sent twice"
     );
     assert_eq!(stats.by_status.get(&500), Some(&1), "{stats:?}");
-    let by_key = payments_by_key(&sf);
-    assert_eq!(by_key.len(), 300);
-    assert!(
-        by_key.values().all(|&n| n == 1),
-        "every charge exactly once"
-    );
+    each_charge_once(&sf, 300);
     stripe.shutdown().await;
     sf.shutdown().await;
 }
@@ -785,12 +780,7 @@ async fn a_resent_upload_complete_refused_as_already_done_goes_on() {
     let outcomes = outcomes(&out);
     assert_eq!(outcomes.len(), 150);
     assert!(outcomes.iter().all(|o| o == "created"), "{outcomes:?}");
-    let by_key = payments_by_key(&sf);
-    assert_eq!(by_key.len(), 150);
-    assert!(
-        by_key.values().all(|&n| n == 1),
-        "every charge exactly once"
-    );
+    each_charge_once(&sf, 150);
     stripe.shutdown().await;
     sf.shutdown().await;
 }
