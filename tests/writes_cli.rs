@@ -500,6 +500,14 @@ async fn payments_table(db: &TestDb) {
     .await;
 }
 
+/// A SQLite `payments` table whose times are stored as text.
+async fn sqlite_payments_table(db: &TestDb) {
+    db.exec(
+        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
+    )
+    .await;
+}
+
 /// Waits for the child, up to `limit`; kills it past that.
 fn wait(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
     let started = Instant::now();
@@ -859,10 +867,7 @@ async fn postgres_lost_run_lock_stops_writing() {
 #[tokio::test]
 async fn sqlite_backfilled_rows_look_like_the_tables_own() {
     let db = TestDb::create(Dialect::Sqlite).await;
-    db.exec(
-        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
-    )
-    .await;
+    sqlite_payments_table(&db).await;
     db.exec("INSERT INTO payments VALUES ('ch_1', 100, 'eur', '2026-11-28T01:00:00Z')")
         .await;
     let job = Job::new(&[
@@ -901,10 +906,7 @@ async fn sqlite_backfilled_rows_look_like_the_tables_own() {
 
     // An explicit setting wins over the rows.
     let db = TestDb::create(Dialect::Sqlite).await;
-    db.exec(
-        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
-    )
-    .await;
+    sqlite_payments_table(&db).await;
     job.configure(&JobSpec {
         url: &db.url,
         table: "payments",
@@ -1077,10 +1079,7 @@ async fn a_live_run_that_lost_its_lock_is_never_marked_crashed() {
 #[tokio::test]
 async fn a_window_that_has_not_begun_is_refused_and_never_recorded() {
     let db = TestDb::create(Dialect::Sqlite).await;
-    db.exec(
-        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
-    )
-    .await;
+    sqlite_payments_table(&db).await;
     let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
     job.configure(&JobSpec {
         url: &db.url,
@@ -1389,10 +1388,7 @@ async fn a_second_signal_exits_at_once_and_the_next_run_cleans_up() {
 #[tokio::test]
 async fn early_exits_release_the_run_lock() {
     let db = TestDb::create(Dialect::Sqlite).await;
-    db.exec(
-        "CREATE TABLE payments (stripe_charge_id TEXT NOT NULL UNIQUE, amount_cents INTEGER, currency TEXT, created_at TEXT)",
-    )
-    .await;
+    sqlite_payments_table(&db).await;
     let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
     job.configure(&JobSpec::inserts(&db.url, 10, None));
     for (window, says) in [
