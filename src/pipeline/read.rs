@@ -176,12 +176,7 @@ async fn feed(
         let unplaced = fed
             .unplaced
             .into_iter()
-            .map(|key| Unplaced {
-                key,
-                field: field.clone(),
-                value: String::new(),
-                reason: "empty".to_string(),
-            })
+            .map(|key| Unplaced::empty(key, &field))
             .collect();
         return Ok(SideRead {
             unplaced,

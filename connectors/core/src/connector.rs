@@ -61,6 +61,18 @@ pub struct Unplaced {
     pub reason: String,
 }
 
+impl Unplaced {
+    /// A record whose time cell (in `field`) is empty.
+    pub fn empty(key: String, field: &str) -> Unplaced {
+        Unplaced {
+            key,
+            field: field.to_string(),
+            value: String::new(),
+            reason: "empty".to_string(),
+        }
+    }
+}
+
 /// A system recon reads records from.
 ///
 /// Reads are streams of pages so that memory follows the page size, not the

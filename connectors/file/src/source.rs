@@ -58,12 +58,9 @@ impl<F: Fn(&Record) -> Keep> PageStream<F> {
             match (self.keep)(&record) {
                 Keep::Record => page.records.push(record),
                 Keep::Skip => {}
-                Keep::Unplaced => page.unplaced.push(Unplaced {
-                    key: record.key,
-                    field: self.time_column.clone(),
-                    value: String::new(),
-                    reason: "empty".to_string(),
-                }),
+                Keep::Unplaced => page
+                    .unplaced
+                    .push(Unplaced::empty(record.key, &self.time_column)),
             }
             Ok::<bool, std::convert::Infallible>(page.records.len() + page.unplaced.len() < PAGE)
         });
