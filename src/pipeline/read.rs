@@ -145,6 +145,11 @@ async fn feed(
     source_side: bool,
 ) -> Result<SideRead> {
     let schema = &plan.spec.schema;
+    let which = if source_side {
+        Side::Source
+    } else {
+        Side::Target
+    };
     if let EndpointConfig::File(file) = endpoint {
         let cx = BuildContext {
             schema,
@@ -160,12 +165,7 @@ async fn feed(
             Some(Some(ValueRef::Null) | None) => Row::Unplaced,
             Some(Some(_)) => Row::Skip,
         };
-        let side = if source_side {
-            Side::Source
-        } else {
-            Side::Target
-        };
-        let feed = || feed_files(engine, vec![(reader, side, Some(&in_window))]);
+        let feed = || feed_files(engine, vec![(reader, which, Some(&in_window))]);
         // The reader thread and this one work at full speed; other tasks
         // (the lock's heartbeat) move to another worker meanwhile.
         let fed = match tokio::runtime::Handle::current().runtime_flavor() {
@@ -194,10 +194,9 @@ async fn feed(
         for r in &page.records {
             values.clear();
             values.extend(r.values.iter().map(Value::as_ref));
-            batch.push(&r.key, &values).map_err(|e| {
-                let name = if source_side { "source" } else { "target" };
-                anyhow::anyhow!("{name} {}: {e}", side.describe())
-            })?;
+            batch
+                .push(&r.key, &values)
+                .map_err(|e| anyhow::anyhow!("{} {}: {e}", which.name(), side.describe()))?;
         }
         if source_side {
             engine.add_source_batch(&batch)?;
