@@ -353,3 +353,19 @@ fn mismatches_keep_their_whole_source_record_for_repair() {
         .collect();
     assert_eq!(repairs, vec![rec("k", 700, "eur", "succeeded"), m_source]);
 }
+
+#[test]
+fn has_nul_finds_a_zero_byte_anywhere_and_nothing_else() {
+    for len in 0..40usize {
+        let clean: Vec<u8> = (0..len).map(|i| 1 + (i * 37 % 255) as u8).collect();
+        assert!(!super::has_nul(&clean), "{clean:?}");
+        // 0x80 and 0xff bytes are no zero (the SWAR test's edge cases).
+        let high = vec![0x80u8; len];
+        assert!(!super::has_nul(&high));
+        for at in 0..len {
+            let mut b = clean.clone();
+            b[at] = 0;
+            assert!(super::has_nul(&b), "zero at {at} of {len}");
+        }
+    }
+}
