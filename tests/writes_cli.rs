@@ -508,6 +508,14 @@ async fn sqlite_payments_table(db: &TestDb) {
     .await;
 }
 
+/// Starts `c` with its stdout and stderr captured.
+fn spawn_piped(c: &mut std::process::Command) -> std::process::Child {
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Waits for the child, up to `limit`; kills it past that.
 fn wait(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
     let started = Instant::now();
@@ -540,12 +548,7 @@ async fn lost_mid_apply(db: &TestDb, via: &str, lose: impl FnOnce()) -> Job {
         target_extra: "",
         with_email: false,
     });
-    let child = job
-        .command("run1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut job.command("run1"));
     let started = Instant::now();
     lose();
     let (o, took) = wait(child, Duration::from_secs(120));
@@ -696,12 +699,7 @@ async fn postgres_connection_lost_mid_lookup_fails_and_writes_nothing() {
         target_extra: "",
         with_email: false,
     });
-    let child = job
-        .command("run1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut job.command("run1"));
     let (o, _) = wait(child, Duration::from_secs(120));
     assert!(
         proxy.killed.load(Ordering::SeqCst),
@@ -794,12 +792,7 @@ async fn postgres_lost_run_lock_stops_writing() {
         target_extra: "",
         with_email: false,
     });
-    let child = job
-        .command("run1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut job.command("run1"));
     let t = Instant::now();
     while count(&target.url, "SELECT COUNT(*) FROM payments").await < 20 {
         assert!(
@@ -1261,14 +1254,7 @@ async fn sigterm_mid_backfill(state: Option<&str>) {
     job.configure(&JobSpec::inserts(&target.url, 500, state));
     let held = TableLock::take(&target.url).await;
     let metrics = job.path("recon.prom");
-    let mut child = job
-        .command("run1")
-        .arg("--metrics-file")
-        .arg(&metrics)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(job.command("run1").arg("--metrics-file").arg(&metrics));
     let stderr = Stderr::follow(&mut child);
     held.wait_for_blocked_insert(&target.url).await;
     assert_eq!(staging_folders(job.dir.path()).len(), 1, "run 1 is staging");
@@ -1350,12 +1336,7 @@ async fn a_second_signal_exits_at_once_and_the_next_run_cleans_up() {
     let job = many_gaps();
     job.configure(&JobSpec::inserts(&target.url, 500, None));
     let held = TableLock::take(&target.url).await;
-    let mut child = job
-        .command("run1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&mut job.command("run1"));
     let stderr = Stderr::follow(&mut child);
     held.wait_for_blocked_insert(&target.url).await;
     send_signal(&child, "INT");
@@ -1430,12 +1411,7 @@ async fn lock_lost_during_the_only_batch_commits_nothing_after_it() {
     let job = many_gaps();
     job.configure(&JobSpec::inserts(&target.url, 5000, Some(&state_db.url)));
     let held = TableLock::take(&target.url).await;
-    let child = job
-        .command("run1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut job.command("run1"));
     held.wait_for_blocked_insert(&target.url).await;
     let name = state_db.url.rsplit('/').next().unwrap().to_string();
     let killed = count(
