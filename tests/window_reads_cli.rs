@@ -51,6 +51,14 @@ fn sql_target(url: &str) -> String {
     )
 }
 
+/// The target table of a job whose target is `target.csv` in `dir`.
+fn file_target(dir: &Path) -> String {
+    format!(
+        "[jobs.charges.target]\ntype = \"file\"\npath = \"{}\"\nkey = \"id\"",
+        dir.join("target.csv").display()
+    )
+}
+
 fn run(config: &Path, out: &Path) -> Output {
     Command::cargo_bin("recon")
         .unwrap()
@@ -157,11 +165,7 @@ async fn empty_window_read_while_lookups_find_the_records_is_a_warning() {
         format!("id,amount,currency,created\nch_1,1000,usd,{earlier}\nch_2,2000,usd,{earlier}\n"),
     )
     .unwrap();
-    let target = format!(
-        "[jobs.charges.target]\ntype = \"file\"\npath = \"{}\"\nkey = \"id\"",
-        dir.path().join("target.csv").display()
-    );
-    let cfg = config(dir.path(), &target);
+    let cfg = config(dir.path(), &file_target(dir.path()));
     let out = dir.path().join("out");
     let o = run(&cfg, &out);
     let s = summary(&out);
@@ -290,11 +294,7 @@ async fn file_edges_are_confirmed_from_the_keys_the_read_saw_outside_the_window(
         ),
     )
     .unwrap();
-    let target = format!(
-        "[jobs.charges.target]\ntype = \"file\"\npath = \"{}\"\nkey = \"id\"",
-        dir.path().join("target.csv").display()
-    );
-    let cfg = config(dir.path(), &target);
+    let cfg = config(dir.path(), &file_target(dir.path()));
     let out = dir.path().join("out");
     let o = run(&cfg, &out);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
