@@ -5,6 +5,10 @@
 //! survives a failing run; a reader polling the file while runs replace it
 //! never sees a partial file.
 
+mod common;
+
+use common::{json, recon_async as recon, text};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -228,19 +232,6 @@ fn the_parser_is_strict() {
 
 // ---------------------------------------------------------------------------
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
 /// The one sample of `family` whose labels include `want`.
 fn value(f: &BTreeMap<String, Family>, family: &str, want: &[(&str, &str)]) -> Option<f64> {
     let fam = f.get(family)?;
@@ -267,17 +258,6 @@ fn read_metrics(path: &Path) -> BTreeMap<String, Family> {
 }
 
 /// Runs the binary on a blocking thread so the emulator keeps serving.
-async fn recon(args: Vec<String>, envs: Vec<(&'static str, String)>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .envs(envs)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
 
 /// Stripe (emulated, 2 requests/s: the client is throttled) → SQLite.
 struct StripeJob {
