@@ -10,6 +10,10 @@
 //! RECON_REQUIRE_CHROMIUM=1 (scripts/test sets it when chromium is
 //! installed) that is a failure instead.
 
+mod common;
+
+use common::text;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command as Std, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -146,15 +150,6 @@ max_ratio = 0.9
             .output()
             .unwrap()
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The report folder a run printed (`reports: PATH`).
