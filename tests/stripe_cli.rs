@@ -1,36 +1,15 @@
 //! Stripe (emulated, over real HTTP on 127.0.0.1) → SQLite through the
 //! binary: `recon demo`, faults past the retry cap, a wrong key, and logs.
 
-use std::path::Path;
+mod common;
+
+use common::{recon_async as recon, summary, text};
+
 use std::process::Output;
 
 use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind};
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Runs the binary on a blocking thread so the emulator keeps serving.
-async fn recon(args: Vec<String>, envs: Vec<(&'static str, String)>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .envs(envs)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
 
 #[test]
 fn demo_runs_dry_run_apply_and_rerun_offline() {
