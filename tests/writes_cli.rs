@@ -14,6 +14,10 @@
 //!   timestamp text).
 //! - A DEFERRABLE unique constraint is refused with a fix that works.
 
+mod common;
+
+use common::{summary, text};
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -29,15 +33,6 @@ use sqlx::{Connection, Row};
 
 /// 2026-11-28T00:00:00Z.
 const DAY_START: i64 = 1_795_824_000;
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A job: CSV source `charges.csv` (id, amount, currency, email, created)
 /// against a SQL target table.
@@ -188,10 +183,6 @@ fn backfill(dir: &Path) -> Vec<(String, String, String, String)> {
         .collect();
     rows.sort();
     rows
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
 }
 
 async fn query_rows(url: &str, sql: &str, n: usize) -> Vec<Vec<String>> {
