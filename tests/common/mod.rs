@@ -184,7 +184,7 @@ pub fn finish_within(mut child: Child, limit: Duration) -> Output {
     };
     assert!(
         status.is_some(),
-        "recon still running after {limit:?}, killed: {}",
+        "the child process still running after {limit:?}, killed: {}",
         text(&o)
     );
     o
@@ -260,4 +260,64 @@ pub fn file_side(job: &str, side: &str, path: &Path) -> String {
         "[jobs.{job}.{side}]\ntype = \"file\"\npath = \"{}\"\nkey = \"id\"\n",
         path.display()
     )
+}
+
+/// `DIR/recon.toml` of job `charges`: the Stripe charges at `base_url`
+/// (the API key from `RECON_TEST_STRIPE_KEY`, `source_extra` among the
+/// source's settings) against table `payments` of the SQLite file `ledger`
+/// keyed by `stripe_charge_id`, backfilling up to all of it; the state in
+/// `DIR/state.db`. Its path.
+pub fn stripe_ledger_config(
+    dir: &Path,
+    base_url: &str,
+    ledger: &Path,
+    source_extra: &str,
+) -> PathBuf {
+    write_config(
+        dir,
+        &format!(
+            "\n[defaults]\nstate = \"sqlite://{state}\"\n[jobs.charges]\n{CHARGE_FIELDS}\n{source}{source_extra}\n{target}[jobs.charges.backfill]\nmax_ratio = 1.0\n",
+            state = dir.join("state.db").display(),
+            source = stripe_source("charges", "${RECON_TEST_STRIPE_KEY}", base_url),
+            target = sql_target(
+                "charges",
+                &format!("sqlite://{}?mode=rwc", ledger.display()),
+                "payments",
+                "stripe_charge_id"
+            ),
+        ),
+    )
+}
+
+/// A connection to the database at `url` (sqlx's `Any` driver).
+pub async fn connect(url: &str) -> sqlx::AnyConnection {
+    sqlx::any::install_default_drivers();
+    <sqlx::AnyConnection as sqlx::Connection>::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+}
+
+/// The SQLite file `ledger` (created) with an empty `payments` table of
+/// Stripe charges keyed by `stripe_charge_id`; the connection to it.
+pub async fn stripe_ledger(ledger: &Path) -> sqlx::AnyConnection {
+    let mut conn = connect(&format!("sqlite://{}?mode=rwc", ledger.display())).await;
+    sqlx::query("CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
+/// The one integer `sql` (a `SELECT COUNT(*) …`) answers at `url`.
+pub async fn count(url: &str, sql: &str) -> i64 {
+    use sqlx::{Connection, Row};
+    let mut conn = connect(url).await;
+    let n: i64 = sqlx::query(sql)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    conn.close().await.ok();
+    n
 }
