@@ -379,10 +379,7 @@ async fn a_bulk_job_left_processing_by_a_killed_run_is_never_written_twice() {
             .copied()
             .unwrap_or(0)
     };
-    let t = std::time::Instant::now();
-    while polled() == 0 && t.elapsed() < std::time::Duration::from_secs(60) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    common::wait_until("a poll of the bulk job", common::PATIENCE, || polled() > 0);
     assert!(polled() > 0, "the run never polled a bulk job");
     child.kill().unwrap();
     child.wait().unwrap();
