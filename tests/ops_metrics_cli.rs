@@ -289,46 +289,8 @@ impl StripeJob {
         }
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ledger.db");
-        std::fs::write(
-            dir.path().join("recon.toml"),
-            format!(
-                r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-[jobs.charges.target]
-type = "sql"
-url = "sqlite://{db}?mode=rwc"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.charges.backfill]
-max_ratio = 1.0
-"#,
-                state = dir.path().join("state.db").display(),
-                base = emulator.base_url,
-                db = db.display(),
-            ),
-        )
-        .unwrap();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-            "sqlite://{}?mode=rwc",
-            db.display()
-        ))
-        .await
-        .unwrap();
-        sqlx::query("CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        common::stripe_ledger_config(dir.path(), &emulator.base_url, &db, "");
+        let mut conn = common::stripe_ledger(&db).await;
         // 20 rows already there, 5 of them with another amount; 2 orphans.
         for i in 0..20i64 {
             let currency = ["USD", "EUR", "JPY"][(i % 3) as usize];

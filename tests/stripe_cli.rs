@@ -81,46 +81,8 @@ impl Job {
         }
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ledger.db");
-        std::fs::write(
-            dir.path().join("recon.toml"),
-            format!(
-                r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-[jobs.charges.target]
-type = "sql"
-url = "sqlite://{db}?mode=rwc"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.charges.backfill]
-max_ratio = 1.0
-"#,
-                state = dir.path().join("state.db").display(),
-                base = emulator.base_url,
-                db = db.display(),
-            ),
-        )
-        .unwrap();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-            "sqlite://{}?mode=rwc",
-            db.display()
-        ))
-        .await
-        .unwrap();
-        sqlx::query("CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        common::stripe_ledger_config(dir.path(), &emulator.base_url, &db, "");
+        common::stripe_ledger(&db).await;
         Job { dir, emulator }
     }
 
@@ -142,18 +104,8 @@ max_ratio = 1.0
     }
 
     async fn rows(&self) -> i64 {
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-            "sqlite://{}",
-            self.dir.path().join("ledger.db").display()
-        ))
-        .await
-        .unwrap();
-        use sqlx::Row;
-        sqlx::query("SELECT COUNT(*) FROM payments")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap()
-            .get::<i64, _>(0)
+        let ledger = format!("sqlite://{}", self.dir.path().join("ledger.db").display());
+        common::count(&ledger, "SELECT COUNT(*) FROM payments").await
     }
 }
 
