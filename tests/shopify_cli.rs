@@ -4,7 +4,6 @@ mod common;
 
 use common::text;
 
-
 use recon_shopify::emulator::{Emulator, EmulatorConfig, OrderSpec};
 use sqlx::Row;
 
