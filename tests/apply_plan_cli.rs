@@ -3,6 +3,10 @@
 //! to end through the binary, with an export file as the source of truth
 //! and a SQLite table as the target.
 
+mod common;
+
+use common::text;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -194,15 +198,6 @@ max_ratio = 0.5
         .await
         .unwrap()
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Every file of a folder with its bytes.

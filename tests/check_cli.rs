@@ -5,9 +5,13 @@
 //! folder, a missing environment variable) and exactly that check fails,
 //! with exit status 2.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Output;
+
+use common::{closed_port, sql_target, stripe_source, text, write_config, CHARGE_FIELDS as FIELDS};
 
 use recon_hubspot::emulator::{Emulator as HubSpot, EmulatorConfig as HubSpotConfig};
 use recon_salesforce::emulator::{
@@ -30,18 +34,9 @@ const CHECKS: [&str; 8] = [
     "report folder",
 ];
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// `recon check --config CONFIG --job JOB` with `env` set and `unset` removed.
 async fn check(config: &Path, job: &str, env: &[(&str, &str)], unset: &[&str]) -> Output {
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+    let mut cmd = common::recon();
     cmd.args(["check", "--config"])
         .arg(config)
         .args(["--job", job])
@@ -52,9 +47,7 @@ async fn check(config: &Path, job: &str, env: &[(&str, &str)], unset: &[&str]) -
     for k in unset {
         cmd.env_remove(k);
     }
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
+    common::output_async(cmd).await
 }
 
 /// The check lines, as (status, name, detail); a check's name is the part
@@ -119,20 +112,39 @@ fn detail<'a>(l: &'a [(String, String, String)], name: &str) -> &'a str {
     &l.iter().find(|(_, n, _)| n == name).unwrap().2
 }
 
-/// A port on 127.0.0.1 that nothing listens on.
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+/// The names of the checks that failed.
+fn failed(l: &[(String, String, String)]) -> Vec<&str> {
+    l.iter()
+        .filter(|(s, _, _)| s == "FAIL")
+        .map(|(_, n, _)| n.as_str())
+        .collect()
 }
 
-const FIELDS: &str = r#"fields = { amount = "money", currency = "currency", status = "text", created = "timestamp" }
-compare = ["amount", "currency", "status"]
-window = "last:24h""#;
+/// `[defaults]` with the state store and the reports in `dir`.
+fn defaults(dir: &Path) -> String {
+    format!(
+        "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n",
+        dir.join("state.db").display(),
+        dir.join("reports").display(),
+    )
+}
 
-fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("recon.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+/// Job `name`: Stripe's charges against `table` at `url` (key
+/// `charge_id`), with `head` among the job's own settings and `tail`
+/// after the target.
+fn stripe_to_sql(
+    stripe: &Stripe,
+    name: &str,
+    url: &str,
+    table: &str,
+    head: &str,
+    tail: &str,
+) -> String {
+    format!(
+        "\n[jobs.{name}]\n{FIELDS}\n{head}\n{}{}{tail}",
+        stripe_source(name, &stripe.api_key, &stripe.base_url),
+        sql_target(name, url, table, "charge_id"),
+    )
 }
 
 async fn stripe() -> Stripe {
@@ -160,12 +172,7 @@ async fn stripe_to_hubspot_then_a_bad_token_and_a_property_that_is_not_unique() 
             r#"
 [jobs.{name}]
 {FIELDS}
-[jobs.{name}.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.{name}.target]
+{source}[jobs.{name}.target]
 type = "hubspot"
 token = "{token}"
 object_type = "deals"
@@ -174,16 +181,15 @@ properties = {{ status = "dealstage", created = "stripe_created", currency = "de
 currency_property = "deal_currency_code"
 base_url = "{hubspot}"
 "#,
-            stripe = stripe.base_url,
+            source = stripe_source(name, key, &stripe.base_url),
             hubspot = hubspot.base_url,
         )
     };
     let config = write_config(
         dir.path(),
         &format!(
-            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}{}{}{}",
-            dir.path().join("state.db").display(),
-            dir.path().join("reports").display(),
+            "{}{}{}{}{}",
+            defaults(dir.path()),
             job("good", &stripe.api_key, &hubspot.token, "stripe_charge_id"),
             job(
                 "bad_stripe_key",
@@ -290,9 +296,8 @@ columns = {{ amount = "total_cents", created = "created_at" }}
     let config = write_config(
         dir.path(),
         &format!(
-            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}{}{}",
-            dir.path().join("state.db").display(),
-            dir.path().join("reports").display(),
+            "{}{}{}{}",
+            defaults(dir.path()),
             job("good", &shopify.base_url, "orders"),
             job(
                 "unreachable",
@@ -338,9 +343,8 @@ columns = {{ amount = "total_cents", created = "created_at" }}
     let config = write_config(
         dir.path(),
         &format!(
-            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}",
-            dir.path().join("state.db").display(),
-            dir.path().join("reports").display(),
+            "{}{}",
+            defaults(dir.path()),
             job("no_orders", &no_orders.base_url, "orders"),
         ),
     );
@@ -382,12 +386,7 @@ state = "sqlite://{state}"
 reports = "{reports}"
 [jobs.payments]
 {FIELDS}
-[jobs.payments.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_CHECK_STRIPE_KEY}}"
-base_url = "{stripe}"
-[jobs.payments.target]
+{source}[jobs.payments.target]
 type = "salesforce"
 instance_url = "{sf}"
 auth = {{ client_id = "${{SF_CLIENT_ID}}", client_secret = "${{SF_CLIENT_SECRET}}" }}
@@ -397,7 +396,7 @@ fields = {{ amount = "Amount__c", currency = "CurrencyIsoCode", status = "Status
 "#,
             state = dir.path().join("state.db").display(),
             reports = dir.path().join("reports").display(),
-            stripe = stripe.base_url,
+            source = stripe_source("payments", "${RECON_CHECK_STRIPE_KEY}", &stripe.base_url),
             sf = sf.base_url,
         ),
     );
@@ -463,28 +462,7 @@ async fn stripe_to_database(dialect: Dialect, state: impl Fn(&Path, &TestDb) -> 
     let stripe = stripe().await;
     let db = payments_db(dialect).await;
     let dir = tempfile::tempdir().unwrap();
-    let job = |name: &str, table: &str| {
-        format!(
-            r#"
-[jobs.{name}]
-{FIELDS}
-[jobs.{name}.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.{name}.target]
-type = "sql"
-url = "{url}"
-table = "{table}"
-key = "charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-"#,
-            key = stripe.api_key,
-            stripe = stripe.base_url,
-            url = db.url,
-        )
-    };
+    let job = |name: &str, table: &str| stripe_to_sql(&stripe, name, &db.url, table, "", "");
     let config = write_config(
         dir.path(),
         &format!(
@@ -533,11 +511,7 @@ async fn an_unwritable_report_folder_fails_alone_and_nothing_is_left_behind() {
     std::fs::create_dir(&locked).unwrap();
     // As root a 0555 folder is writable anyway: then reports go under a
     // regular file, which no user can write into.
-    let is_root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
+    let is_root = common::is_root();
     let reports = if is_root {
         let file = dir.path().join("plain-file");
         std::fs::write(&file, "not a folder").unwrap();
@@ -548,30 +522,9 @@ async fn an_unwritable_report_folder_fails_alone_and_nothing_is_left_behind() {
         locked.join("reports")
     };
     let job = |name: &str, reports: &Path| {
-        format!(
-            r#"
-[jobs.{name}]
-{FIELDS}
-reports = "{reports}"
-[jobs.{name}.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.{name}.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.{name}.backfill]
-mode = "off"
-"#,
-            reports = reports.display(),
-            key = stripe.api_key,
-            stripe = stripe.base_url,
-            url = db.url,
-        )
+        let head = format!("reports = \"{}\"", reports.display());
+        let tail = format!("[jobs.{name}.backfill]\nmode = \"off\"\n");
+        stripe_to_sql(&stripe, name, &db.url, "payments", &head, &tail)
     };
     let config = write_config(
         dir.path(),
@@ -657,39 +610,17 @@ async fn a_webhook_job_reads_its_target_and_connects_to_the_endpoint_without_pos
     let (port, seen) = byte_counting_listener();
     let dir = tempfile::tempdir().unwrap();
     let job = |name: &str, url: &str| {
-        format!(
-            r#"
-[jobs.{name}]
-{FIELDS}
-[jobs.{name}.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.{name}.target]
-type = "sql"
-url = "{db}"
-table = "payments"
-key = "charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.{name}.backfill]
-mode = "insert"
-via = "webhook"
-[jobs.{name}.backfill.webhook]
-url = "{url}"
-"#,
-            key = stripe.api_key,
-            stripe = stripe.base_url,
-            db = db.url,
-        )
+        let tail = format!(
+            "[jobs.{name}.backfill]\nmode = \"insert\"\nvia = \"webhook\"\n[jobs.{name}.backfill.webhook]\nurl = \"{url}\"\n"
+        );
+        stripe_to_sql(&stripe, name, &db.url, "payments", "", &tail)
     };
     let secret_path = "hooks/catch/123456/zz9secretpathtoken";
     let config = write_config(
         dir.path(),
         &format!(
-            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}{}",
-            dir.path().join("state.db").display(),
-            dir.path().join("reports").display(),
+            "{}{}{}",
+            defaults(dir.path()),
             job("good", &format!("http://127.0.0.1:{port}/{secret_path}")),
             job(
                 "down",
@@ -724,10 +655,9 @@ url = "{url}"
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!out.contains("zz9secretpathtoken"), "{out}");
     // The endpoint saw one connection and not a byte of a request.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while seen.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::wait_until("a connection to the endpoint", common::PATIENCE, || {
+        !seen.lock().unwrap().is_empty()
+    });
     assert_eq!(
         *seen.lock().unwrap(),
         vec![0],
@@ -737,12 +667,7 @@ url = "{url}"
     let o = check(&config, "down", &[], &[]).await;
     let l = lines(&o);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let fails: Vec<&str> = l
-        .iter()
-        .filter(|(s, _, _)| s == "FAIL")
-        .map(|(_, n, _)| n.as_str())
-        .collect();
-    assert_eq!(fails, ["webhook endpoint"], "{}", text(&o));
+    assert_eq!(failed(&l), ["webhook endpoint"], "{}", text(&o));
     let why = detail(&l, "webhook endpoint");
     assert!(
         why.contains("cannot connect to http://127.0.0.1:") && why.contains(" -> fix: "),
@@ -760,35 +685,14 @@ async fn what_recon_run_refuses_to_start_with_fails_the_check_too() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("textfile")).unwrap();
     let job = |name: &str, metrics: &Path| {
-        format!(
-            r#"
-[jobs.{name}]
-{FIELDS}
-metrics_file = "{metrics}"
-[jobs.{name}.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.{name}.target]
-type = "sql"
-url = "{db}"
-table = "payments"
-key = "charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-"#,
-            metrics = metrics.display(),
-            key = stripe.api_key,
-            stripe = stripe.base_url,
-            db = db.url,
-        )
+        let head = format!("metrics_file = \"{}\"", metrics.display());
+        stripe_to_sql(&stripe, name, &db.url, "payments", &head, "")
     };
     let config = write_config(
         dir.path(),
         &format!(
-            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n[notify]\nurl = \"${{RECON_TEST_CHECK_HOOK}}\"\non = [\"trouble\", \"discrepancies\"]\n{}{}",
-            dir.path().join("state.db").display(),
-            dir.path().join("reports").display(),
+            "{}[notify]\nurl = \"${{RECON_TEST_CHECK_HOOK}}\"\non = [\"trouble\", \"discrepancies\"]\n{}{}",
+            defaults(dir.path()),
             job("good", &dir.path().join("textfile/{job}.prom")),
             job("no_folder", &dir.path().join("missing/recon.prom")),
         ),
@@ -835,12 +739,7 @@ columns = {{ amount = "amount_cents", created = "created_at" }}
     .await;
     let l = lines(&o);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let fails: Vec<&str> = l
-        .iter()
-        .filter(|(s, _, _)| s == "FAIL")
-        .map(|(_, n, _)| n.as_str())
-        .collect();
-    assert_eq!(fails, ["metrics file"], "{}", text(&o));
+    assert_eq!(failed(&l), ["metrics file"], "{}", text(&o));
     assert!(
         detail(&l, "metrics file").contains("does not exist"),
         "{}",
@@ -851,24 +750,17 @@ columns = {{ amount = "amount_cents", created = "created_at" }}
     let o = check(&config, "good", &[], &["RECON_TEST_CHECK_HOOK"]).await;
     let l = lines(&o);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let fails: Vec<&str> = l
-        .iter()
-        .filter(|(s, _, _)| s == "FAIL")
-        .map(|(_, n, _)| n.as_str())
-        .collect();
-    assert_eq!(fails, ["notify"], "{}", text(&o));
+    assert_eq!(failed(&l), ["notify"], "{}", text(&o));
     let why = detail(&l, "notify");
     assert!(why.contains("RECON_TEST_CHECK_HOOK"), "{why}");
     // And `recon run` indeed refuses to start for the same reason.
-    let mut run = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+    let mut run = common::recon();
     run.args(["run", "--config"])
         .arg(&config)
         .args(["--job", "good"])
         .env_remove("RECON_CONFIG")
         .env_remove("RECON_TEST_CHECK_HOOK");
-    let o = tokio::task::spawn_blocking(move || run.output().unwrap())
-        .await
-        .unwrap();
+    let o = common::output_async(run).await;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("RECON_TEST_CHECK_HOOK"),
@@ -899,31 +791,22 @@ async fn the_webhook_signing_secret_and_headers_are_secrets_the_job_uses() {
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "2026-11-28"
-[jobs.{name}.source]
-type = "file"
-path = "{source}"
-key = "id"
-[jobs.{name}.target]
-type = "file"
-path = "{target}"
-key = "id"
-[jobs.{name}.backfill]
+{source}{target}[jobs.{name}.backfill]
 mode = "insert"
 via = "webhook"
 [jobs.{name}.backfill.webhook]
 url = "{url}"
 {webhook}
 "#,
-            source = dir.path().join("source.csv").display(),
-            target = dir.path().join("target.csv").display(),
+            source = common::file_side(name, "source", &dir.path().join("source.csv")),
+            target = common::file_side(name, "target", &dir.path().join("target.csv")),
         )
     };
     let config = write_config(
         dir.path(),
         &format!(
-            "[defaults]\nstate = \"sqlite://{}\"\nreports = \"{}\"\n{}{}",
-            dir.path().join("state.db").display(),
-            dir.path().join("reports").display(),
+            "{}{}{}",
+            defaults(dir.path()),
             job("signed", "signing_secret = \"${RECON_CHECK_SIGNING}\""),
             job(
                 "headed",

@@ -2,6 +2,10 @@
 //! a fresh temporary folder per test, and its exit status, stderr and report
 //! files are checked against the contract (README, reports/README.md).
 
+mod common;
+
+use common::summary;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -80,11 +84,6 @@ fn assert_report(dir: &Path, name: &str, header: &[&str], rows: &[&[&str]]) {
         .map(|row| row.iter().map(|c| c.to_string()).collect())
         .collect();
     assert_eq!(r, want, "{name}: rows");
-}
-
-fn summary(dir: &Path) -> Json {
-    let text = fs::read_to_string(dir.join("summary.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
 }
 
 /// The contract's top-level integers of summary.json.

@@ -3,6 +3,10 @@
 //! backfilled, is found resolved, then comes back; an orphan stays open
 //! throughout; an unknown ID has no story.
 
+mod common;
+
+use common::text;
+
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -119,15 +123,6 @@ max_ratio = 0.9
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// (run id, classes, backfill statuses) of each run in a story.

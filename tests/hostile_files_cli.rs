@@ -4,23 +4,15 @@
 //! the setting, without taking the file's size in memory (the peak RSS of
 //! the 2 GiB cases is measured by `scripts/bench-hostile`, not here).
 
+mod common;
+
+use common::text;
+
 use std::path::Path;
 use std::process::Output;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn recon(args: &[&str]) -> Output {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-        .args(args)
-        .output()
-        .unwrap()
+    common::recon_output(args, &[])
 }
 
 /// A `recon run` job reading `source` (with `settings` in its source

@@ -2,25 +2,16 @@
 //! example (Stripe charges → HubSpot deals), with search lag and a
 //! partially failed batch.
 
+mod common;
+
+use common::{summary, text};
+
 use std::process::Output;
 use std::time::Duration;
 
 use recon_hubspot::emulator::{Emulator as HubSpot, EmulatorConfig as HubSpotConfig, PropertyType};
 use recon_stripe::emulator::{Emulator as Stripe, EmulatorConfig as StripeConfig, ObjectKind};
 use serde_json::json;
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn summary(dir: &std::path::Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
 
 async fn recon(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || {

@@ -4,6 +4,10 @@
 //! command passes; an overflowing `grace`/`lookback` is refused with the
 //! maximum allowed instead of silently becoming zero.
 
+mod common;
+
+use common::text;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -12,15 +16,6 @@ use sqlx::{Connection, Row};
 /// 2026-11-28T00:00:00Z in Unix seconds.
 const DAY_START: i64 = 1_795_824_000;
 const DAY: &str = "2026-11-28";
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A file source of `source` charges and a SQLite target holding the
 /// first `target` of them.

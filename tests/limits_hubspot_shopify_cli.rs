@@ -3,30 +3,18 @@
 //! the fix, and writes nothing; with the scope the same job backfills; a
 //! malformed `rate_limit_patience` is refused naming the setting.
 
+mod common;
+
+use common::text;
+
 use std::path::Path;
 use std::process::Output;
 
 use recon_shopify::emulator::{Emulator, EmulatorConfig, OrderSpec};
 use sqlx::Row;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 async fn recon(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
+    common::recon_async(args, Vec::<(String, String)>::new()).await
 }
 
 /// A job reading Shopify orders of the day 90 days ago into SQLite.

@@ -5,19 +5,14 @@
 //! attempts"; when nothing gets through for `rate_limit_patience`, it exits
 //! 2 naming that setting.
 
+mod common;
+
+use common::text;
+
 use std::path::Path;
 use std::process::Output;
 
 use recon_stripe::emulator::{Emulator, EmulatorConfig, ObjectKind, RateLimitMode};
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// An emulator at 25 requests per one-second window, `others` percent of
 /// which other clients spend, holding `charges` charges of the last hours.
@@ -49,84 +44,29 @@ async fn emulator(others: u32, charges: i64) -> Emulator {
 
 /// A job reading the emulator's charges into an empty SQLite table.
 async fn job(dir: &Path, base_url: &str, extra: &str) {
-    let db = dir.join("ledger.db");
-    std::fs::write(
-        dir.join("recon.toml"),
-        format!(
-            r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base_url}"
-{extra}
-[jobs.charges.target]
-type = "sql"
-url = "sqlite://{db}?mode=rwc"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.charges.backfill]
-max_ratio = 1.0
-"#,
-            state = dir.join("state.db").display(),
-            db = db.display(),
-        ),
-    )
-    .unwrap();
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-        "sqlite://{}?mode=rwc",
-        db.display()
-    ))
-    .await
-    .unwrap();
-    sqlx::query("CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    let ledger = dir.join("ledger.db");
+    common::stripe_ledger_config(dir, base_url, &ledger, extra);
+    common::stripe_ledger(&ledger).await;
 }
 
 async fn rows(dir: &Path) -> i64 {
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-        "sqlite://{}",
-        dir.join("ledger.db").display()
-    ))
-    .await
-    .unwrap();
-    use sqlx::Row;
-    sqlx::query("SELECT COUNT(*) FROM payments")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .get::<i64, _>(0)
+    let ledger = format!("sqlite://{}", dir.join("ledger.db").display());
+    common::count(&ledger, "SELECT COUNT(*) FROM payments").await
 }
 
-/// Runs `recon run` on a blocking thread so the emulator keeps serving.
+/// Runs `recon run` on a blocking thread so the emulator keeps serving;
+/// a run still going after [`common::PATIENCE`] is killed and fails the
+/// test (a hang, not a slow machine).
 async fn run(dir: &Path, key: &str, out: &str) -> Output {
-    let args = vec![
-        "run".to_string(),
-        "--config".into(),
-        dir.join("recon.toml").display().to_string(),
-        "--out".into(),
-        dir.join(out).display().to_string(),
-    ];
-    let key = key.to_string();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .env("RECON_TEST_STRIPE_KEY", key)
-            .env("RECON_LOG", "warn")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
+    let mut cmd = common::recon();
+    cmd.arg("run")
+        .arg("--config")
+        .arg(dir.join("recon.toml"))
+        .arg("--out")
+        .arg(dir.join(out))
+        .env("RECON_TEST_STRIPE_KEY", key)
+        .env("RECON_LOG", "warn");
+    common::output_within(cmd, common::PATIENCE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +131,9 @@ async fn no_progress_for_rate_limit_patience_exits_2_naming_the_setting() {
     assert!(err.contains("rate_limit_patience"), "{err}");
     assert!(err.contains("still rate limited after 3s"), "{err}");
     assert!(!err.contains("failed after"), "{err}");
-    assert!(
-        took >= std::time::Duration::from_secs(3) && took < std::time::Duration::from_secs(30),
-        "{took:?}"
-    );
+    // It kept trying for the whole patience (a hang is caught by `run`'s
+    // timeout, not by a bound on the time here).
+    assert!(took >= std::time::Duration::from_secs(3), "{took:?}");
     // Retried for the whole 3 s (backoff caps of 0.25, 0.5 and 1 s add up
     // to 1.75 s, so at least 4 attempts), every one refused.
     let stats = emulator.stats();

@@ -4,6 +4,10 @@
 //! units (a SQLite NUMERIC column, a CSV export, HubSpot deals) must match
 //! them all, with per-currency totals right in major units.
 
+mod common;
+
+use common::{summary, text};
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Output;
@@ -64,19 +68,6 @@ fn totals(s: &Json, side: &str) -> BTreeMap<String, (u64, String)> {
             )
         })
         .collect()
-}
-
-fn summary(dir: &Path) -> Json {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `recon run` on a blocking thread so the emulators keep serving.

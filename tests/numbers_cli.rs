@@ -3,6 +3,10 @@
 //! ambiguous input (a repeated CSV column or JSON field) is refused, and
 //! unreadable input is an error naming the file and line.
 
+mod common;
+
+use common::{summary, text as show};
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -19,21 +23,8 @@ fn recon(cwd: &Path, args: &[&str]) -> Output {
         .expect("run recon")
 }
 
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn summary(dir: &Path) -> Json {
-    serde_json::from_str(&fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
 }
 
 fn count(s: &Json, k: &str) -> u64 {

@@ -5,6 +5,10 @@
 //! survives a failing run; a reader polling the file while runs replace it
 //! never sees a partial file.
 
+mod common;
+
+use common::{json, recon_async as recon, text};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -228,19 +232,6 @@ fn the_parser_is_strict() {
 
 // ---------------------------------------------------------------------------
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
 /// The one sample of `family` whose labels include `want`.
 fn value(f: &BTreeMap<String, Family>, family: &str, want: &[(&str, &str)]) -> Option<f64> {
     let fam = f.get(family)?;
@@ -267,17 +258,6 @@ fn read_metrics(path: &Path) -> BTreeMap<String, Family> {
 }
 
 /// Runs the binary on a blocking thread so the emulator keeps serving.
-async fn recon(args: Vec<String>, envs: Vec<(&'static str, String)>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .envs(envs)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
 
 /// Stripe (emulated, 2 requests/s: the client is throttled) → SQLite.
 struct StripeJob {
@@ -309,46 +289,8 @@ impl StripeJob {
         }
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ledger.db");
-        std::fs::write(
-            dir.path().join("recon.toml"),
-            format!(
-                r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-[jobs.charges.target]
-type = "sql"
-url = "sqlite://{db}?mode=rwc"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.charges.backfill]
-max_ratio = 1.0
-"#,
-                state = dir.path().join("state.db").display(),
-                base = emulator.base_url,
-                db = db.display(),
-            ),
-        )
-        .unwrap();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-            "sqlite://{}?mode=rwc",
-            db.display()
-        ))
-        .await
-        .unwrap();
-        sqlx::query("CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        common::stripe_ledger_config(dir.path(), &emulator.base_url, &db, "");
+        let mut conn = common::stripe_ledger(&db).await;
         // 20 rows already there, 5 of them with another amount; 2 orphans.
         for i in 0..20i64 {
             let currency = ["USD", "EUR", "JPY"][(i % 3) as usize];

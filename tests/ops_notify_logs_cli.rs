@@ -5,28 +5,19 @@
 //! exit status, and gets the post once it takes it; JSON log lines all parse, carry the run's
 //! id and never a secret.
 
+mod common;
+
+use common::{json, text};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
@@ -657,7 +648,7 @@ fn logs_to_a_file_carry_no_colour_codes() {
 
 /// `recon` with `args`, `env` set.
 fn recon(args: &[&str], env: &[(&str, &str)]) -> Output {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
+    common::recon()
         .args(args)
         .env_remove("RECON_LOG_FORMAT")
         .env_remove("RECON_CONFIG")

@@ -2,17 +2,11 @@
 //! pipes), only the final summary; a line of counts on a terminal (a
 //! pseudo-terminal made by util-linux `script`).
 
-use std::path::Path;
-use std::process::Output;
+mod common;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::text;
+
+use std::path::Path;
 
 /// Two exports of `rows` charges; every tenth missing from the target.
 fn exports(dir: &Path, rows: usize) {

@@ -9,6 +9,10 @@
 //! tests/report_html.rs (`long_ids_wrap_and_every_column_stays_on_screen`),
 //! beside its Chromium helpers.
 
+mod common;
+
+use common::text;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -202,15 +206,6 @@ fn recon(config: &Path, args: &[&str]) -> Output {
         .arg(config)
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The report folder a run printed (`reports: PATH`).

@@ -10,6 +10,10 @@
 //! RECON_REQUIRE_CHROMIUM=1 (scripts/test sets it when chromium is
 //! installed) that is a failure instead.
 
+mod common;
+
+use common::text;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command as Std, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -148,15 +152,6 @@ max_ratio = 0.9
     }
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// The report folder a run printed (`reports: PATH`).
 fn folder(o: &Output) -> PathBuf {
     let out = String::from_utf8_lossy(&o.stdout);
@@ -246,7 +241,7 @@ fn version_of(bin: &Path) -> Result<String, String> {
 
 /// Runs headless Chromium on a page with extra flags; its stdout.
 fn headless(bin: &Path, profile: &Path, page: &Path, flags: &[String]) -> Vec<u8> {
-    let mut child = Std::new(bin)
+    let child = Std::new(bin)
         .args([
             "--headless",
             "--disable-gpu",
@@ -261,24 +256,8 @@ fn headless(bin: &Path, profile: &Path, page: &Path, flags: &[String]) -> Vec<u8
         .stderr(Stdio::null())
         .spawn()
         .expect("start chromium");
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut buf).unwrap();
-        buf
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    reader.join().unwrap()
+    // Chromium still running after 120 s is killed and fails the test.
+    common::finish_within(child, Duration::from_secs(120)).stdout
 }
 
 /// The text of the first element holding `attr` (`data-count="gaps"`).

@@ -2,6 +2,10 @@
 //! of truth, a real PostgreSQL / MariaDB / SQLite table as the target. Each
 //! test makes and drops its own database.
 
+mod common;
+
+use common::{summary, text};
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -199,10 +203,6 @@ max_ratio = 0.5
     }
 }
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
 fn ids(dir: &Path, file: &str) -> Vec<String> {
     let mut r = csv::Reader::from_path(dir.join(file)).unwrap();
     let col = r
@@ -215,15 +215,6 @@ fn ids(dir: &Path, file: &str) -> Vec<String> {
     v.sort();
     v.dedup();
     v
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 async fn dry_run_apply_rerun(dialect: Dialect) {

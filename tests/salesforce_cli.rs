@@ -10,6 +10,10 @@
 //! missing object; creates whose answer was lost reported created; a
 //! resent `UploadComplete` refused as already done goes on.
 
+mod common;
+
+use common::{recon_async as recon, summary, text};
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -21,32 +25,8 @@ use recon_salesforce::emulator::{
 use recon_stripe::emulator::{Emulator as Stripe, EmulatorConfig as StripeConfig, ObjectKind};
 use serde_json::json;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
 /// The binary, with the Salesforce app's credentials in the environment
 /// (the config names them as `${SF_CLIENT_ID}`, `${SF_CLIENT_SECRET}`).
-async fn recon(args: Vec<String>, env: Vec<(String, String)>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .envs(env)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
 
 fn payment(id: &str, cents: i64, created: i64) -> serde_json::Value {
     json!({
@@ -399,10 +379,7 @@ async fn a_bulk_job_left_processing_by_a_killed_run_is_never_written_twice() {
             .copied()
             .unwrap_or(0)
     };
-    let t = std::time::Instant::now();
-    while polled() == 0 && t.elapsed() < std::time::Duration::from_secs(60) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    common::wait_until("a poll of the bulk job", common::PATIENCE, || polled() > 0);
     assert!(polled() > 0, "the run never polled a bulk job");
     child.kill().unwrap();
     child.wait().unwrap();

@@ -8,6 +8,10 @@
 //! the rows of a PostgreSQL state store, and the captured stdout and stderr
 //! are searched for each secret, in each form it could be echoed.
 
+mod common;
+
+use common::{recon_output as recon, text};
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -18,15 +22,6 @@ use sqlx::{Connection, Row};
 /// 2026-11-28T00:00:00Z in Unix seconds.
 const DAY_START: i64 = 1_795_824_000;
 const DAY: &str = "2026-11-28";
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A planted secret and every form in which it could be echoed.
 struct Planted {
@@ -138,14 +133,6 @@ fn assert_no_leak(planted: &[Planted], runs: &[Output], written: &Path, extra: &
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
-}
-
-fn recon(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap()
 }
 
 /// Runs the binary on a blocking thread so that emulators keep serving.

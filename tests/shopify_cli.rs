@@ -1,18 +1,11 @@
 //! Shopify (emulated GraphQL Admin API) → SQLite through the binary.
 
-use std::process::Output;
+mod common;
+
+use common::text;
 
 use recon_shopify::emulator::{Emulator, EmulatorConfig, OrderSpec};
 use sqlx::Row;
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shopify_orders_to_sqlite() {

@@ -1,36 +1,15 @@
 //! Stripe (emulated, over real HTTP on 127.0.0.1) → SQLite through the
 //! binary: `recon demo`, faults past the retry cap, a wrong key, and logs.
 
-use std::path::Path;
+mod common;
+
+use common::{recon_async as recon, summary, text};
+
 use std::process::Output;
 
 use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind};
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Runs the binary on a blocking thread so the emulator keeps serving.
-async fn recon(args: Vec<String>, envs: Vec<(&'static str, String)>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"))
-            .args(&args)
-            .envs(envs)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
 
 #[test]
 fn demo_runs_dry_run_apply_and_rerun_offline() {
@@ -102,46 +81,8 @@ impl Job {
         }
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ledger.db");
-        std::fs::write(
-            dir.path().join("recon.toml"),
-            format!(
-                r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-[jobs.charges.target]
-type = "sql"
-url = "sqlite://{db}?mode=rwc"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-[jobs.charges.backfill]
-max_ratio = 1.0
-"#,
-                state = dir.path().join("state.db").display(),
-                base = emulator.base_url,
-                db = db.display(),
-            ),
-        )
-        .unwrap();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-            "sqlite://{}?mode=rwc",
-            db.display()
-        ))
-        .await
-        .unwrap();
-        sqlx::query("CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        common::stripe_ledger_config(dir.path(), &emulator.base_url, &db, "");
+        common::stripe_ledger(&db).await;
         Job { dir, emulator }
     }
 
@@ -163,18 +104,8 @@ max_ratio = 1.0
     }
 
     async fn rows(&self) -> i64 {
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&format!(
-            "sqlite://{}",
-            self.dir.path().join("ledger.db").display()
-        ))
-        .await
-        .unwrap();
-        use sqlx::Row;
-        sqlx::query("SELECT COUNT(*) FROM payments")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap()
-            .get::<i64, _>(0)
+        let ledger = format!("sqlite://{}", self.dir.path().join("ledger.db").display());
+        common::count(&ledger, "SELECT COUNT(*) FROM payments").await
     }
 }
 

@@ -3,6 +3,10 @@
 //! and counted in summary.json and the terminal summary (exit 1), or stops
 //! the run with exit 2 under `unplaced = "fail"`.
 
+mod common;
+
+use common::{summary, text};
+
 use std::path::Path;
 use std::process::Output;
 
@@ -86,10 +90,6 @@ mode = "off"
     }
 }
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
 fn unplaced_rows(dir: &Path) -> Vec<Vec<String>> {
     let mut r = csv::Reader::from_path(dir.join("unplaced.csv")).unwrap();
     assert_eq!(
@@ -99,15 +99,6 @@ fn unplaced_rows(dir: &Path) -> Vec<Vec<String>> {
     r.records()
         .map(|x| x.unwrap().iter().map(str::to_string).collect())
         .collect()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[tokio::test]

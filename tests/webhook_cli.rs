@@ -4,11 +4,15 @@
 //! `Idempotency-Key` and creates the record in that table, like a user's
 //! own handler would.
 
+mod common;
+
+use common::{summary, text};
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use recon::webhook::receiver::{CreateHook, Receiver, ReceiverConfig};
@@ -216,19 +220,6 @@ fn sql_time(secs: i64) -> String {
         .unwrap()
         .strftime("%Y-%m-%d %H:%M:%S")
         .to_string()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
 }
 
 /// backfill.csv as external ID → (outcome, error).
@@ -445,13 +436,12 @@ async fn killed_mid_delivery_then_rerun_each_record_is_created_once() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
     // 12 deliveries at 4/s take 3 s: killing after the third leaves a wide
     // window however loaded the machine is.
-    while rx.stats().requests < 3 {
-        assert!(started.elapsed() < Duration::from_secs(60), "no deliveries");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_until_async("three deliveries", common::PATIENCE, || async {
+        rx.stats().requests >= 3
+    })
+    .await;
     // SIGKILL while deliveries are in flight.
     child.kill().unwrap();
     child.wait().unwrap();

@@ -5,6 +5,10 @@
 //! summary, never a silent clean, and a key column that compares
 //! case-insensitively never lets a lookup match another case of a key.
 
+mod common;
+
+use common::{summary, text};
+
 use std::path::Path;
 use std::process::Output;
 
@@ -70,22 +74,9 @@ fn run(config: &Path, out: &Path) -> Output {
         .unwrap()
 }
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
 fn ids(dir: &Path, file: &str) -> Vec<String> {
     let mut r = csv::Reader::from_path(dir.join(file)).unwrap();
     r.records().map(|x| x.unwrap()[0].to_string()).collect()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[tokio::test]

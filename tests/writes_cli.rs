@@ -14,6 +14,10 @@
 //!   timestamp text).
 //! - A DEFERRABLE unique constraint is refused with a fix that works.
 
+mod common;
+
+use common::{count, spawn_piped, summary, text, Stderr, PATIENCE};
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -29,15 +33,6 @@ use sqlx::{Connection, Row};
 
 /// 2026-11-28T00:00:00Z.
 const DAY_START: i64 = 1_795_824_000;
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A job: CSV source `charges.csv` (id, amount, currency, email, created)
 /// against a SQL target table.
@@ -190,10 +185,6 @@ fn backfill(dir: &Path) -> Vec<(String, String, String, String)> {
     rows
 }
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
 async fn query_rows(url: &str, sql: &str, n: usize) -> Vec<Vec<String>> {
     let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
     let rows = sqlx::query(sql).fetch_all(&mut conn).await.unwrap();
@@ -212,18 +203,6 @@ async fn query_rows(url: &str, sql: &str, n: usize) -> Vec<Vec<String>> {
         .collect();
     out.sort();
     out
-}
-
-async fn count(url: &str, sql: &str) -> i64 {
-    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
-    let n: i64 = sqlx::query(sql)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
-    conn.close().await.ok();
-    n
 }
 
 fn state_url(job: &Job) -> String {
@@ -508,28 +487,9 @@ async fn sqlite_payments_table(db: &TestDb) {
     .await;
 }
 
-/// Starts `c` with its stdout and stderr captured.
-fn spawn_piped(c: &mut std::process::Command) -> std::process::Child {
-    c.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for the child, up to `limit`; kills it past that.
-fn wait(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
-    let started = Instant::now();
-    loop {
-        if let Some(_status) = child.try_wait().unwrap() {
-            return (child.wait_with_output().unwrap(), started.elapsed());
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("recon still running after {limit:?}: {}", text(&o));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Waits for the child, up to `limit`; kills it past that, failing.
+fn wait(child: std::process::Child, limit: Duration) -> Output {
+    common::finish_within(child, limit)
 }
 
 /// Runs the lost-database scenario: `lose` makes the database go away once
@@ -551,9 +511,9 @@ async fn lost_mid_apply(db: &TestDb, via: &str, lose: impl FnOnce()) -> Job {
     let child = spawn_piped(&mut job.command("run1"));
     let started = Instant::now();
     lose();
-    let (o, took) = wait(child, Duration::from_secs(120));
+    // A run that does not end is killed after 120 s and fails the test.
+    let o = wait(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(took < Duration::from_secs(120), "took {took:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("unknown"), "{err}");
     assert!(!job.path("run1").exists(), "a failed run writes no reports");
@@ -700,7 +660,7 @@ async fn postgres_connection_lost_mid_lookup_fails_and_writes_nothing() {
         with_email: false,
     });
     let child = spawn_piped(&mut job.command("run1"));
-    let (o, _) = wait(child, Duration::from_secs(120));
+    let o = wait(child, Duration::from_secs(120));
     assert!(
         proxy.killed.load(Ordering::SeqCst),
         "the lookup was sent: {}",
@@ -746,27 +706,25 @@ async fn postgres_database_dropped_mid_apply_fails_fast() {
 
 fn drop_when_writing(url: &str, name: &str) {
     {
-        let t = Instant::now();
         // The apply has started once the first rows are there.
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
-            while t.elapsed() < Duration::from_secs(60) {
-                if let Ok(mut c) = sqlx::AnyConnection::connect(url).await {
-                    let n: i64 = sqlx::query("SELECT COUNT(*) FROM payments")
-                        .fetch_one(&mut c)
-                        .await
-                        .and_then(|r| r.try_get(0))
-                        .unwrap_or(0);
-                    c.close().await.ok();
-                    if n > 20 {
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            common::wait_until_async("the apply started (over 20 rows)", PATIENCE, || async {
+                let Ok(mut c) = sqlx::AnyConnection::connect(url).await else {
+                    return false;
+                };
+                let n: i64 = sqlx::query("SELECT COUNT(*) FROM payments")
+                    .fetch_one(&mut c)
+                    .await
+                    .and_then(|r| r.try_get(0))
+                    .unwrap_or(0);
+                c.close().await.ok();
+                n > 20
+            })
+            .await;
             let admin = url.replace(&format!("/{name}"), "/test");
             let mut c = sqlx::AnyConnection::connect(&admin).await.unwrap();
             sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
@@ -793,14 +751,10 @@ async fn postgres_lost_run_lock_stops_writing() {
         with_email: false,
     });
     let child = spawn_piped(&mut job.command("run1"));
-    let t = Instant::now();
-    while count(&target.url, "SELECT COUNT(*) FROM payments").await < 20 {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the apply never started"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_until_async("the apply started (20 rows)", PATIENCE, || async {
+        count(&target.url, "SELECT COUNT(*) FROM payments").await >= 20
+    })
+    .await;
     let name = state_db.url.rsplit('/').next().unwrap().to_string();
     let killed = count(
         &state_db.url,
@@ -812,7 +766,7 @@ async fn postgres_lost_run_lock_stops_writing() {
     )
     .await;
     assert_eq!(killed, 1, "one advisory-lock session");
-    let (o, _) = wait(child, Duration::from_secs(120));
+    let o = wait(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("lost the run lock"),
@@ -821,8 +775,16 @@ async fn postgres_lost_run_lock_stops_writing() {
     );
     let written = count(&target.url, "SELECT COUNT(*) FROM payments").await;
     assert!(written < GAPS as i64, "stopped before the end: {written}");
-    // Writing stopped: nothing more arrives.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Writing stopped: once no session of the run is left on the target
+    // (none can still be finishing a statement), nothing more has arrived.
+    let others = "SELECT COUNT(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    common::wait_until_async(
+        "the run's sessions on the target closed",
+        PATIENCE,
+        || async { count(&target.url, others).await == 0 },
+    )
+    .await;
     assert_eq!(
         count(&target.url, "SELECT COUNT(*) FROM payments").await,
         written
@@ -1142,52 +1104,6 @@ async fn postgres_ledger_failure_mid_backfill_stops_writing_and_rerun_writes_onc
     db.drop_db().await;
 }
 
-/// A child's stderr read on a thread of its own, line by line, so that a
-/// test can wait for a line (event-driven, not a sleep) and still read the
-/// whole of it when the child ends.
-struct Stderr {
-    lines: Arc<Mutex<Vec<String>>>,
-    seen: std::sync::mpsc::Receiver<String>,
-}
-
-impl Stderr {
-    fn follow(child: &mut std::process::Child) -> Stderr {
-        let pipe = child.stderr.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, seen) = std::sync::mpsc::channel();
-        let keep = lines.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                keep.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        Stderr { lines, seen }
-    }
-
-    /// Blocks until a line containing `needle` arrives (at most `limit`).
-    fn wait_for(&self, needle: &str, limit: Duration) {
-        let until = Instant::now() + limit;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            match self.seen.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return,
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "no stderr line with `{needle}` within {limit:?}: {:?}",
-                    self.lines.lock().unwrap()
-                ),
-            }
-        }
-    }
-
-    fn text(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-}
-
 /// Holds `LOCK TABLE payments IN EXCLUSIVE MODE` in an open transaction:
 /// reads go on, every INSERT waits until [`TableLock::release`].
 struct TableLock(sqlx::PgConnection);
@@ -1205,18 +1121,12 @@ impl TableLock {
 
     /// Waits until a backfill INSERT is blocked on this lock.
     async fn wait_for_blocked_insert(&self, url: &str) {
-        let t = Instant::now();
-        while count(
-            url,
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query ILIKE '%INSERT INTO%'",
-        )
-        .await
-            == 0
-        {
-            assert!(t.elapsed() < Duration::from_secs(120), "no INSERT blocked");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let blocked = "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query ILIKE '%INSERT INTO%'";
+        common::wait_until_async("an INSERT blocked on the table lock", PATIENCE, || async {
+            count(url, blocked).await > 0
+        })
+        .await;
     }
 
     async fn release(mut self) {
@@ -1262,7 +1172,7 @@ async fn sigterm_mid_backfill(state: Option<&str>) {
     stderr.wait_for("SIGTERM received", Duration::from_secs(60));
     // The flag is up before the batches in flight can return.
     held.release().await;
-    let (o, _) = wait(child, Duration::from_secs(120));
+    let o = wait(child, Duration::from_secs(120));
     let err = stderr.text();
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("interrupted by SIGTERM"), "{err}");
@@ -1343,7 +1253,7 @@ async fn a_second_signal_exits_at_once_and_the_next_run_cleans_up() {
     stderr.wait_for("SIGINT received", Duration::from_secs(60));
     send_signal(&child, "TERM");
     // Exits while its batches are still blocked on the table lock.
-    let (o, _) = wait(child, Duration::from_secs(60));
+    let o = wait(child, Duration::from_secs(60));
     assert_eq!(o.status.code(), Some(2), "{}", stderr.text());
     assert!(
         stderr.text().contains("received again"),
@@ -1424,7 +1334,7 @@ async fn lock_lost_during_the_only_batch_commits_nothing_after_it() {
     .await;
     assert!(killed >= 1, "the lock session at least");
     held.release().await;
-    let (o, _) = wait(child, Duration::from_secs(120));
+    let o = wait(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("lost the run lock"), "{}", text(&o));
