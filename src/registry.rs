@@ -33,6 +33,40 @@ macro_rules! registry {
                     $(EndpointConfig::$variant(c) => c,)*
                 }
             }
+
+            /// The endpoint's `type` as the config spells it (`stripe`, `sql`).
+            pub fn type_name(&self) -> &'static str {
+                match self {
+                    $(EndpointConfig::$variant(_) => <$settings as ConnectorConfig>::type_name(),)*
+                }
+            }
+
+            /// The setting that holds the address of the endpoint's system
+            /// (`base_url`), `None` for a local file.
+            pub fn url_setting(&self) -> Option<&'static str> {
+                match self {
+                    $(EndpointConfig::$variant(_) => <$settings as ConnectorConfig>::url_setting(),)*
+                }
+            }
+
+            /// Every connector's `type`, in registry order.
+            pub fn type_names() -> Vec<&'static str> {
+                vec![$(<$settings as ConnectorConfig>::type_name(),)*]
+            }
+
+            /// Every setting that holds a system's address, in registry
+            /// order, each once (`url`, `base_url`, …).
+            pub fn url_settings() -> Vec<&'static str> {
+                let mut all: Vec<&'static str> = Vec::new();
+                $(
+                    if let Some(u) = <$settings as ConnectorConfig>::url_setting() {
+                        if !all.contains(&u) {
+                            all.push(u);
+                        }
+                    }
+                )*
+                all
+            }
         }
     };
 }
@@ -50,4 +84,36 @@ registry! {
     Shopify => recon_shopify::ShopifySettings,
     /// `type = "salesforce"`: Salesforce sObjects keyed by an external ID field.
     Salesforce => recon_salesforce::SalesforceSettings,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EndpointConfig;
+
+    /// Each connector's `type_name` is the tag the config is parsed with:
+    /// a table of that type alone fails on a missing setting, never on an
+    /// unknown `type`.
+    #[test]
+    fn type_names_are_the_config_tags() {
+        let names = EndpointConfig::type_names();
+        assert_eq!(names.len(), 6, "{names:?}");
+        for name in names {
+            let e = serde_json::from_value::<EndpointConfig>(serde_json::json!({ "type": name }))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("missing field"), "type `{name}`: {e}");
+        }
+        let e = serde_json::from_value::<EndpointConfig>(serde_json::json!({ "type": "nope" }))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown variant"), "{e}");
+    }
+
+    #[test]
+    fn url_settings_are_listed_once_each() {
+        assert_eq!(
+            EndpointConfig::url_settings(),
+            ["url", "base_url", "shop_url", "instance_url"]
+        );
+    }
 }

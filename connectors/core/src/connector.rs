@@ -123,6 +123,28 @@ pub trait Source: Send + Sync {
         let _ = keys;
         Ok(None)
     }
+
+    /// This source as a local file the run may read through its batched
+    /// feed (a reader thread, rows borrowed, no pages) instead of
+    /// [`Source::read`]; `None` (the default) for every other source.
+    fn as_file_feed(&self) -> Option<&dyn FileFeed> {
+        None
+    }
+}
+
+/// An optional capability of a [`Source`] that is a local file
+/// ([`Source::as_file_feed`]): the run's batched feed opens its reader once
+/// per read and drives it itself, so that each row costs no dynamic call
+/// and no owned record. The reader is the file connector's own type
+/// (`recon_file::FileReader`, typed again by `FileReader::from_feed`):
+/// this crate cannot name it, as the connector depends on this crate.
+pub trait FileFeed: Send + Sync {
+    /// Opens the file for one pass over its rows, in the schema's order.
+    fn open_reader(&self) -> Result<Box<dyn std::any::Any + Send>, ConnectorError>;
+
+    /// The column (or JSON path) that holds the job's time field, named on
+    /// the rows no window can hold; `None` without a time field.
+    fn time_column(&self) -> Option<String>;
 }
 
 /// How a backfill writes a record whose key may already exist.
