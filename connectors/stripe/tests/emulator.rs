@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind};
+use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind, StripeFault};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -693,7 +693,7 @@ async fn faults_error_statuses() {
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_error(&body, "invalid_request_error", Some("rate_limit"), None);
 
-    emu.set_faults(fault(FaultKind::LockTimeout, 0, 1));
+    emu.set_faults(fault(FaultKind::Provider(StripeFault::LockTimeout), 0, 1));
     let (status, headers, body) = get_raw(&emu, "/v1/charges").await;
     assert_eq!(status, 429);
     assert_eq!(headers["stripe-should-retry"], "true");
