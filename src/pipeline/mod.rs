@@ -24,6 +24,7 @@ pub mod history;
 mod job;
 pub mod read;
 pub mod webhook;
+pub mod writer;
 
 use std::path::PathBuf;
 use std::time::Instant;
