@@ -43,6 +43,8 @@ pub trait Work {
     type Done;
     /// A unit's ledger mark.
     type Mark;
+    /// What the caller keeps of a performed unit (its outcomes).
+    type Kept;
     /// Why a unit's outcome ends the writing (kept: the first).
     type Trouble;
 
@@ -56,15 +58,15 @@ pub trait Work {
     fn perform(&self, unit: &Self::Unit) -> impl Future<Output = Self::Done>;
 
     /// What a performed unit did: its mark, how many items it answered
-    /// for, and whether it is trouble. `first` is the trouble already met,
-    /// if any. An error ends the writing at once (the units in flight are
-    /// dropped, their marks never sent).
+    /// for, whether it is trouble, and what is kept of it. `first` is the
+    /// trouble already met, if any. An error ends the writing at once (the
+    /// units in flight are dropped, their marks never sent).
     fn settle(
         &self,
-        unit: &Self::Unit,
-        done: &Self::Done,
+        unit: Self::Unit,
+        done: Self::Done,
         first: Option<&Self::Trouble>,
-    ) -> Result<Settled<Self::Mark, Self::Trouble>>;
+    ) -> Result<Settled<Self>>;
 
     /// Records marks in one ledger commit.
     fn record(&self, marks: Vec<Self::Mark>) -> impl Future<Output = Result<()>>;
@@ -79,14 +81,16 @@ pub trait Work {
 }
 
 /// What a performed unit did.
-pub struct Settled<M, T> {
+pub struct Settled<W: Work + ?Sized> {
     /// Its ledger mark.
-    pub mark: M,
+    pub mark: W::Mark,
     /// How many items it answered for (written, delivered or refused):
     /// counted toward [`Report::items`] and the crash hook.
     pub items: usize,
     /// Trouble: no unit starts after it.
-    pub trouble: Option<T>,
+    pub trouble: Option<W::Trouble>,
+    /// What the caller keeps of it ([`Report::kept`]).
+    pub kept: W::Kept,
 }
 
 /// How [`run`] paces the work.
@@ -107,9 +111,8 @@ pub struct Options {
 
 /// How the writing ended, when no error ended it.
 pub struct Report<W: Work> {
-    /// The units performed, with what each returned, in the order they
-    /// returned.
-    pub done: Vec<(W::Unit, W::Done)>,
+    /// What is kept of each unit performed, in the order they returned.
+    pub kept: Vec<W::Kept>,
     /// Items answered for, by all units.
     pub items: usize,
     /// The first trouble a unit met.
@@ -163,7 +166,7 @@ async fn produce<W: Work>(
     marks: UnboundedSender<W::Mark>,
 ) -> Result<Report<W>> {
     let mut report = Report {
-        done: Vec::new(),
+        kept: Vec::new(),
         items: 0,
         trouble: None,
         lock_lost: false,
@@ -199,7 +202,7 @@ async fn produce<W: Work>(
         let Some((unit, done)) = pending.next().await else {
             break;
         };
-        let settled = work.settle(&unit, &done, report.trouble.as_ref())?;
+        let settled = work.settle(unit, done, report.trouble.as_ref())?;
         report.items += settled.items;
         if options.abort_after.is_some_and(|n| report.items >= n) {
             // Test-only fault hook: die like a SIGKILL after items were
@@ -210,7 +213,7 @@ async fn produce<W: Work>(
             report.trouble = Some(t);
             halted = true;
         }
-        report.done.push((unit, done));
+        report.kept.push(settled.kept);
         marks.send(settled.mark).map_err(|_| stopped())?;
     }
     Ok(report)
@@ -310,6 +313,7 @@ mod tests {
         type Unit = usize;
         type Done = usize;
         type Mark = usize;
+        type Kept = usize;
         type Trouble = String;
 
         fn units(&self) -> usize {
@@ -335,22 +339,23 @@ mod tests {
 
         fn settle(
             &self,
-            unit: &usize,
-            done: &usize,
+            unit: usize,
+            done: usize,
             _first: Option<&String>,
-        ) -> Result<Settled<usize, String>> {
+        ) -> Result<Settled<Fake>> {
             assert_eq!(unit, done);
-            if self.settle_fails_at == Some(*unit) {
+            if self.settle_fails_at == Some(unit) {
                 bail!("unit {unit} refused whole");
             }
-            let trouble = (self.trouble_at == Some(*unit)).then(|| {
+            let trouble = (self.trouble_at == Some(unit)).then(|| {
                 *self.started_at_trouble.borrow_mut() = Some(self.started());
                 format!("unit {unit} lost its connection")
             });
             Ok(Settled {
-                mark: *unit,
+                mark: unit,
                 items: 1,
                 trouble,
+                kept: unit,
             })
         }
 
@@ -389,8 +394,12 @@ mod tests {
     fn recorded_once_each(fake: &Fake, report: &Report<Fake>) {
         let recorded = fake.recorded();
         let distinct: BTreeSet<usize> = recorded.iter().copied().collect();
-        assert_eq!(distinct.len(), recorded.len(), "a unit recorded twice: {recorded:?}");
-        let mut done: Vec<usize> = report.done.iter().map(|(u, _)| *u).collect();
+        assert_eq!(
+            distinct.len(),
+            recorded.len(),
+            "a unit recorded twice: {recorded:?}"
+        );
+        let mut done = report.kept.clone();
         done.sort();
         assert_eq!(recorded, done);
         assert_eq!(fake.started(), done, "every started unit was performed");
@@ -424,7 +433,10 @@ mod tests {
         let mut fake = Fake::new(20);
         fake.trouble_at = Some(5);
         let report = run(&fake, each_unit(3)).await.unwrap();
-        assert_eq!(report.trouble.as_deref(), Some("unit 5 lost its connection"));
+        assert_eq!(
+            report.trouble.as_deref(),
+            Some("unit 5 lost its connection")
+        );
         assert!(!report.lock_lost && !report.interrupted);
         // Nothing started after the trouble was seen; what was in flight
         // then finished and is recorded, once.
@@ -508,7 +520,7 @@ mod tests {
     async fn nothing_to_do_records_nothing_and_checks_no_lock() {
         let fake = Fake::new(0);
         let report = run(&fake, each_unit(2)).await.unwrap();
-        assert!(report.complete() && report.done.is_empty());
+        assert!(report.complete() && report.kept.is_empty());
         assert!(fake.commits.borrow().is_empty());
         assert_eq!(fake.lock_checks.get(), 0);
     }
