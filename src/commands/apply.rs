@@ -33,8 +33,8 @@ use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::config::BackfillMode;
-use crate::pipeline::backfill::{apply, breach, ensure_lock, start_run, under_lock, Ledger};
-use crate::pipeline::RunPlan;
+use crate::pipeline::backfill::{apply, breach, ensure_lock, Ledger};
+use crate::pipeline::{locked_run, RunPlan, Start};
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
 use crate::state::{PlanRecord, StateStore};
@@ -297,25 +297,25 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
     let state = StateStore::open(plan.job.state.expose()).await?;
     let saved = state.saved_plan(&head.plan_id).await?;
     let saved = check_against_store(&file, &head, saved, &plan, &state)?;
-    let result = under_lock(&state, &job, async |lock| {
-        // The apply settles the window only as of the dry run's reading: a
-        // window end after that (or after now) is never recorded.
-        let recorded = Window {
-            start: saved.window.start,
-            end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
-        };
-        let run_id = start_run(&state, lock, &job, recorded, false).await?;
-        crate::ops::note_run(&job, &run_id, saved.window);
-        let ledger = Ledger {
-            state: &state,
-            lock,
-            plan_id: &run_id,
-            job: &job,
-        };
-        let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
-        crate::pipeline::finish::record(&state, &run_id, &result).await?;
-        result
-    })
+    // The apply settles the window only as of the dry run's reading: a
+    // window end after that (or after now) is never recorded.
+    let start = async || {
+        Ok(Start {
+            recorded: Window {
+                start: saved.window.start,
+                end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
+            },
+            asked: saved.window,
+            dry_run: false,
+        })
+    };
+    let result = locked_run(
+        &state,
+        &job,
+        start,
+        async |ledger, _| write_and_report(&plan, ledger, &file, &head, &items).await,
+        crate::pipeline::finish::record,
+    )
     .await;
     if let Ok((_, _, dir)) = &result {
         crate::ops::note_report(dir);
