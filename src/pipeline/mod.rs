@@ -40,19 +40,19 @@ use crate::state::{RunStatus, StateStore};
 use crate::Status;
 use backfill::Ledger;
 
-/// Runs a plan end to end under the job's lock; returns the exit status.
-pub async fn execute(plan: RunPlan) -> Result<Status> {
+/// Runs a plan end to end under the job's lock; returns what it found.
+pub async fn execute(plan: RunPlan) -> Result<Finished> {
     // Every log line of the run carries its job and (once the state store
     // gave it) its run id: `--log-format json` shows them.
     let span = crate::ops::progress::run_span(&plan.job.name);
     tracing::Instrument::instrument(execute_in_span(plan), span).await
 }
 
-async fn execute_in_span(plan: RunPlan) -> Result<Status> {
+async fn execute_in_span(plan: RunPlan) -> Result<Finished> {
     let now = Timestamp::now();
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
-    let (status, _, dir) = backfill::under_lock(&state, &job, async |lock| {
+    let finished = backfill::under_lock(&state, &job, async |lock| {
         let last = state.last_success_end(&job).await?;
         let asked = plan
             .window
@@ -86,14 +86,21 @@ async fn execute_in_span(plan: RunPlan) -> Result<Status> {
         result
     })
     .await?;
-    crate::ops::note_report(&dir);
-    println!("reports: {}", dir.display());
+    println!("reports: {}", finished.report.display());
     // Trouble here is the safety limit: reports and plan written, nothing else.
-    Ok(status)
+    Ok(finished)
 }
 
-/// What a finished run hands back: exit status, counts, report folder.
-pub type Finished = (Status, serde_json::Value, PathBuf);
+/// What a finished run hands back.
+#[derive(Debug)]
+pub struct Finished {
+    /// The exit status.
+    pub status: Status,
+    /// What summary.json holds.
+    pub summary: crate::report::RunSummary,
+    /// The committed report folder.
+    pub report: PathBuf,
+}
 
 impl Status {
     /// The run status recorded for an exit status.
