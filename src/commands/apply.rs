@@ -29,13 +29,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
 use recon_core::{format_timestamp, BuildContext, Record, Window, WriteMode};
-use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::config::BackfillMode;
 use crate::pipeline::backfill::{apply, breach, ensure_lock, Ledger};
-use crate::pipeline::{locked_run, RunPlan, Start};
+use crate::pipeline::{locked_run, Finished, RunPlan, Start};
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
+use crate::report::summary::{Class, RunFields, RunSummary, Webhook, WindowText};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
 use crate::state::{PlanRecord, StateStore};
 use crate::Status;
@@ -248,10 +248,10 @@ pub fn run(args: ApplyArgs) -> Result<Status> {
     let result = apply_plan(args);
     // The metrics file and the notification, whatever the outcome.
     ops.finish(&result);
-    result
+    result.map(|f| f.status)
 }
 
-fn apply_plan(args: ApplyArgs) -> Result<Status> {
+fn apply_plan(args: ApplyArgs) -> Result<Finished> {
     let file = read_plan(&args.plan)?;
     let head = header(&file)?;
     if let Some(job) = args.job.as_deref().filter(|j| *j != head.job) {
@@ -292,7 +292,12 @@ fn apply_plan(args: ApplyArgs) -> Result<Status> {
     result
 }
 
-async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) -> Result<Status> {
+async fn execute(
+    plan: RunPlan,
+    file: PlanFile,
+    head: Header,
+    items: Vec<Item>,
+) -> Result<Finished> {
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
     let saved = state.saved_plan(&head.plan_id).await?;
@@ -309,18 +314,14 @@ async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) 
             dry_run: false,
         })
     };
-    let result = locked_run(
+    locked_run(
         &state,
         &job,
         start,
         async |ledger, _| write_and_report(&plan, ledger, &file, &head, &items).await,
         crate::pipeline::finish::record,
     )
-    .await;
-    if let Ok((_, _, dir)) = &result {
-        crate::ops::note_report(dir);
-    }
-    result.map(|(s, _, _)| s)
+    .await
 }
 
 async fn write_and_report(
@@ -329,7 +330,7 @@ async fn write_and_report(
     file: &PlanFile,
     head: &Header,
     items: &[Item],
-) -> Result<(Status, serde_json::Value, PathBuf)> {
+) -> Result<Finished> {
     let run_id = ledger.plan_id;
     let job = &plan.job.name;
     // Checked before the target is touched: a destination that cannot take
@@ -359,34 +360,42 @@ async fn write_and_report(
     } else {
         Status::Clean
     };
-    let summary = json!({
-        "job": job,
-        "run_id": run_id,
-        "plan": file.path.display().to_string(),
-        "plan_id": head.plan_id,
-        "plan_sha256": file.sha256,
-        "window": { "start": format_timestamp(head.window.start), "end": format_timestamp(head.window.end) },
-        "planned": items.len(),
-        "skipped": skipped,
-        "backfilled": done,
-        "backfill_failed": failed,
-        "exit_status": status.code(),
-    });
-    let mut summary = summary;
-    if let (Some(w), Some(map)) = (&webhook, summary.as_object_mut()) {
-        map.insert(
-            "delivered_not_created".into(),
-            w["delivered_not_created"].clone(),
-        );
-        map.insert("webhook".into(), w.clone());
+    let webhook: Option<Webhook> = webhook.map(serde_json::from_value).transpose()?;
+    let mut summary = RunSummary::default();
+    for (class, n) in [
+        (Class::Planned, items.len() as u64),
+        (Class::Skipped, skipped as u64),
+        (Class::Backfilled, done),
+        (Class::BackfillFailed, failed),
+    ] {
+        summary.counts.set(class, n);
     }
-    let mut text = serde_json::to_vec_pretty(&summary)?;
-    text.push(b'\n');
-    dir.write_all("summary.json", &text)?;
+    if let Some(w) = &webhook {
+        summary
+            .counts
+            .set(Class::DeliveredNotCreated, w.delivered_not_created);
+    }
+    summary.run = RunFields {
+        job: job.clone(),
+        run_id: Some(run_id.to_string()),
+        plan: Some(file.path.display().to_string()),
+        plan_id: Some(head.plan_id.clone()),
+        plan_sha256: Some(file.sha256.clone()),
+        window: Some(WindowText {
+            start: format_timestamp(head.window.start),
+            end: format_timestamp(head.window.end),
+        }),
+        exit_status: Some(status.code()),
+        webhook,
+        ..RunFields::default()
+    };
+    summary.count_backfill(&rows);
+    crate::report::write_summary(&mut dir, &summary)?;
     // report.html too: the apply's outcomes, charted with the job's runs.
     let schema = &plan.spec.schema;
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field).await?;
+    crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field, &mut summary)
+        .await?;
     ensure_lock(ledger.lock, job, "committing the report folder").await?;
     crate::interrupt::check(job, "before committing its report folder")?;
     let path = dir.commit()?;
@@ -399,7 +408,11 @@ async fn write_and_report(
         failed
     );
     println!("reports: {}", path.display());
-    Ok((status, summary, path))
+    Ok(Finished {
+        status,
+        summary,
+        report: path,
+    })
 }
 
 /// What writing a plan's items did.

@@ -235,7 +235,7 @@ async fn steps(config: &Path, out: &Path) -> Result<Status> {
             max_ratio: None,
             metrics_file: None,
         })?;
-        last = execute(plan).await?;
+        last = execute(plan).await?.status;
         println!("exit status {}\n", last.code());
     }
     Ok(last)

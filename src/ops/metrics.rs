@@ -22,7 +22,10 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
 
+use strum::IntoEnumIterator;
+
 use super::Outcome;
+use crate::report::Class;
 use crate::state::RunStatus;
 
 /// The families, in file order: name and help.
@@ -63,15 +66,6 @@ const FAMILIES: [(&str, &str); 9] = [
         "recon_run_status",
         "1 for the status of the job's last run (clean: exit 0, discrepancies: exit 1, failed: exit 2), 0 for the others.",
     ),
-];
-
-/// Discrepancy classes: label and summary.json key.
-const CLASSES: [(&str, &str); 5] = [
-    ("gap", "gaps"),
-    ("orphan", "orphans"),
-    ("mismatch", "mismatches"),
-    ("duplicate", "duplicates"),
-    ("unplaced", "unplaced"),
 ];
 
 /// A label value escaped as the format requires: `\` `"` and newline.
@@ -139,9 +133,9 @@ fn samples(
         format!("{:.3}", o.duration.as_secs_f64()),
     );
     if o.summary.is_some() {
-        for (class, key) in CLASSES {
-            if let Some(n) = o.count(key) {
-                add("recon_discrepancies", &[("class", class)], n.to_string());
+        for class in Class::iter() {
+            if let (Some(label), Some(n)) = (class.one(), o.count(class)) {
+                add("recon_discrepancies", &[("class", label)], n.to_string());
             }
         }
         for (currency, delta) in o.money_delta() {
@@ -151,10 +145,10 @@ fn samples(
                 delta.to_string(),
             );
         }
-        for (outcome, n) in &o.backfill {
+        for (outcome, n) in o.backfill() {
             add(
                 "recon_backfilled_total",
-                &[("outcome", outcome)],
+                &[("outcome", outcome.as_str())],
                 n.to_string(),
             );
         }
@@ -387,16 +381,22 @@ mod tests {
             status,
             exit_status: 1,
             error: None,
-            summary: Some(serde_json::json!({
-                "gaps": 3, "orphans": 2, "mismatches": 1, "duplicates": 0, "unplaced": 0,
-                "totals": {"source": [{"currency": "USD", "total_minor": "1000"}],
-                           "target": [{"currency": "USD", "total_minor": "900"}]}
-            })),
+            summary: Some({
+                let mut s = crate::report::RunSummary::of_json(serde_json::json!({
+                    "gaps": 3, "orphans": 2, "mismatches": 1, "duplicates": 0, "unplaced": 0,
+                    "totals": {"source": [{"currency": "USD", "total_minor": "1000"}],
+                               "target": [{"currency": "USD", "total_minor": "900"}]}
+                }))
+                .unwrap();
+                s.backfill
+                    .insert(crate::report::BackfillOutcome::Created, 3);
+                s.backfill.insert(crate::report::BackfillOutcome::Failed, 0);
+                s
+            }),
             report_dir: None,
             window: None,
             duration: Duration::from_millis(1500),
             finished: Timestamp::from_second(1_800_000_000).unwrap(),
-            backfill: vec![("created".into(), 3), ("failed".into(), 0)],
         }
     }
 

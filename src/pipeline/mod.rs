@@ -41,19 +41,19 @@ use crate::state::{RunStatus, StateStore};
 use crate::Status;
 use backfill::Ledger;
 
-/// Runs a plan end to end under the job's lock; returns the exit status.
-pub async fn execute(plan: RunPlan) -> Result<Status> {
+/// Runs a plan end to end under the job's lock; returns what it found.
+pub async fn execute(plan: RunPlan) -> Result<Finished> {
     // Every log line of the run carries its job and (once the state store
     // gave it) its run id: `--log-format json` shows them.
     let span = crate::ops::progress::run_span(&plan.job.name);
     tracing::Instrument::instrument(execute_in_span(plan), span).await
 }
 
-async fn execute_in_span(plan: RunPlan) -> Result<Status> {
+async fn execute_in_span(plan: RunPlan) -> Result<Finished> {
     let now = Timestamp::now();
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
-    let (status, _, dir) = locked_run(
+    let finished = locked_run(
         &state,
         &job,
         async || start_of(&plan, &state, now).await,
@@ -61,10 +61,9 @@ async fn execute_in_span(plan: RunPlan) -> Result<Status> {
         finish::record,
     )
     .await?;
-    crate::ops::note_report(&dir);
-    println!("reports: {}", dir.display());
+    println!("reports: {}", finished.report.display());
     // Trouble here is the safety limit: reports and plan written, nothing else.
-    Ok(status)
+    Ok(finished)
 }
 
 /// How a run starts, worked out under its lock.
@@ -143,8 +142,16 @@ async fn start_of(plan: &RunPlan, state: &StateStore, now: Timestamp) -> Result<
     })
 }
 
-/// What a finished run hands back: exit status, counts, report folder.
-pub type Finished = (Status, serde_json::Value, PathBuf);
+/// What a finished run hands back.
+#[derive(Debug)]
+pub struct Finished {
+    /// The exit status.
+    pub status: Status,
+    /// What summary.json holds.
+    pub summary: crate::report::RunSummary,
+    /// The committed report folder.
+    pub report: PathBuf,
+}
 
 impl Status {
     /// The run status recorded for an exit status.
