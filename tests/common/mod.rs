@@ -321,3 +321,24 @@ pub async fn count(url: &str, sql: &str) -> i64 {
     conn.close().await.ok();
     n
 }
+
+/// `[jobs.charges.source]` and `[jobs.charges.target]` of a file → SQL
+/// job: the file `source` keyed by `id`, table `payments` at `url` keyed by
+/// `key` (target settings may follow).
+pub fn file_to_sql(source: &Path, url: &str, key: &str) -> String {
+    format!(
+        "{}\n{}",
+        file_side("charges", "source", source),
+        sql_target("charges", url, "payments", key)
+    )
+}
+
+/// `[defaults]` with `timezone`, the reports in `DIR/reports` and the state
+/// store in `DIR/state.db`.
+pub fn defaults_in(dir: &Path, timezone: &str) -> String {
+    format!(
+        "[defaults]\ntimezone = \"{timezone}\"\nreports = \"{}\"\nstate = \"sqlite://{}?mode=rwc\"\n",
+        dir.join("reports").display(),
+        dir.join("state.db").display()
+    )
+}
