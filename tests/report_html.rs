@@ -100,37 +100,21 @@ impl Fixture {
         std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
         let config = format!(
             r#"
-[defaults]
-timezone = "America/New_York"
-reports = "{reports}"
-state = "sqlite://{state}?mode=rwc"
-
+{defaults}
 [jobs.charges]
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "2026-11-28"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-
+{sides}
 [jobs.charges.backfill]
 mode = "insert"
 max_records = 100
 max_ratio = 0.9
 "#,
-            reports = dir.path().join("reports").display(),
-            state = dir.path().join("state.db").display(),
-            source = dir.path().join("charges.csv").display(),
-            url = db.url,
+            defaults = common::defaults_in(dir.path(), "America/New_York"),
+            sides =
+                common::file_to_sql(&dir.path().join("charges.csv"), &db.url, "stripe_charge_id"),
         );
         std::fs::write(dir.path().join("recon.toml"), config).unwrap();
         Fixture { db, dir }
