@@ -191,23 +191,12 @@ fields = {{ amount = "money", currency = "currency", status = "text", created = 
 compare = ["amount", "currency", "status"]
 window = "{DAY}"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-
+{sides}
 [jobs.charges.backfill]
 max_ratio = 1
 "#,
         reports = reports.display(),
-        source = source.display(),
+        sides = common::file_to_sql(source, url, "stripe_charge_id"),
     )
 }
 
