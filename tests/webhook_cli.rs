@@ -121,11 +121,7 @@ fields = {{ amount = "money", currency = "currency", status = "text", created = 
 compare = ["amount", "currency", "status"]
 window = "last:24h"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
+{source}
 [jobs.charges.target]
 type = "sql"
 url = "{target}"
@@ -144,7 +140,7 @@ via = "webhook"
 "#,
             reports = self.path("reports").display(),
             state = self.path("state.db").display(),
-            source = self.path("charges.csv").display(),
+            source = common::file_side("charges", "source", &self.path("charges.csv")),
             target = target_url(self.dir.path()),
         );
         std::fs::write(self.path("recon.toml"), text).unwrap();
