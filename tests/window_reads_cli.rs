@@ -31,18 +31,14 @@ fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount"]
 window = "2026-01-02"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
+{source}
 {target}
 
 [jobs.charges.backfill]
 mode = "off"
 "#,
         state = dir.join("state.db").display(),
-        source = dir.join("source.csv").display(),
+        source = common::file_side("charges", "source", &dir.join("source.csv")),
     );
     let path = dir.join("recon.toml");
     std::fs::write(&path, text).unwrap();
