@@ -88,17 +88,15 @@ impl Job {
             .state
             .map(str::to_string)
             .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", self.path("state.db").display()));
-        let (fields, compare, columns) = if spec.with_email {
+        let (fields, compare) = if spec.with_email {
             (
                 r#"{ amount = "money", currency = "currency", email = "text", created = "timestamp" }"#,
                 r#"["amount", "currency", "email"]"#,
-                r#"{ amount = "amount_cents", created = "created_at" }"#,
             )
         } else {
             (
                 r#"{ amount = "money", currency = "currency", created = "timestamp" }"#,
                 r#"["amount", "currency"]"#,
-                r#"{ amount = "amount_cents", created = "created_at" }"#,
             )
         };
         let text = format!(
@@ -113,18 +111,8 @@ fields = {fields}
 compare = {compare}
 window = "2026-11-28"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "{table}"
-key = "stripe_charge_id"
-columns = {columns}
-write_batch = {batch}
+{source}
+{target}write_batch = {batch}
 {extra}
 
 [jobs.charges.backfill]
@@ -133,9 +121,8 @@ max_records = 100000
 max_ratio = 1.0
 "#,
             reports = self.path("reports").display(),
-            source = self.path("charges.csv").display(),
-            url = spec.url,
-            table = spec.table,
+            source = common::file_side("charges", "source", &self.path("charges.csv")),
+            target = common::sql_target("charges", spec.url, spec.table, "stripe_charge_id"),
             batch = spec.write_batch,
             extra = spec.target_extra,
             mode = spec.mode,
