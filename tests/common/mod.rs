@@ -342,3 +342,33 @@ pub fn defaults_in(dir: &Path, timezone: &str) -> String {
         dir.join("state.db").display()
     )
 }
+
+/// `[jobs.JOB.target]`: HubSpot deals at `base_url`, keyed by the unique
+/// property `stripe_charge_id`, status/created/currency mapped to
+/// `dealstage`, `stripe_created`, `deal_currency_code`.
+pub fn hubspot_deals_target(job: &str, token: &str, base_url: &str) -> String {
+    format!(
+        r#"[jobs.{job}.target]
+type = "hubspot"
+token = "{token}"
+object_type = "deals"
+id_property = "stripe_charge_id"
+properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
+currency_property = "deal_currency_code"
+base_url = "{base_url}"
+"#
+    )
+}
+
+/// The deal properties a Stripe → HubSpot job writes: the unique
+/// `stripe_charge_id`, text `deal_currency_code` and `dealstage`, number
+/// `amount`, date-time `stripe_created`.
+pub fn deal_properties(hubspot: &recon_hubspot::emulator::Emulator) {
+    use recon_hubspot::emulator::PropertyType;
+    hubspot.create_property("deals", "stripe_charge_id", true);
+    for p in ["deal_currency_code", "dealstage"] {
+        hubspot.create_property("deals", p, false);
+    }
+    hubspot.create_typed_property("deals", "amount", PropertyType::Number, false);
+    hubspot.create_typed_property("deals", "stripe_created", PropertyType::DateTime, false);
+}
