@@ -126,17 +126,12 @@ state = "sqlite://{state}"
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-{target}
+{source}{target}
 [jobs.charges.backfill]
 mode = "off"
 "#,
             state = dir.join("state.db").display(),
-            base = stripe.base_url,
+            source = common::stripe_source("charges", "${RECON_TEST_STRIPE_KEY}", &stripe.base_url),
         ),
     )
     .unwrap();
