@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{summary, text};
+use common::{summary, text, CHARGE_FIELDS};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -117,9 +117,7 @@ reports = "{reports}"
 state = "sqlite://{state}"
 
 [jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
+{CHARGE_FIELDS}
 
 {source}
 [jobs.charges.target]
@@ -895,15 +893,8 @@ async fn a_stripe_source_replays_each_charge_as_stripe_returns_it_in_an_event() 
 [defaults]
 state = "sqlite://{state}"
 [jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-[jobs.charges.target]
+{CHARGE_FIELDS}
+{source}[jobs.charges.target]
 type = "sql"
 url = "{target}"
 table = "payments"
@@ -920,7 +911,8 @@ rate_limit = "50/s"
 verify_after = "0s"
 "#,
             state = dir.path().join("state.db").display(),
-            base = emulator.base_url,
+            source =
+                common::stripe_source("charges", "${RECON_TEST_STRIPE_KEY}", &emulator.base_url),
             target = target_url(dir.path()),
             hook = rx.url,
         ),
