@@ -98,25 +98,7 @@ impl Fixture {
             ));
         }
         std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
-        let config = format!(
-            r#"
-{defaults}
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
-compare = ["amount", "currency"]
-window = "2026-11-28"
-
-{sides}
-[jobs.charges.backfill]
-mode = "insert"
-max_records = 100
-max_ratio = 0.9
-"#,
-            defaults = common::defaults_in(dir.path(), "America/New_York"),
-            sides =
-                common::file_to_sql(&dir.path().join("charges.csv"), &db.url, "stripe_charge_id"),
-        );
-        std::fs::write(dir.path().join("recon.toml"), config).unwrap();
+        common::csv_insert_job(dir.path(), &db.url);
         Fixture { db, dir }
     }
 
