@@ -84,38 +84,25 @@ impl Fixture {
     fn write_config(&self, mode: &str, source: &str) {
         let text = format!(
             r#"
-[defaults]
-timezone = "America/New_York"
-reports = "{reports}"
-state = "sqlite://{state}?mode=rwc"
-
+{defaults}
 [jobs.charges]
 fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
 compare = ["amount", "currency", "status"]
 window = "2026-11-28"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-write_batch = 2
+{sides}write_batch = 2
 
 [jobs.charges.backfill]
 mode = "{mode}"
 max_records = 100
 max_ratio = 0.5
 "#,
-            reports = self.dir.path().join("reports").display(),
-            state = self.dir.path().join("state.db").display(),
-            source = self.dir.path().join(source).display(),
-            url = self.db.url,
+            defaults = common::defaults_in(self.dir.path(), "America/New_York"),
+            sides = common::file_to_sql(
+                &self.dir.path().join(source),
+                &self.db.url,
+                "stripe_charge_id"
+            ),
         );
         std::fs::write(self.config_path(), text).unwrap();
     }

@@ -169,20 +169,9 @@ async fn stripe_to_hubspot_then_a_bad_token_and_a_property_that_is_not_unique() 
     let dir = tempfile::tempdir().unwrap();
     let job = |name: &str, key: &str, token: &str, id_property: &str| {
         format!(
-            r#"
-[jobs.{name}]
-{FIELDS}
-{source}[jobs.{name}.target]
-type = "hubspot"
-token = "{token}"
-object_type = "deals"
-id_property = "{id_property}"
-properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
-currency_property = "deal_currency_code"
-base_url = "{hubspot}"
-"#,
-            source = stripe_source(name, key, &stripe.base_url),
-            hubspot = hubspot.base_url,
+            "\n[jobs.{name}]\n{FIELDS}\n{}{}",
+            stripe_source(name, key, &stripe.base_url),
+            common::hubspot_deals_target_by(name, token, &hubspot.base_url, id_property),
         )
     };
     let config = write_config(

@@ -39,23 +39,15 @@ fields = {{ amount = "money", currency = "currency" }}
 compare = ["amount", "currency"]
 window = "last:24h"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-{settings}
+{source}{settings}
 
-[jobs.charges.target]
-type = "file"
-path = "{target}"
-key = "id"
-
+{target}
 [jobs.charges.backfill]
 mode = "off"
 "#,
             reports = dir.join("reports").display(),
-            source = source.display(),
-            target = target.display(),
+            source = common::file_side("charges", "source", &source),
+            target = common::file_side("charges", "target", &target),
         ),
     )
     .unwrap();

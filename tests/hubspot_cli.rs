@@ -4,14 +4,29 @@
 
 mod common;
 
-use common::{summary, text};
+use common::{summary, text, CHARGE_FIELDS};
 
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use recon_hubspot::emulator::{Emulator as HubSpot, EmulatorConfig as HubSpotConfig, PropertyType};
+use recon_hubspot::emulator::{Emulator as HubSpot, EmulatorConfig as HubSpotConfig};
 use recon_stripe::emulator::{Emulator as Stripe, EmulatorConfig as StripeConfig, ObjectKind};
 use serde_json::json;
+
+/// `DIR/recon.toml` of job `deals`: Stripe's charges against HubSpot's
+/// deals, with `backfill` as the body of `[jobs.deals.backfill]`.
+fn deals_config(dir: &Path, stripe: &Stripe, hubspot: &HubSpot, backfill: &str) -> PathBuf {
+    common::write_config(
+        dir,
+        &format!(
+            "\n[defaults]\nstate = \"sqlite://{state}\"\n[jobs.deals]\n{CHARGE_FIELDS}\n{source}{target}[jobs.deals.backfill]\n{backfill}",
+            state = dir.join("state.db").display(),
+            source = common::stripe_source("deals", &stripe.api_key, &stripe.base_url),
+            target = common::hubspot_deals_target("deals", &hubspot.token, &hubspot.base_url),
+        ),
+    )
+}
 
 async fn recon(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || {
@@ -34,12 +49,7 @@ async fn stripe_charges_to_hubspot_deals() {
     })
     .await
     .unwrap();
-    hubspot.create_property("deals", "stripe_charge_id", true);
-    for p in ["deal_currency_code", "dealstage"] {
-        hubspot.create_property("deals", p, false);
-    }
-    hubspot.create_typed_property("deals", "amount", PropertyType::Number, false);
-    hubspot.create_typed_property("deals", "stripe_created", PropertyType::DateTime, false);
+    common::deal_properties(&hubspot);
     let now = jiff::Timestamp::now().as_second();
     for i in 0..120i64 {
         let id = format!("ch_{i:05}");
@@ -65,41 +75,7 @@ async fn stripe_charges_to_hubspot_deals() {
     // Two of the 20 gaps will be refused by HubSpot in the first apply.
     hubspot.fail_ids(vec!["ch_00006".into(), "ch_00012".into()]);
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("recon.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.deals]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.deals.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.deals.target]
-type = "hubspot"
-token = "{token}"
-object_type = "deals"
-id_property = "stripe_charge_id"
-properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
-currency_property = "deal_currency_code"
-base_url = "{hubspot}"
-[jobs.deals.backfill]
-max_ratio = 0.5
-"#,
-            state = dir.path().join("state.db").display(),
-            key = stripe.api_key,
-            stripe = stripe.base_url,
-            token = hubspot.token,
-            hubspot = hubspot.base_url,
-        ),
-    )
-    .unwrap();
+    let config = deals_config(dir.path(), &stripe, &hubspot, "max_ratio = 0.5\n");
     let run = |out: &str| {
         recon(vec![
             "run".into(),
@@ -163,12 +139,7 @@ max_ratio = 0.5
 async fn insert_mode_never_overwrites_a_deal_that_appeared_since_the_dry_run() {
     let stripe = Stripe::start(StripeConfig::default()).await.unwrap();
     let hubspot = HubSpot::start(HubSpotConfig::default()).await.unwrap();
-    hubspot.create_property("deals", "stripe_charge_id", true);
-    for p in ["deal_currency_code", "dealstage"] {
-        hubspot.create_property("deals", p, false);
-    }
-    hubspot.create_typed_property("deals", "amount", PropertyType::Number, false);
-    hubspot.create_typed_property("deals", "stripe_created", PropertyType::DateTime, false);
+    common::deal_properties(&hubspot);
     let now = jiff::Timestamp::now().as_second();
     for i in 0..4i64 {
         stripe.insert(
@@ -183,42 +154,12 @@ async fn insert_mode_never_overwrites_a_deal_that_appeared_since_the_dry_run() {
         );
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("recon.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[defaults]
-state = "sqlite://{state}"
-[jobs.deals]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.deals.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.deals.target]
-type = "hubspot"
-token = "{token}"
-object_type = "deals"
-id_property = "stripe_charge_id"
-properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
-currency_property = "deal_currency_code"
-base_url = "{hubspot}"
-[jobs.deals.backfill]
-mode = "insert"
-max_ratio = 1.0
-"#,
-            state = dir.path().join("state.db").display(),
-            key = stripe.api_key,
-            stripe = stripe.base_url,
-            token = hubspot.token,
-            hubspot = hubspot.base_url,
-        ),
-    )
-    .unwrap();
+    let config = deals_config(
+        dir.path(),
+        &stripe,
+        &hubspot,
+        "mode = \"insert\"\nmax_ratio = 1.0\n",
+    );
     let args = |cmd: &str, extra: &[&str]| {
         let mut v = vec![
             cmd.to_string(),

@@ -92,11 +92,7 @@ compare = ["amount", "currency", "status"]
 window = "{DAY}"
 {job_extra}
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
+{source}
 [jobs.charges.target]
 type = "sql"
 url = "sqlite://{ledger}"
@@ -110,7 +106,7 @@ mode = "insert"
 "#,
             reports = self.dir.path().join("reports").display(),
             state = self.dir.path().join("state.db").display(),
-            source = self.dir.path().join("charges.csv").display(),
+            source = common::file_side("charges", "source", &self.dir.path().join("charges.csv")),
             ledger = self.dir.path().join("ledger.db").display(),
         );
         std::fs::write(self.config(), text).unwrap();

@@ -13,7 +13,15 @@ use std::process::Output;
 use recon_shopify::emulator::{Emulator, EmulatorConfig, OrderSpec};
 use sqlx::Row;
 
-async fn recon(args: Vec<String>) -> Output {
+/// `recon run --config CFG --out OUT`.
+async fn run(cfg: &Path, out: &Path) -> Output {
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "run".as_ref(),
+        "--config".as_ref(),
+        cfg.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ];
     common::recon_async(args, Vec::<(String, String)>::new()).await
 }
 
@@ -108,14 +116,7 @@ async fn rows(conn: &mut sqlx::AnyConnection) -> i64 {
 async fn an_old_shopify_window_without_read_all_orders_exits_2_with_the_fix_and_writes_nothing() {
     let (e, dir, db, day, mut conn) = setup(&["read_orders"]).await;
     let cfg = config(dir.path(), &e, &db, &day, "");
-    let o = recon(vec![
-        "run".into(),
-        "--config".into(),
-        cfg.display().to_string(),
-        "--out".into(),
-        dir.path().join("out").display().to_string(),
-    ])
-    .await;
+    let o = run(&cfg, &dir.path().join("out")).await;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("read_all_orders"), "{}", text(&o));
@@ -140,14 +141,7 @@ async fn an_old_shopify_window_without_read_all_orders_exits_2_with_the_fix_and_
 async fn the_same_old_window_with_read_all_orders_is_backfilled() {
     let (e, dir, db, day, mut conn) = setup(&["read_orders", "read_all_orders"]).await;
     let cfg = config(dir.path(), &e, &db, &day, "rate_limit_patience = \"30m\"");
-    let o = recon(vec![
-        "run".into(),
-        "--config".into(),
-        cfg.display().to_string(),
-        "--out".into(),
-        dir.path().join("out").display().to_string(),
-    ])
-    .await;
+    let o = run(&cfg, &dir.path().join("out")).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(rows(&mut conn).await, 40);
     e.shutdown().await;
@@ -157,14 +151,7 @@ async fn the_same_old_window_with_read_all_orders_is_backfilled() {
 async fn a_malformed_rate_limit_patience_is_refused_naming_it() {
     let (e, dir, db, day, mut conn) = setup(&["read_orders", "read_all_orders"]).await;
     let cfg = config(dir.path(), &e, &db, &day, "rate_limit_patience = \"soon\"");
-    let o = recon(vec![
-        "run".into(),
-        "--config".into(),
-        cfg.display().to_string(),
-        "--out".into(),
-        dir.path().join("out").display().to_string(),
-    ])
-    .await;
+    let o = run(&cfg, &dir.path().join("out")).await;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("rate_limit_patience = \"soon\""),

@@ -126,17 +126,12 @@ state = "sqlite://{state}"
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-{target}
+{source}{target}
 [jobs.charges.backfill]
 mode = "off"
 "#,
             state = dir.join("state.db").display(),
-            base = stripe.base_url,
+            source = common::stripe_source("charges", "${RECON_TEST_STRIPE_KEY}", &stripe.base_url),
         ),
     )
     .unwrap();
@@ -162,17 +157,11 @@ fn assert_all_matched(o: &Output, out: &Path) {
     assert_eq!(totals(&s, "target"), expected_totals(), "{s}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stripe_against_a_sqlite_numeric_ledger_in_major_units() {
-    sqlx::any::install_default_drivers();
-    let now = jiff::Timestamp::now().as_second();
-    let stripe = stripe_with(CASES, now).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
-    let url = format!("sqlite://{}?mode=rwc", db.display());
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
+/// `DIR/ledger.db` with an empty `payments` table whose amounts are
+/// NUMERIC major units; its URL and a connection to it.
+async fn numeric_ledger(dir: &Path) -> (String, sqlx::AnyConnection) {
+    let url = format!("sqlite://{}?mode=rwc", dir.join("ledger.db").display());
+    let mut conn = common::connect(&url).await;
     sqlx::query(
         "CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount NUMERIC(18, 3), \
          currency TEXT, created_at INTEGER)",
@@ -180,6 +169,16 @@ async fn stripe_against_a_sqlite_numeric_ledger_in_major_units() {
     .execute(&mut conn)
     .await
     .unwrap();
+    (url, conn)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_against_a_sqlite_numeric_ledger_in_major_units() {
+    sqlx::any::install_default_drivers();
+    let now = jiff::Timestamp::now().as_second();
+    let stripe = stripe_with(CASES, now).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (url, mut conn) = numeric_ledger(dir.path()).await;
     for (i, (cur, _, major)) in CASES.iter().enumerate() {
         sqlx::query(&format!(
             "INSERT INTO payments VALUES ('{}', {major}, '{}', {})",
@@ -310,18 +309,7 @@ async fn stripe_amounts_backfilled_into_a_numeric_ledger_are_exact_major_units()
     let now = jiff::Timestamp::now().as_second();
     let stripe = stripe_with(CASES, now).await;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
-    let url = format!("sqlite://{}?mode=rwc", db.display());
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
-    sqlx::query(
-        "CREATE TABLE payments (stripe_charge_id TEXT UNIQUE NOT NULL, amount NUMERIC(18, 3), \
-         currency TEXT, created_at INTEGER)",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let (url, mut conn) = numeric_ledger(dir.path()).await;
     let target = format!(
         "[jobs.charges.target]\ntype = \"sql\"\nurl = \"{url}\"\ntable = \"payments\"\n\
          key = \"stripe_charge_id\"\ncolumns = {{ created = \"created_at\" }}\n"

@@ -69,11 +69,20 @@ fn diff(dir: &Path, source: &str, target: &str) -> Output {
     )
 }
 
+/// `source.jsonl` and `target.csv` with these contents in a new folder,
+/// and [`diff`] of the two.
+fn diff_jsonl(source: impl AsRef<[u8]>, target: impl AsRef<[u8]>) -> (tempfile::TempDir, Output) {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("source.jsonl"), source).unwrap();
+    fs::write(tmp.path().join("target.csv"), target).unwrap();
+    let o = diff(tmp.path(), "source.jsonl", "target.csv");
+    (tmp, o)
+}
+
 /// Amounts f64 cannot hold are read exactly from the JSON text: no false
 /// mismatch, and the totals keep every digit.
 #[test]
 fn jsonl_amounts_beyond_f64_match_exactly() {
-    let tmp = tempfile::tempdir().unwrap();
     // (amount as JSON number in the source, the same in the target CSV).
     let cases = [
         ("1234567890123456.7", "EUR"),
@@ -88,9 +97,7 @@ fn jsonl_amounts_beyond_f64_match_exactly() {
         ));
         target.push_str(&format!("r{i},{amount},{cur}\n"));
     }
-    fs::write(tmp.path().join("source.jsonl"), source).unwrap();
-    fs::write(tmp.path().join("target.csv"), target).unwrap();
-    let o = diff(tmp.path(), "source.jsonl", "target.csv");
+    let (tmp, o) = diff_jsonl(source, target);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let s = summary(&tmp.path().join("out"));
     assert_eq!(count(&s, "matched"), 3, "{s}");
@@ -111,18 +118,10 @@ fn jsonl_amounts_beyond_f64_match_exactly() {
 /// line and the field, never a silent 29.99.
 #[test]
 fn jsonl_amount_finer_than_the_currency_exits_2_naming_file_line_and_field() {
-    let tmp = tempfile::tempdir().unwrap();
-    fs::write(
-        tmp.path().join("source.jsonl"),
+    let (tmp, o) = diff_jsonl(
         "{\"id\":\"a\",\"amount\":29.99,\"currency\":\"USD\"}\n{\"id\":\"b\",\"amount\":29.990000000000002,\"currency\":\"USD\"}\n",
-    )
-    .unwrap();
-    fs::write(
-        tmp.path().join("target.csv"),
         "id,amount,currency\na,29.99,USD\nb,29.99,USD\n",
-    )
-    .unwrap();
-    let o = diff(tmp.path(), "source.jsonl", "target.csv");
+    );
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let err = stderr(&o);
     assert!(
@@ -139,7 +138,6 @@ fn jsonl_amount_finer_than_the_currency_exits_2_naming_file_line_and_field() {
 /// one "duplicated" key.
 #[test]
 fn numeric_ids_above_2_pow_64_stay_distinct() {
-    let tmp = tempfile::tempdir().unwrap();
     let ids = ["18446744073709551617", "18446744073709551618"];
     let source: String = ids
         .iter()
@@ -148,9 +146,7 @@ fn numeric_ids_above_2_pow_64_stay_distinct() {
     let target: String = std::iter::once("id,amount,currency\n".to_string())
         .chain(ids.iter().map(|id| format!("{id},1.00,USD\n")))
         .collect();
-    fs::write(tmp.path().join("source.jsonl"), source).unwrap();
-    fs::write(tmp.path().join("target.csv"), target).unwrap();
-    let o = diff(tmp.path(), "source.jsonl", "target.csv");
+    let (tmp, o) = diff_jsonl(source, target);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let s = summary(&tmp.path().join("out"));
     assert_eq!(count(&s, "source_records"), 2, "{s}");
@@ -226,18 +222,10 @@ fn csv_header_with_a_repeated_column_exits_2() {
 /// the line and the field.
 #[test]
 fn jsonl_object_with_a_repeated_field_exits_2() {
-    let tmp = tempfile::tempdir().unwrap();
-    fs::write(
-        tmp.path().join("source.jsonl"),
+    let (_tmp, o) = diff_jsonl(
         "{\"id\":\"a\",\"amount\":1.00,\"currency\":\"USD\"}\n{\"id\":\"b\",\"amount\":1.00,\"currency\":\"USD\",\"amount\":2.00}\n",
-    )
-    .unwrap();
-    fs::write(
-        tmp.path().join("target.csv"),
         "id,amount,currency\na,1.00,USD\nb,2.00,USD\n",
-    )
-    .unwrap();
-    let o = diff(tmp.path(), "source.jsonl", "target.csv");
+    );
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let err = stderr(&o);
     assert!(
@@ -250,18 +238,10 @@ fn jsonl_object_with_a_repeated_field_exits_2() {
 /// Bytes that are not UTF-8 in a JSON Lines file: exit 2 naming the line.
 #[test]
 fn jsonl_invalid_utf8_exits_2_naming_the_line() {
-    let tmp = tempfile::tempdir().unwrap();
-    fs::write(
-        tmp.path().join("source.jsonl"),
+    let (_tmp, o) = diff_jsonl(
         b"{\"id\":\"a\",\"amount\":1.00,\"currency\":\"USD\"}\n{\"id\":\"b\xff\",\"amount\":1.00,\"currency\":\"USD\"}\n",
-    )
-    .unwrap();
-    fs::write(
-        tmp.path().join("target.csv"),
         "id,amount,currency\na,1.00,USD\n",
-    )
-    .unwrap();
-    let o = diff(tmp.path(), "source.jsonl", "target.csv");
+    );
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let err = stderr(&o);
     assert!(

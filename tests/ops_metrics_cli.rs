@@ -570,21 +570,13 @@ reports = "{reports}"
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "2026-11-28"
-[jobs.files.source]
-type = "file"
-path = "{source}"
-key = "id"
-[jobs.files.target]
-type = "file"
-path = "{target}"
-key = "id"
-[jobs.files.backfill]
+{source}{target}[jobs.files.backfill]
 mode = "off"
 "#,
             state = dir.join("state.db").display(),
             reports = dir.join("reports").display(),
-            source = dir.join("source.csv").display(),
-            target = dir.join("target.csv").display(),
+            source = common::file_side("files", "source", &dir.join("source.csv")),
+            target = common::file_side("files", "target", &dir.join("target.csv")),
         ),
     )
     .unwrap();

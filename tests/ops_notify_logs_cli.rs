@@ -150,19 +150,11 @@ state = "{state}"
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "2026-11-28"
-[jobs.files.source]
-type = "file"
-path = "{source}"
-key = "id"
-[jobs.files.target]
-type = "file"
-path = "{target}"
-key = "id"
-[jobs.files.backfill]
+{source}{target}[jobs.files.backfill]
 mode = "off"
 "#,
-                source = self.path("source.csv").display(),
-                target = self.path("target.csv").display(),
+                source = common::file_side("files", "source", &self.path("source.csv")),
+                target = common::file_side("files", "target", &self.path("target.csv")),
             ),
         )
         .unwrap();

@@ -76,20 +76,12 @@ state = "sqlite://{state}?mode=rwc"
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount", "currency"]
 window = "2026-11-28"
-[jobs.files.source]
-type = "file"
-path = "{source}"
-key = "id"
-[jobs.files.target]
-type = "file"
-path = "{target}"
-key = "id"
-[jobs.files.backfill]
+{source}{target}[jobs.files.backfill]
 mode = "off"
 "#,
             state = dir.path().join("state.db").display(),
-            source = dir.path().join("source.csv").display(),
-            target = dir.path().join("target.csv").display(),
+            source = common::file_side("files", "source", &dir.path().join("source.csv")),
+            target = common::file_side("files", "target", &dir.path().join("target.csv")),
         ),
     )
     .unwrap();

@@ -98,41 +98,7 @@ impl Fixture {
             ));
         }
         std::fs::write(dir.path().join("charges.csv"), csv).unwrap();
-        let config = format!(
-            r#"
-[defaults]
-timezone = "America/New_York"
-reports = "{reports}"
-state = "sqlite://{state}?mode=rwc"
-
-[jobs.charges]
-fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
-compare = ["amount", "currency"]
-window = "2026-11-28"
-
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-
-[jobs.charges.backfill]
-mode = "insert"
-max_records = 100
-max_ratio = 0.9
-"#,
-            reports = dir.path().join("reports").display(),
-            state = dir.path().join("state.db").display(),
-            source = dir.path().join("charges.csv").display(),
-            url = db.url,
-        );
-        std::fs::write(dir.path().join("recon.toml"), config).unwrap();
+        common::csv_insert_job(dir.path(), &db.url);
         Fixture { db, dir }
     }
 

@@ -159,12 +159,7 @@ fields = {{ amount = "money", currency = "currency", status = "text", created = 
 compare = ["amount", "currency", "status"]
 time_field = "created"
 window = "last:24h"
-[jobs.payments.source]
-type = "stripe"
-object = "charges"
-api_key = "{key}"
-base_url = "{stripe}"
-[jobs.payments.target]
+{source}[jobs.payments.target]
 type = "salesforce"
 instance_url = "{sf}"
 auth = {{ client_id = "${{SF_CLIENT_ID}}", client_secret = "${{SF_CLIENT_SECRET}}" }}
@@ -178,8 +173,7 @@ mode = "insert"
 max_ratio = 1.0
 "#,
             state = dir.join("state.db").display(),
-            key = stripe.api_key,
-            stripe = stripe.base_url,
+            source = common::stripe_source("payments", &stripe.api_key, &stripe.base_url),
             sf = sf.base_url,
             extra_target = extra_target,
         ),

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{recon_output as recon, text};
+use common::{recon_output as recon, text, CHARGE_FIELDS};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -191,23 +191,12 @@ fields = {{ amount = "money", currency = "currency", status = "text", created = 
 compare = ["amount", "currency", "status"]
 window = "{DAY}"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-
+{sides}
 [jobs.charges.backfill]
 max_ratio = 1
 "#,
         reports = reports.display(),
-        source = source.display(),
+        sides = common::file_to_sql(source, url, "stripe_charge_id"),
     )
 }
 
@@ -501,9 +490,7 @@ fn toml_errors_on_a_secret_line_never_echo_it() {
 /// token failing, all at trace level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_and_tokens_never_leak() {
-    use recon_hubspot::emulator::{
-        Emulator as HubSpot, EmulatorConfig as HubSpotConfig, PropertyType,
-    };
+    use recon_hubspot::emulator::{Emulator as HubSpot, EmulatorConfig as HubSpotConfig};
     use recon_stripe::emulator::{Emulator as Stripe, EmulatorConfig as StripeConfig, ObjectKind};
 
     let stripe_key = "sk_test_PlantedStripeKey9f8e7d6c";
@@ -522,12 +509,7 @@ async fn api_keys_and_tokens_never_leak() {
     })
     .await
     .unwrap();
-    hubspot.create_property("deals", "stripe_charge_id", true);
-    for p in ["deal_currency_code", "dealstage"] {
-        hubspot.create_property("deals", p, false);
-    }
-    hubspot.create_typed_property("deals", "amount", PropertyType::Number, false);
-    hubspot.create_typed_property("deals", "stripe_created", PropertyType::DateTime, false);
+    common::deal_properties(&hubspot);
     let now = jiff::Timestamp::now().as_second();
     for i in 0..12i64 {
         stripe.insert(
@@ -563,44 +545,22 @@ async fn api_keys_and_tokens_never_leak() {
 reports = "{reports}"
 state = "sqlite://{state}"
 [jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{stripe}"
-[jobs.charges.backfill]
+{CHARGE_FIELDS}
+{source}[jobs.charges.backfill]
 max_ratio = 1
 "#,
         reports = written.path().join("reports").display(),
         state = written.path().join("state.db").display(),
-        stripe = stripe.base_url,
+        source = common::stripe_source("charges", "${RECON_TEST_STRIPE_KEY}", &stripe.base_url),
     );
+    let ledger_url = format!("sqlite://{}", ledger.display());
     let to_sqlite = format!(
-        r#"{common}
-[jobs.charges.target]
-type = "sql"
-url = "sqlite://{ledger}"
-table = "payments"
-key = "stripe_charge_id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-"#,
-        ledger = ledger.display(),
+        "{common}\n{}",
+        common::sql_target("charges", &ledger_url, "payments", "stripe_charge_id")
     );
     let to_hubspot = format!(
-        r#"{common}
-[jobs.charges.target]
-type = "hubspot"
-token = "${{RECON_TEST_HUBSPOT_TOKEN}}"
-object_type = "deals"
-id_property = "stripe_charge_id"
-properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
-currency_property = "deal_currency_code"
-base_url = "{hubspot}"
-"#,
-        hubspot = hubspot.base_url,
+        "{common}\n{}",
+        common::hubspot_deals_target("charges", "${RECON_TEST_HUBSPOT_TOKEN}", &hubspot.base_url)
     );
     let sqlite_config = input.path().join("sqlite.toml");
     let hubspot_config = input.path().join("hubspot.toml");

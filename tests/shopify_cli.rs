@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::text;
+use common::{text, CHARGE_FIELDS};
 
 use recon_shopify::emulator::{Emulator, EmulatorConfig, OrderSpec};
 use sqlx::Row;
@@ -69,9 +69,7 @@ async fn shopify_orders_to_sqlite() {
 [defaults]
 state = "sqlite://{state}"
 [jobs.orders]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
+{CHARGE_FIELDS}
 [jobs.orders.source]
 type = "shopify"
 shop_url = "{shop}"

@@ -51,24 +51,12 @@ compare = ["amount"]
 window = "2026-01-02"
 {policy}
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "payments"
-key = "id"
-columns = {{ amount = "amount_cents", created = "created_at" }}
-
+{sides}
 [jobs.charges.backfill]
 mode = "off"
 "#,
+            sides = common::file_to_sql(&dir.path().join("source.csv"), &db.url, "id"),
             state = dir.path().join("state.db").display(),
-            source = dir.path().join("source.csv").display(),
-            url = db.url,
         );
         std::fs::write(dir.path().join("recon.toml"), text).unwrap();
         Case { db, dir }

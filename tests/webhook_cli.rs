@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{summary, text};
+use common::{summary, text, CHARGE_FIELDS};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -80,6 +80,25 @@ impl Fixture {
 
     /// A handler's creation step: inserts the delivered charge into the
     /// target table (a second insert of a key would fail: UNIQUE).
+    /// A receiver started with `config` that creates each record in the
+    /// target table.
+    async fn receiver(&self, config: ReceiverConfig) -> Receiver {
+        Receiver::start(ReceiverConfig {
+            create: Some(self.create_hook()),
+            ..config
+        })
+        .await
+        .unwrap()
+    }
+
+    /// The job config delivering to `url` at 50/s, with `settings` among
+    /// the webhook's settings.
+    fn deliver_to(&self, url: &str, settings: &str) {
+        self.write_config(&format!(
+            "url = \"{url}\"\nrate_limit = \"50/s\"\n{settings}"
+        ));
+    }
+
     fn create_hook(&self) -> CreateHook {
         let url = target_url(self.dir.path());
         Arc::new(move |obj: serde_json::Value| {
@@ -117,15 +136,9 @@ reports = "{reports}"
 state = "sqlite://{state}"
 
 [jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
+{CHARGE_FIELDS}
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
+{source}
 [jobs.charges.target]
 type = "sql"
 url = "{target}"
@@ -144,7 +157,7 @@ via = "webhook"
 "#,
             reports = self.path("reports").display(),
             state = self.path("state.db").display(),
-            source = self.path("charges.csv").display(),
+            source = common::file_side("charges", "source", &self.path("charges.csv")),
             target = target_url(self.dir.path()),
         );
         std::fs::write(self.path("recon.toml"), text).unwrap();
@@ -262,17 +275,13 @@ fn gap_keys(f: &Fixture) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_500_then_200_is_delivered_once_and_a_rerun_sends_nothing() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        fail_once_every: Some(1),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            fail_once_every: Some(1),
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(&rx.url, "verify_after = \"0s\"");
     let o = f.run("r1", &[], &[]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stats = rx.stats();
@@ -312,18 +321,14 @@ async fn a_500_then_200_is_delivered_once_and_a_rerun_sends_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_429s_is_waited_out_and_each_record_is_created_once() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        throttle_first: 8,
-        throttle_retry_after: 1,
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            throttle_first: 8,
+            throttle_retry_after: 1,
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(&rx.url, "verify_after = \"0s\"");
     let o = f.run("r1", &[], &[]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stats = rx.stats();
@@ -349,17 +354,13 @@ async fn a_409_is_already_done_and_never_retried() {
     let f = Fixture::new().await;
     // The handler does the work, then fails before answering (500): the
     // retry is answered 409 "already processed".
-    let rx = Receiver::start(ReceiverConfig {
-        fail_after_work_once_every: Some(1),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            fail_after_work_once_every: Some(1),
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(&rx.url, "verify_after = \"0s\"");
     let o = f.run("r1", &[], &[]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stats = rx.stats();
@@ -384,20 +385,19 @@ async fn a_409_is_already_done_and_never_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_receiver_times_out_and_is_retried_with_the_same_key() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        // Far beyond the timeout, so a loaded machine cannot blur the two:
-        // the first attempt always times out, the retry (answered at once,
-        // 409: the work is done) never does.
-        slow_first: Some(Duration::from_secs(10)),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 16\ntimeout = \"3s\"\nverify_after = \"0s\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            // Far beyond the timeout, so a loaded machine cannot blur the two:
+            // the first attempt always times out, the retry (answered at once,
+            // 409: the work is done) never does.
+            slow_first: Some(Duration::from_secs(10)),
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(
+        &rx.url,
+        "concurrency = 16\ntimeout = \"3s\"\nverify_after = \"0s\"",
+    );
     let o = f.run("r1", &[], &[]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stats = rx.stats();
@@ -417,13 +417,12 @@ async fn a_slow_receiver_times_out_and_is_retried_with_the_same_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_delivery_then_rerun_each_record_is_created_once() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        latency: Duration::from_millis(250),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
+    let rx = f
+        .receiver(ReceiverConfig {
+            latency: Duration::from_millis(250),
+            ..ReceiverConfig::default()
+        })
+        .await;
     f.write_config(&format!(
         "url = \"{}\"\nrate_limit = \"4/s\"\nconcurrency = 2\nverify_after = \"0s\"",
         rx.url
@@ -497,17 +496,16 @@ async fn killed_mid_delivery_then_rerun_each_record_is_created_once() {
 async fn signatures_verify_with_the_secret_and_fail_with_a_wrong_one() {
     let secret = "whsec_test_4f9a1c77e2";
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        secret: Some(secret.into()),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"\nsigning_secret = \"${{RECON_TEST_WH_SECRET}}\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            secret: Some(secret.into()),
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(
+        &rx.url,
+        "verify_after = \"0s\"\nsigning_secret = \"${RECON_TEST_WH_SECRET}\"",
+    );
     let o = f.run("r1", &[], &[("RECON_TEST_WH_SECRET", secret)]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stats = rx.stats();
@@ -569,10 +567,7 @@ async fn signatures_verify_with_the_secret_and_fail_with_a_wrong_one() {
 async fn a_handler_that_acknowledges_but_never_creates_is_delivered_not_created() {
     let f = Fixture::new().await;
     let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"2s\"",
-        rx.url
-    ));
+    f.deliver_to(&rx.url, "verify_after = \"2s\"");
     let o = f.run("r1", &[], &[]).await;
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     // The verification (recorded in the ledger after the target lookup)
@@ -634,16 +629,15 @@ async fn a_dry_run_plans_exactly_what_apply_sends_and_no_secret_is_in_any_report
     let token = "tok_Sec/ret#42?xyz";
     let secret = "whsec_Plan0123456789";
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        secret: Some(secret.into()),
-        envelope: recon::webhook::Envelope::Stripe,
-        // Retries log the endpoint: its path must not show.
-        fail_once_every: Some(3),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
+    let rx = f
+        .receiver(ReceiverConfig {
+            secret: Some(secret.into()),
+            envelope: recon::webhook::Envelope::Stripe,
+            // Retries log the endpoint: its path must not show.
+            fail_once_every: Some(3),
+            ..ReceiverConfig::default()
+        })
+        .await;
     // A catch-hook URL: the token is the path (Zapier, Make, n8n).
     let path_token = "zq81CatchToken77";
     let hook_url = format!("{}/catch/4471/{path_token}/", rx.url);
@@ -899,15 +893,8 @@ async fn a_stripe_source_replays_each_charge_as_stripe_returns_it_in_an_event() 
 [defaults]
 state = "sqlite://{state}"
 [jobs.charges]
-fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
-compare = ["amount", "currency", "status"]
-window = "last:24h"
-[jobs.charges.source]
-type = "stripe"
-object = "charges"
-api_key = "${{RECON_TEST_STRIPE_KEY}}"
-base_url = "{base}"
-[jobs.charges.target]
+{CHARGE_FIELDS}
+{source}[jobs.charges.target]
 type = "sql"
 url = "{target}"
 table = "payments"
@@ -924,7 +911,8 @@ rate_limit = "50/s"
 verify_after = "0s"
 "#,
             state = dir.path().join("state.db").display(),
-            base = emulator.base_url,
+            source =
+                common::stripe_source("charges", "${RECON_TEST_STRIPE_KEY}", &emulator.base_url),
             target = target_url(dir.path()),
             hook = rx.url,
         ),
@@ -962,17 +950,13 @@ verify_after = "0s"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ledger_failure_stops_delivering_at_once_and_the_rerun_sends_the_rest() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        latency: Duration::from_millis(50),
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 1\nverify_after = \"0s\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            latency: Duration::from_millis(50),
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(&rx.url, "concurrency = 1\nverify_after = \"0s\"");
     // Recording the first answer fails: the run ends in trouble and sends
     // nothing more (before the fix, every remaining item went out
     // unrecorded while the run was already failing).
@@ -1124,10 +1108,7 @@ async fn applying_a_plan_to_a_handler_that_never_creates_exits_1() {
     let f = Fixture::new().await;
     // Acknowledges every delivery, creates nothing.
     let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
-        rx.url
-    ));
+    f.deliver_to(&rx.url, "verify_after = \"0s\"");
     let o = f.run("dry", &["--dry-run"], &[]).await;
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let config = f.path("recon.toml").display().to_string();
@@ -1172,10 +1153,7 @@ async fn a_crash_between_answer_and_record_resends_the_same_key_and_creates_once
     })
     .await
     .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nconcurrency = 1\nverify_after = \"0s\"",
-        rx.url
-    ));
+    f.deliver_to(&rx.url, "concurrency = 1\nverify_after = \"0s\"");
     // Dies (abort) once 3 deliveries were answered, before recording them.
     let o = f
         .run("r1", &[], &[("RECON_FAULT_ABORT_AFTER_ITEMS", "3")])
@@ -1237,13 +1215,12 @@ async fn a_crash_between_answer_and_record_resends_the_same_key_and_creates_once
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_refuses_a_plan_whose_request_the_config_no_longer_makes() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        envelope: recon::webhook::Envelope::Stripe,
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
+    let rx = f
+        .receiver(ReceiverConfig {
+            envelope: recon::webhook::Envelope::Stripe,
+            ..ReceiverConfig::default()
+        })
+        .await;
     let base = "rate_limit = \"50/s\"\nverify_after = \"0s\"";
     let planned = format!(
         "url = \"{}\"\nenvelope = \"stripe\"\nheaders = {{ X-Source = \"recon\" }}\n{base}",
@@ -1326,16 +1303,12 @@ async fn apply_refuses_a_plan_whose_request_the_config_no_longer_makes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_outcomes_are_in_the_metrics_and_deliveries_log_in_the_backfill_phase() {
     let f = Fixture::new().await;
-    let rx = Receiver::start(ReceiverConfig {
-        create: Some(f.create_hook()),
-        ..ReceiverConfig::default()
-    })
-    .await
-    .unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"1s\"",
-        rx.url
-    ));
+    let rx = f
+        .receiver(ReceiverConfig {
+            ..ReceiverConfig::default()
+        })
+        .await;
+    f.deliver_to(&rx.url, "verify_after = \"1s\"");
     let metrics = f.path("recon.prom").display().to_string();
     let o = f
         .run(
@@ -1383,10 +1356,7 @@ async fn a_record_replaced_under_the_same_id_is_delivered_again_under_its_new_ke
     let f = Fixture::new().await;
     // Acknowledges, creates nothing: every gap stays open.
     let rx = Receiver::start(ReceiverConfig::default()).await.unwrap();
-    f.write_config(&format!(
-        "url = \"{}\"\nrate_limit = \"50/s\"\nverify_after = \"0s\"",
-        rx.url
-    ));
+    f.deliver_to(&rx.url, "verify_after = \"0s\"");
     let o = f.run("r1", &[], &[]).await;
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let n = f.gaps().len();

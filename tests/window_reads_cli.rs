@@ -31,18 +31,14 @@ fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 compare = ["amount"]
 window = "2026-01-02"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
+{source}
 {target}
 
 [jobs.charges.backfill]
 mode = "off"
 "#,
         state = dir.join("state.db").display(),
-        source = dir.join("source.csv").display(),
+        source = common::file_side("charges", "source", &dir.join("source.csv")),
     );
     let path = dir.join("recon.toml");
     std::fs::write(&path, text).unwrap();
@@ -74,6 +70,22 @@ fn run(config: &Path, out: &Path) -> Output {
         .unwrap()
 }
 
+/// `source.csv` holding `rows` (after its header) in a new folder, the job
+/// against table `payments` at `url`, run into `out`: the folder, the
+/// report folder and what the run printed.
+fn run_against(url: &str, rows: &str) -> (tempfile::TempDir, std::path::PathBuf, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("source.csv"),
+        format!("id,amount,currency,created\n{rows}"),
+    )
+    .unwrap();
+    let cfg = config(dir.path(), &sql_target(url));
+    let out = dir.path().join("out");
+    let o = run(&cfg, &out);
+    (dir, out, o)
+}
+
 fn ids(dir: &Path, file: &str) -> Vec<String> {
     let mut r = csv::Reader::from_path(dir.join(file)).unwrap();
     r.records().map(|x| x.unwrap()[0].to_string()).collect()
@@ -91,15 +103,7 @@ async fn sqlite_text_rfc3339_time_column_is_read_by_its_window() {
          ('ch_DAY_BEFORE', 700, 'usd', '2026-01-01T23:59:59Z')",
     )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("source.csv"),
-        format!("id,amount,currency,created\nch_1,1000,usd,{T1}\n"),
-    )
-    .unwrap();
-    let cfg = config(dir.path(), &sql_target(&db.url));
-    let out = dir.path().join("out");
-    let o = run(&cfg, &out);
+    let (_dir, out, o) = run_against(&db.url, &format!("ch_1,1000,usd,{T1}\n"));
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let s = summary(&out);
     assert_eq!(s["target_records"], 2, "{s}");
@@ -217,15 +221,10 @@ async fn case_insensitive_key_on_the_lookup_path(dialect: Dialect) {
          ('ch_UPPER', 2000, 'usd', '{day_before}')"
     ))
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("source.csv"),
-        format!("id,amount,currency,created\nch_SAME,1000,usd,{T1}\nch_upper,2000,usd,{T1}\n"),
-    )
-    .unwrap();
-    let cfg = config(dir.path(), &sql_target(&db.url));
-    let out = dir.path().join("out");
-    let o = run(&cfg, &out);
+    let (_dir, out, o) = run_against(
+        &db.url,
+        &format!("ch_SAME,1000,usd,{T1}\nch_upper,2000,usd,{T1}\n"),
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let s = summary(&out);
     assert_eq!(s["target_rows"], 0, "{s}");

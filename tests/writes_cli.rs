@@ -88,17 +88,15 @@ impl Job {
             .state
             .map(str::to_string)
             .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", self.path("state.db").display()));
-        let (fields, compare, columns) = if spec.with_email {
+        let (fields, compare) = if spec.with_email {
             (
                 r#"{ amount = "money", currency = "currency", email = "text", created = "timestamp" }"#,
                 r#"["amount", "currency", "email"]"#,
-                r#"{ amount = "amount_cents", created = "created_at" }"#,
             )
         } else {
             (
                 r#"{ amount = "money", currency = "currency", created = "timestamp" }"#,
                 r#"["amount", "currency"]"#,
-                r#"{ amount = "amount_cents", created = "created_at" }"#,
             )
         };
         let text = format!(
@@ -113,18 +111,8 @@ fields = {fields}
 compare = {compare}
 window = "2026-11-28"
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "sql"
-url = "{url}"
-table = "{table}"
-key = "stripe_charge_id"
-columns = {columns}
-write_batch = {batch}
+{source}
+{target}write_batch = {batch}
 {extra}
 
 [jobs.charges.backfill]
@@ -133,9 +121,8 @@ max_records = 100000
 max_ratio = 1.0
 "#,
             reports = self.path("reports").display(),
-            source = self.path("charges.csv").display(),
-            url = spec.url,
-            table = spec.table,
+            source = common::file_side("charges", "source", &self.path("charges.csv")),
+            target = common::sql_target("charges", spec.url, spec.table, "stripe_charge_id"),
             batch = spec.write_batch,
             extra = spec.target_extra,
             mode = spec.mode,
@@ -539,15 +526,7 @@ async fn lost_mid_apply(db: &TestDb, via: &str, lose: impl FnOnce()) -> Job {
 /// gap exactly once.
 async fn rerun_settles(job: &Job, db: &TestDb) {
     let written_before = count(&db.url, "SELECT COUNT(*) FROM payments").await;
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 500,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 500, None));
     let o = job.run("run2");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let state = state_url(job);
@@ -650,15 +629,7 @@ async fn postgres_connection_lost_mid_lookup_fails_and_writes_nothing() {
         .url
         .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
     let job = many_gaps();
-    job.configure(&JobSpec {
-        url: &via,
-        table: "payments",
-        mode: "insert",
-        write_batch: 500,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&via, 500, None));
     let child = spawn_piped(&mut job.command("run1"));
     let o = wait(child, Duration::from_secs(120));
     assert!(
@@ -741,15 +712,7 @@ async fn postgres_lost_run_lock_stops_writing() {
     let target = TestDb::create(Dialect::Postgres).await;
     payments_table(&target).await;
     let job = many_gaps();
-    job.configure(&JobSpec {
-        url: &target.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 1,
-        state: Some(&state_db.url),
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&target.url, 1, Some(&state_db.url)));
     let child = spawn_piped(&mut job.command("run1"));
     common::wait_until_async("the apply started (20 rows)", PATIENCE, || async {
         count(&target.url, "SELECT COUNT(*) FROM payments").await >= 20
@@ -792,15 +755,7 @@ async fn postgres_lost_run_lock_stops_writing() {
     let status = query_rows(&state_db.url, "SELECT status FROM recon_runs", 1).await;
     assert_eq!(status, [["failed"]]);
     // The next run finishes the job, each gap once.
-    job.configure(&JobSpec {
-        url: &target.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 500,
-        state: Some(&state_db.url),
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&target.url, 500, Some(&state_db.url)));
     let o = job.run("run2");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(
@@ -829,15 +784,7 @@ async fn sqlite_backfilled_rows_look_like_the_tables_own() {
         ("ch_1", 100, "eur", "x", DAY_START + 3600),
         ("ch_2", 200, "eur", "x", DAY_START + 7261),
     ]);
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 10,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 10, None));
     let o = job.run("out");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let rows = query_rows(
@@ -899,15 +846,7 @@ async fn postgres_backfilled_currency_follows_the_rows() {
         ("ch_1", 100, "usd", "x", DAY_START + 3600),
         ("ch_2", 200, "usd", "x", DAY_START + 7200),
     ]);
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 10,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 10, None));
     let o = job.run("out");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let b = backfill(&job.path("out"));
@@ -939,15 +878,7 @@ async fn postgres_deferrable_unique_key_is_refused_with_a_fix_that_works() {
     )
     .await;
     let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 10,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 10, None));
     let o = job.run("out");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr).to_string();
@@ -1036,15 +967,7 @@ async fn a_window_that_has_not_begun_is_refused_and_never_recorded() {
     let db = TestDb::create(Dialect::Sqlite).await;
     sqlite_payments_table(&db).await;
     let job = Job::new(&[("ch_1", 100, "usd", "x", DAY_START + 3600)]);
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 10,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 10, None));
     let o = Command::from_std(job.command("future"))
         .args(["--window", "2099-01-01"])
         .output()
@@ -1072,15 +995,7 @@ async fn postgres_ledger_failure_mid_backfill_stops_writing_and_rerun_writes_onc
     let db = TestDb::create(Dialect::Postgres).await;
     payments_table(&db).await;
     let job = many_gaps();
-    job.configure(&JobSpec {
-        url: &db.url,
-        table: "payments",
-        mode: "insert",
-        write_batch: 10,
-        state: None,
-        target_extra: "",
-        with_email: false,
-    });
+    job.configure(&JobSpec::inserts(&db.url, 10, None));
     let o = Command::from_std(job.command("run1"))
         .env("RECON_FAULT_LEDGER_MARK_FAILS", "1")
         .output()

@@ -321,3 +321,91 @@ pub async fn count(url: &str, sql: &str) -> i64 {
     conn.close().await.ok();
     n
 }
+
+/// `[jobs.charges.source]` and `[jobs.charges.target]` of a file → SQL
+/// job: the file `source` keyed by `id`, table `payments` at `url` keyed by
+/// `key` (target settings may follow).
+pub fn file_to_sql(source: &Path, url: &str, key: &str) -> String {
+    format!(
+        "{}\n{}",
+        file_side("charges", "source", source),
+        sql_target("charges", url, "payments", key)
+    )
+}
+
+/// `[defaults]` with `timezone`, the reports in `DIR/reports` and the state
+/// store in `DIR/state.db`.
+pub fn defaults_in(dir: &Path, timezone: &str) -> String {
+    format!(
+        "[defaults]\ntimezone = \"{timezone}\"\nreports = \"{}\"\nstate = \"sqlite://{}?mode=rwc\"\n",
+        dir.join("reports").display(),
+        dir.join("state.db").display()
+    )
+}
+
+/// `[jobs.JOB.target]`: HubSpot deals at `base_url`, keyed by the unique
+/// property `stripe_charge_id`, status/created/currency mapped to
+/// `dealstage`, `stripe_created`, `deal_currency_code`.
+pub fn hubspot_deals_target(job: &str, token: &str, base_url: &str) -> String {
+    hubspot_deals_target_by(job, token, base_url, "stripe_charge_id")
+}
+
+/// [`hubspot_deals_target`] keyed by the property `id_property`.
+pub fn hubspot_deals_target_by(
+    job: &str,
+    token: &str,
+    base_url: &str,
+    id_property: &str,
+) -> String {
+    format!(
+        r#"[jobs.{job}.target]
+type = "hubspot"
+token = "{token}"
+object_type = "deals"
+id_property = "{id_property}"
+properties = {{ status = "dealstage", created = "stripe_created", currency = "deal_currency_code" }}
+currency_property = "deal_currency_code"
+base_url = "{base_url}"
+"#
+    )
+}
+
+/// The deal properties a Stripe → HubSpot job writes: the unique
+/// `stripe_charge_id`, text `deal_currency_code` and `dealstage`, number
+/// `amount`, date-time `stripe_created`.
+pub fn deal_properties(hubspot: &recon_hubspot::emulator::Emulator) {
+    use recon_hubspot::emulator::PropertyType;
+    hubspot.create_property("deals", "stripe_charge_id", true);
+    for p in ["deal_currency_code", "dealstage"] {
+        hubspot.create_property("deals", p, false);
+    }
+    hubspot.create_typed_property("deals", "amount", PropertyType::Number, false);
+    hubspot.create_typed_property("deals", "stripe_created", PropertyType::DateTime, false);
+}
+
+/// `DIR/recon.toml` of job `charges` over 2026-11-28 (New York): the
+/// file `DIR/charges.csv` (id, amount, currency, created) against table
+/// `payments` at `url`, inserting at most 100 gaps and 90 % of the source.
+/// Its path.
+pub fn csv_insert_job(dir: &Path, url: &str) -> PathBuf {
+    write_config(
+        dir,
+        &format!(
+            r#"
+{defaults}
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+compare = ["amount", "currency"]
+window = "2026-11-28"
+
+{sides}
+[jobs.charges.backfill]
+mode = "insert"
+max_records = 100
+max_ratio = 0.9
+"#,
+            defaults = defaults_in(dir, "America/New_York"),
+            sides = file_to_sql(&dir.join("charges.csv"), url, "stripe_charge_id"),
+        ),
+    )
+}
