@@ -1304,4 +1304,6 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 #[cfg(test)]
+mod governor_bench;
+#[cfg(test)]
 mod tests;
