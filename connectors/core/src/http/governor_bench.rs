@@ -154,8 +154,14 @@ async fn report(name: &str, policy: &HttpPolicy, make: impl Fn() -> Provider, n:
     let mut runs = Vec::new();
     for (label, engine) in [
         ("own limiter", Engine::Own),
-        ("governor, rebuilt on every pace change", Engine::Governor(0.0)),
-        ("governor, rebuilt when the pace moved 10%", Engine::Governor(0.1)),
+        (
+            "governor, rebuilt on every pace change",
+            Engine::Governor(0.0),
+        ),
+        (
+            "governor, rebuilt when the pace moved 10%",
+            Engine::Governor(0.1),
+        ),
     ] {
         let run = drive(policy, make(), n, engine).await;
         eprintln!(
