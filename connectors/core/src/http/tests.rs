@@ -1585,3 +1585,224 @@ async fn endpoint_has_no_query_or_credentials() {
     assert!(text.contains("GET /v1/x"), "{text}");
     assert!(text.contains("connection failed"), "{text}");
 }
+
+const THROTTLED: &str = r#"{"errors":[{"message":"Throttled","extensions":{"code":"THROTTLED"}}]}"#;
+
+/// A hint reading `THROTTLED` in any answer as "wait `wait`".
+fn throttled_hint(wait: Duration) -> impl Fn(u16, &[u8]) -> Option<Throttle> + Send + Sync {
+    move |_, body| {
+        String::from_utf8_lossy(body)
+            .contains("THROTTLED")
+            .then(|| Throttle {
+                wait: Some(wait),
+                code: "THROTTLED".into(),
+                shared_window: false,
+            })
+    }
+}
+
+fn hinted_client(name: &'static str, policy: HttpPolicy, wait: Duration) -> HttpClient {
+    HttpClient::new(Provider::new(name, "Request-Id"), policy, vec![], vec![])
+        .unwrap()
+        .with_throttle_hint(throttled_hint(wait))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_hint_in_a_200_is_retried_as_slow_down_with_its_wait_and_counts() {
+    let (base, count) = serve(|n, _| {
+        if n < 2 {
+            reply(200, THROTTLED)
+        } else {
+            reply(200, CHARGE)
+        }
+    })
+    .await;
+    // 3 attempts for failures: "slow down" answers are not failures.
+    let c = hinted_client("HintedOk", fast(1), Duration::from_millis(500));
+    let before = traffic();
+    let started = Instant::now();
+    let (charge, _): (Charge, _) = c
+        .get_json(&format!("{base}/v1/graphql"), &[])
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(charge.id, "ch_1");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    let stats = c.stats();
+    assert_eq!((stats.throttled, stats.retries), (2, 2));
+    // Two waits of the hinted 500 ms (the backoff's jitter is under it).
+    assert!(
+        took >= Duration::from_secs(1) && took <= Duration::from_millis(1004),
+        "{took:?}"
+    );
+    // Counted as "slow down" signals of the provider, and the pace cut.
+    let after = traffic();
+    let signals = |t: &Traffic| t.rate_limited.get("HintedOk").copied().unwrap_or(0);
+    assert_eq!(signals(&after) - signals(&before), 2);
+    assert!(c.current_rate() < 1000.0, "{}", c.current_rate());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hinted_wait_past_the_patience_fails_at_once_naming_the_setting() {
+    let (base, count) = serve(|_, _| reply(200, THROTTLED)).await;
+    let c = hinted_client("HintedLong", fast(3), Duration::from_secs(60));
+    let started = Instant::now();
+    let e = c
+        .get_json::<Charge>(&format!("{base}/v1/graphql"), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    let HttpError::RateLimited { attempts, last, .. } = &e else {
+        panic!("expected RateLimited, got {e:?}")
+    };
+    assert_eq!((*attempts, last.as_str()), (1, "THROTTLED"));
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    assert!(e.to_string().contains("rate_limit_patience"), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_final_body_is_not_read_by_the_throttle_hint() {
+    const FINAL: Provider = Provider {
+        error_body: |_| {
+            Some(ProviderError {
+                is_final: true,
+                ..ProviderError::default()
+            })
+        },
+        ..Provider::new("HintedFinal", "Request-Id")
+    };
+    let (base, count) = serve(|_, _| reply(429, THROTTLED)).await;
+    let c = HttpClient::new(FINAL, fast(3), vec![], vec![])
+        .unwrap()
+        .with_throttle_hint(throttled_hint(Duration::from_millis(10)));
+    let e = c
+        .get_json::<Charge>(&format!("{base}/v1/graphql"), &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, HttpError::Status { status: 429, .. }), "{e:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_spent_by_others_holds_every_limiter_without_cutting_the_pace() {
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    let (base, _) = serve(move |n, req| {
+        seen.lock().unwrap().push((req.uri.clone(), Instant::now()));
+        if n == 0 {
+            reply(429, r#"{"policyName":"TEN_SECONDLY_ROLLING"}"#)
+        } else {
+            reply(200, CHARGE)
+        }
+    })
+    .await;
+    let general = client(fast(3));
+    let search = client(fast(3))
+        .also_limited_by(&general)
+        .with_throttle_hint(|status, body| {
+            (status == 429 && String::from_utf8_lossy(body).contains("TEN_SECONDLY")).then(|| {
+                Throttle {
+                    wait: Some(Duration::from_millis(300)),
+                    code: "429 TEN_SECONDLY_ROLLING".into(),
+                    shared_window: true,
+                }
+            })
+        });
+    let started = Instant::now();
+    let searching = {
+        let (search, url) = (search.clone(), format!("{base}/search"));
+        tokio::spawn(async move { search.get_json::<Charge>(&url, &[]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The general client never saw the 429, yet waits out the window.
+    general
+        .get_json::<Charge>(&format!("{base}/general"), &[])
+        .await
+        .unwrap();
+    searching.await.unwrap().unwrap();
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 3, "{arrivals:?}");
+    for (uri, at) in &arrivals[1..] {
+        assert!(*at - started >= Duration::from_millis(300), "{uri}");
+    }
+    // Not this client's pace that was refused: neither is cut.
+    assert_eq!(search.current_rate(), 1000.0);
+    assert_eq!(general.current_rate(), 1000.0);
+    assert_eq!(search.stats().throttled, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_body_cut_short_is_asked_for_again_and_continues_where_it_broke() {
+    let (base, count) = raw_server(|n| {
+        Some(if n == 0 {
+            "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n0123456789"
+        } else {
+            "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n0123456789abcdefghij"
+        })
+    })
+    .await;
+    let c = client(fast(3));
+    let mut body = c
+        .get_stream(&format!("{base}/bulk/result.jsonl"))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.chunk().await.unwrap() {
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(String::from_utf8(got).unwrap(), "0123456789abcdefghij");
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    assert_eq!((c.stats().requests, c.stats().retries), (2, 1));
+    assert!(!format!("{body:?}").contains(&base), "{body:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_body_that_keeps_breaking_off_exhausts_the_attempts() {
+    let (base, count) = raw_server(|_| {
+        Some("HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n01234")
+    })
+    .await;
+    let c = client(fast(3));
+    let mut body = c
+        .get_stream(&format!("{base}/bulk/result.jsonl"))
+        .await
+        .unwrap();
+    let e = loop {
+        match body.chunk().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a cut body must not end quietly"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, HttpError::RetriesExhausted { attempts: 3, .. }),
+        "{e:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    assert!(
+        e.to_string()
+            .starts_with("Stripe GET /bulk/result.jsonl failed after 3 attempts"),
+        "{e}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_call_retries_server_errors_like_any_call() {
+    let (base, count) = serve(|n, _| {
+        if n == 0 {
+            reply(503, "")
+        } else {
+            reply(200, "{\"a\":1}\n{\"a\":2}\n")
+        }
+    })
+    .await;
+    let c = client(fast(3));
+    let mut body = c.get_stream(&format!("{base}/bulk")).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.chunk().await.unwrap() {
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, b"{\"a\":1}\n{\"a\":2}\n");
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    assert_eq!(c.stats().server_errors, 1);
+}
