@@ -1193,10 +1193,11 @@ trait Decode: Sized {
     /// reason to retry.
     const STATUS_ONLY: bool = false;
     /// The 2xx body is the caller's to read as it comes
-    /// ([`HttpClient::get_stream`]); otherwise the response is handed back
-    /// to be read whole.
-    fn stream(response: reqwest::Response) -> Result<Self, reqwest::Response> {
-        Err(response)
+    /// ([`HttpClient::get_stream`]): [`Decode::streamed`] takes the response.
+    const STREAM: bool = false;
+    /// The value holding the response, for [`Decode::STREAM`] types.
+    fn streamed(_response: reqwest::Response) -> Option<Self> {
+        None
     }
     fn decode(bytes: &[u8]) -> Result<Self, String>;
 }
@@ -1303,5 +1304,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::try_from(at.duration_since(jiff::Timestamp::now())).unwrap_or(Duration::ZERO))
 }
 
+#[cfg(test)]
+mod governor_bench;
 #[cfg(test)]
 mod tests;

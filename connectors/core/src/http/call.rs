@@ -432,10 +432,15 @@ impl HttpClient {
         started: Instant,
         endpoint: &str,
     ) -> Outcome<T> {
-        let response = match T::stream(response) {
-            Ok(value) => return Outcome::Done(value, meta),
-            Err(response) => response,
-        };
+        if T::STREAM {
+            return match T::streamed(response) {
+                Some(value) => Outcome::Done(value, meta),
+                None => Outcome::Fatal(HttpError::Client {
+                    provider: self.inner.provider.name,
+                    message: "a streamed body was not taken".into(),
+                }),
+            };
+        }
         let body = response.bytes().await;
         self.log_received(&meta, started, endpoint);
         let bytes = match body {

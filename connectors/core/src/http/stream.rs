@@ -13,8 +13,9 @@ use super::{describe, Decode, HttpClient, HttpError, Method, ResponseMeta};
 struct Streamed(reqwest::Response);
 
 impl Decode for Streamed {
-    fn stream(response: reqwest::Response) -> Result<Self, reqwest::Response> {
-        Ok(Streamed(response))
+    const STREAM: bool = true;
+    fn streamed(response: reqwest::Response) -> Option<Self> {
+        Some(Streamed(response))
     }
 
     fn decode(_: &[u8]) -> Result<Self, String> {

@@ -167,7 +167,7 @@ fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn ok_json_is_parsed_with_request_id() {
     let (base, count) = serve(|_, seen| {
         assert_eq!(seen.method, "GET");
@@ -207,7 +207,7 @@ async fn ok_json_is_parsed_with_request_id() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn post_sends_json_body() {
     let (base, _) = serve(|_, seen| {
         assert_eq!(seen.method, "POST");
@@ -227,7 +227,7 @@ async fn post_sends_json_body() {
     assert_eq!(meta.request_id, None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn not_found_is_a_status_error_without_retry() {
     let (base, count) = serve(|_, _| {
         reply(
@@ -271,7 +271,7 @@ async fn not_found_is_a_status_error_without_retry() {
     assert_eq!(c.stats().retries, 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unauthorized_is_not_retried() {
     let (base, count) = serve(|_, _| {
         reply(
@@ -295,7 +295,7 @@ async fn unauthorized_is_not_retried() {
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn server_errors_are_retried_until_success() {
     let (base, count) = serve(|n, _| {
         if n < 2 {
@@ -323,7 +323,7 @@ async fn server_errors_are_retried_until_success() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn too_many_requests_waits_for_retry_after() {
     let (base, count) = serve(|n, _| {
         if n == 0 {
@@ -342,17 +342,19 @@ async fn too_many_requests_waits_for_retry_after() {
     c.get_json::<Charge>(&format!("{base}/v1/charges/ch_1"), &[])
         .await
         .unwrap();
+    // On the paused clock: the second the provider asked for, to the
+    // millisecond of the next permit.
+    let took = started.elapsed();
     assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "{:?}",
-        started.elapsed()
+        took >= Duration::from_secs(1) && took <= Duration::from_millis(1002),
+        "{took:?}"
     );
     assert_eq!(count.load(Ordering::SeqCst), 2);
     let stats = c.stats();
     assert_eq!((stats.throttled, stats.retries), (1, 1));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn should_retry_false_overrides_a_503() {
     let (base, count) = serve(|_, _| reply(503, "").header("Stripe-Should-Retry", "false")).await;
     let e = client(fast(6))
@@ -363,7 +365,7 @@ async fn should_retry_false_overrides_a_503() {
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn should_retry_true_overrides_a_409() {
     let (base, count) = serve(|n, _| {
         if n == 0 {
@@ -382,15 +384,23 @@ async fn should_retry_true_overrides_a_409() {
     assert_eq!(c.stats().retries, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn timeouts_are_retried_then_exhausted() {
     let (base, count) = serve(|_, _| reply(200, CHARGE).delay(Duration::from_secs(2))).await;
     let mut policy = fast(3);
     policy.timeout = Duration::from_millis(200);
+    let started = Instant::now();
     let e = client(policy)
         .get_json::<Charge>(&format!("{base}/v1/charges"), &[])
         .await
         .unwrap_err();
+    // Three timeouts of 200 ms and two backoffs of at most 1 and 2 ms, not
+    // the server's 2 s.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(600) && took <= Duration::from_millis(610),
+        "{took:?}"
+    );
     match &e {
         HttpError::RetriesExhausted { attempts, last, .. } => {
             assert_eq!(*attempts, 3);
@@ -405,7 +415,7 @@ async fn timeouts_are_retried_then_exhausted() {
     assert_eq!(count.load(Ordering::SeqCst), 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_json_is_retried() {
     let (base, count) = serve(|n, _| {
         if n < 2 {
@@ -438,7 +448,7 @@ async fn malformed_json_is_retried() {
 
 const OK_RAW: &str = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 26\r\nConnection: close\r\n\r\n{\"id\":\"ch_1\",\"amount\":500}";
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn closed_connections_are_retried() {
     let (base, conns) = raw_server(|n| (n >= 2).then_some(OK_RAW)).await;
     let c = client(fast(6));
@@ -467,7 +477,7 @@ async fn closed_connections_are_retried() {
     assert!(conns.load(Ordering::SeqCst) >= 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn truncated_bodies_are_retried() {
     let (base, _) = raw_server(|n| {
         Some(if n == 0 {
@@ -487,7 +497,7 @@ async fn truncated_bodies_are_retried() {
     assert_eq!(c.stats().retries, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn attempts_are_capped() {
     let (base, count) = serve(|_, _| reply(500, "").header("Request-Id", "req_123")).await;
     let c = client(fast(4));
@@ -511,7 +521,7 @@ async fn attempts_are_capped() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn total_wait_for_failures_is_capped() {
     let (base, count) = serve(|_, _| {
         reply(503, r#"{"error":{"type":"api_error","message":"down"}}"#).header("Retry-After", "1")
@@ -530,10 +540,14 @@ async fn total_wait_for_failures_is_capped() {
         "{e:?}"
     );
     assert_eq!(count.load(Ordering::SeqCst), 2);
-    assert!(started.elapsed() >= Duration::from_millis(900));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took <= Duration::from_millis(1002),
+        "{took:?}"
+    );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limiter_is_shared_by_clones() {
     let (base, count) = serve(|_, _| reply(200, CHARGE)).await;
     let mut policy = fast(1);
@@ -552,11 +566,12 @@ async fn rate_limiter_is_shared_by_clones() {
     for t in tasks {
         t.await.unwrap();
     }
-    // One at once, then one per 100 ms: 1.9 s for 20.
+    // One at once, then one per 100 ms: 1.9 s for 20 (the paused clock
+    // wakes on whole milliseconds).
+    let took = started.elapsed();
     assert!(
-        started.elapsed() >= Duration::from_millis(1800),
-        "{:?}",
-        started.elapsed()
+        took >= Duration::from_millis(1900) && took <= Duration::from_millis(1920),
+        "{took:?}"
     );
     assert_eq!(count.load(Ordering::SeqCst), 20);
     assert_eq!(c.stats().requests, 20);
@@ -598,7 +613,7 @@ fn tightest(arrivals: &[Instant], limit: usize) -> Duration {
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn no_one_second_window_exceeds_the_limit_whatever_the_burst() {
     // A burst of 5 is paid for out of the steady rate: 4 + 16 per second.
     let (base, arrivals) = timed_server().await;
@@ -611,11 +626,12 @@ async fn no_one_second_window_exceeds_the_limit_whatever_the_burst() {
     let arrivals = arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 45);
     // The first 5 went at once (the burst)...
-    assert!(arrivals[4] - arrivals[0] < Duration::from_millis(40));
+    assert_eq!(arrivals[4], arrivals[0]);
+    assert!(arrivals[5] > arrivals[4]);
     // ...yet 21 requests always span a full second (the old limiter, a
     // burst on top of the rate, let 21 through in 0.8 s).
     let span = tightest(&arrivals, 20);
-    assert!(span >= Duration::from_millis(985), "{span:?}");
+    assert!(span >= Duration::from_secs(1), "{span:?}");
 
     // Headroom: 10% of 20 unused, so 21 requests span 20/18 s.
     let (base, arrivals) = timed_server().await;
@@ -627,12 +643,14 @@ async fn no_one_second_window_exceeds_the_limit_whatever_the_burst() {
     let c = client(policy);
     flood(&c, &format!("{base}/v1/charges/ch_1"), 25).await;
     let span = tightest(&arrivals.lock().unwrap(), 20);
-    assert!(span >= Duration::from_millis(1090), "{span:?}");
+    // 20/18 s, to the millisecond the paused clock wakes on.
+    let exact = Duration::from_secs(20).div_f64(18.0);
+    assert!(span >= exact - Duration::from_millis(1), "{span:?}");
 }
 
 const RATE_LIMITED: &str = r#"{"error":{"code":"rate_limit","message":"Too many requests","type":"invalid_request_error"}}"#;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_storm_of_429s_then_success_completes_past_the_attempt_cap() {
     let (base, count) = serve(|n, _| {
         if n < 40 {
@@ -654,7 +672,7 @@ async fn a_storm_of_429s_then_success_completes_past_the_attempt_cap() {
     assert_eq!((stats.throttled, stats.retries), (40, 40));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limit_patience_exceeded_fails_naming_the_setting() {
     let (base, count) =
         serve(|_, _| reply(429, RATE_LIMITED).header("Request-Id", "req_429")).await;
@@ -666,8 +684,10 @@ async fn rate_limit_patience_exceeded_fails_naming_the_setting() {
         .await
         .unwrap_err();
     let took = started.elapsed();
+    // On the paused clock: the last wait ends 1 ms past the deadline, the
+    // permit takes at most another (1000/s), then the 429 ends the call.
     assert!(
-        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(400) && took <= Duration::from_millis(402),
         "{took:?}"
     );
     let HttpError::RateLimited { attempts, last, .. } = &e else {
@@ -688,7 +708,7 @@ async fn rate_limit_patience_exceeded_fails_naming_the_setting() {
     assert!(text.contains("rate_limit_patience"), "{text}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retry_after_holds_every_clone() {
     let (base, arrivals) = {
         let arrivals = Arc::new(Mutex::new(Vec::new()));
@@ -718,11 +738,11 @@ async fn retry_after_holds_every_clone() {
     let arrivals = arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 3);
     for later in &arrivals[1..] {
-        assert!(*later - arrivals[0] >= Duration::from_millis(950));
+        assert!(*later - arrivals[0] >= Duration::from_secs(1));
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn aimd_pace_drops_after_a_429_and_recovers_with_successes() {
     let (base, _) = serve(|n, _| {
         if n == 0 {
@@ -833,7 +853,7 @@ fn near_a_limit_shared_with_others_probing_is_slow() {
     assert!(last > 14.0 && last <= 23.5, "{last}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_fixed_window_shared_with_others_is_used_without_a_storm_of_429s() {
     // Windows of 200 ms, each allowing 10 of ours (others spend the
     // other half of 20); the client is configured at 20 per 200 ms.
@@ -895,8 +915,8 @@ async fn a_fixed_window_shared_with_others_is_used_without_a_storm_of_429s() {
     assert!(c.current_rate() < 11.0, "{}", c.current_rate());
 }
 
-#[test]
-fn one_cut_per_round_and_never_below_what_was_served() {
+#[tokio::test(start_paused = true)]
+async fn one_cut_per_round_and_never_below_what_was_served() {
     let mut policy = HttpPolicy::new(25);
     policy.headroom_percent = 4;
     policy.interval = Duration::from_millis(30);
@@ -906,12 +926,14 @@ fn one_cut_per_round_and_never_below_what_was_served() {
         l.served();
     }
     let before = Instant::now();
+    // The cut comes a millisecond after `before` was sent.
+    tokio::time::advance(Duration::from_millis(1)).await;
     // 20 served in the last interval: 95% of that fits, more than half.
     let cut = l.throttled(Some(before), None).unwrap();
     assert!((19.0..19.1).contains(&cut), "{cut}");
     // Another 429 of a request sent before the cut: no second cut, even
     // an interval later.
-    std::thread::sleep(Duration::from_millis(35));
+    tokio::time::advance(Duration::from_millis(35)).await;
     assert_eq!(l.throttled(Some(before), None), None);
     // A request sent after it, but within an interval of the cut: none.
     let cut_at = l.lock().last_cut.unwrap();
@@ -925,7 +947,7 @@ fn one_cut_per_round_and_never_below_what_was_served() {
     assert!(cut_at < sent);
     // An interval later: cut again, to 95% of the 19 (the pace now,
     // below the 20 served).
-    std::thread::sleep(Duration::from_millis(35));
+    tokio::time::advance(Duration::from_millis(35)).await;
     l.lock()
         .served
         .extend(std::iter::repeat_n(Instant::now(), 20));
@@ -933,13 +955,13 @@ fn one_cut_per_round_and_never_below_what_was_served() {
     assert!((18.05..18.1).contains(&again), "{again}");
     // Never below 5% of the configured pace.
     for _ in 0..60 {
-        std::thread::sleep(Duration::from_millis(31));
+        tokio::time::advance(Duration::from_millis(31)).await;
         l.throttled(Some(Instant::now()), None);
     }
     assert!((l.lock().rate - 1.2).abs() < 1e-9, "{}", l.lock().rate);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slow_down_and_provider_reports_hold_every_clone() {
     let (base, arrivals) = timed_server().await;
     let c = client(fast(3));
@@ -948,19 +970,19 @@ async fn slow_down_and_provider_reports_hold_every_clone() {
     c.clone().slow_down(Some(Duration::from_millis(400)));
     assert!(c.current_rate() <= 500.0);
     c.get_json::<Charge>(&url, &[]).await.unwrap();
-    assert!(arrivals.lock().unwrap()[0] - started >= Duration::from_millis(390));
+    assert!(arrivals.lock().unwrap()[0] - started >= Duration::from_millis(400));
 
     let started = Instant::now();
     c.report_remaining(0, Duration::from_millis(300));
     c.get_json::<Charge>(&url, &[]).await.unwrap();
-    assert!(arrivals.lock().unwrap()[1] - started >= Duration::from_millis(290));
+    assert!(arrivals.lock().unwrap()[1] - started >= Duration::from_millis(300));
 
     // 2 left in 1 s: paced at 2 per second until the window ends.
     c.report_remaining(2, Duration::from_secs(1));
     assert_eq!(c.current_rate(), 2.0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn limit_headers_pause_when_the_window_is_spent() {
     let (base, _) = serve(|n, _| {
         let r = reply(200, CHARGE).header("X-Interval-Ms", "500");
@@ -981,10 +1003,10 @@ async fn limit_headers_pause_when_the_window_is_spent() {
     c.get_json::<Charge>(&url, &[]).await.unwrap();
     let started = Instant::now();
     c.get_json::<Charge>(&url, &[]).await.unwrap();
+    let took = started.elapsed();
     assert!(
-        started.elapsed() >= Duration::from_millis(450),
-        "{:?}",
-        started.elapsed()
+        took >= Duration::from_millis(500) && took <= Duration::from_millis(502),
+        "{took:?}"
     );
     // 50 left in 500 ms = 100 per second: the pace is capped there.
     assert_eq!(c.current_rate(), 100.0);
@@ -1011,7 +1033,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn secrets_never_show() {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
@@ -1112,7 +1134,7 @@ const ARRAY: Provider = Provider {
     ..Provider::new("Arrays", "X-Request-Id")
 };
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn error_bodies_are_read_by_the_providers_hook() {
     let (base, count) = serve(|n, _| match n {
         0 => reply(503, r#"[{"errorCode":"BUSY","message":"try later"}]"#),
@@ -1215,7 +1237,7 @@ async fn session_server(
     (base, count, auths)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_expired_token_is_refreshed_once_and_the_request_retried() {
     let valid = Arc::new(Mutex::new(token(2)));
     let (base, count, auths) = session_server(valid.clone()).await;
@@ -1275,7 +1297,7 @@ async fn an_expired_token_is_refreshed_once_and_the_request_retried() {
     assert!(with(2) <= 8);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refresh_that_does_not_help_is_tried_once() {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
@@ -1332,7 +1354,7 @@ async fn a_refresh_that_does_not_help_is_tried_once() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_refresh_is_the_error() {
     let (base, count, _) = session_server(Arc::new(Mutex::new(String::new()))).await;
     let tokens = Tokens {
@@ -1352,7 +1374,7 @@ async fn a_failed_refresh_is_the_error() {
     assert_eq!((count.load(Ordering::SeqCst), tokens.fetched()), (1, 2));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_static_key_is_not_refreshed() {
     let (base, count, auths) = session_server(Arc::new(Mutex::new(String::new()))).await;
     let c = HttpClient::with_auth(
@@ -1542,7 +1564,7 @@ fn policy_defaults_and_bad_settings() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn endpoint_has_no_query_or_credentials() {
     let c = client(fast(1));
     let e = c.get_json::<Charge>("not a url", &[]).await.unwrap_err();
@@ -1562,4 +1584,225 @@ async fn endpoint_has_no_query_or_credentials() {
     assert!(!text.contains("hunter22"), "{text}");
     assert!(text.contains("GET /v1/x"), "{text}");
     assert!(text.contains("connection failed"), "{text}");
+}
+
+const THROTTLED: &str = r#"{"errors":[{"message":"Throttled","extensions":{"code":"THROTTLED"}}]}"#;
+
+/// A hint reading `THROTTLED` in any answer as "wait `wait`".
+fn throttled_hint(wait: Duration) -> impl Fn(u16, &[u8]) -> Option<Throttle> + Send + Sync {
+    move |_, body| {
+        String::from_utf8_lossy(body)
+            .contains("THROTTLED")
+            .then(|| Throttle {
+                wait: Some(wait),
+                code: "THROTTLED".into(),
+                shared_window: false,
+            })
+    }
+}
+
+fn hinted_client(name: &'static str, policy: HttpPolicy, wait: Duration) -> HttpClient {
+    HttpClient::new(Provider::new(name, "Request-Id"), policy, vec![], vec![])
+        .unwrap()
+        .with_throttle_hint(throttled_hint(wait))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_hint_in_a_200_is_retried_as_slow_down_with_its_wait_and_counts() {
+    let (base, count) = serve(|n, _| {
+        if n < 2 {
+            reply(200, THROTTLED)
+        } else {
+            reply(200, CHARGE)
+        }
+    })
+    .await;
+    // 3 attempts for failures: "slow down" answers are not failures.
+    let c = hinted_client("HintedOk", fast(1), Duration::from_millis(500));
+    let before = traffic();
+    let started = Instant::now();
+    let (charge, _): (Charge, _) = c
+        .get_json(&format!("{base}/v1/graphql"), &[])
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(charge.id, "ch_1");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    let stats = c.stats();
+    assert_eq!((stats.throttled, stats.retries), (2, 2));
+    // Two waits of the hinted 500 ms (the backoff's jitter is under it).
+    assert!(
+        took >= Duration::from_secs(1) && took <= Duration::from_millis(1004),
+        "{took:?}"
+    );
+    // Counted as "slow down" signals of the provider, and the pace cut.
+    let after = traffic();
+    let signals = |t: &Traffic| t.rate_limited.get("HintedOk").copied().unwrap_or(0);
+    assert_eq!(signals(&after) - signals(&before), 2);
+    assert!(c.current_rate() < 1000.0, "{}", c.current_rate());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hinted_wait_past_the_patience_fails_at_once_naming_the_setting() {
+    let (base, count) = serve(|_, _| reply(200, THROTTLED)).await;
+    let c = hinted_client("HintedLong", fast(3), Duration::from_secs(60));
+    let started = Instant::now();
+    let e = c
+        .get_json::<Charge>(&format!("{base}/v1/graphql"), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    let HttpError::RateLimited { attempts, last, .. } = &e else {
+        panic!("expected RateLimited, got {e:?}")
+    };
+    assert_eq!((*attempts, last.as_str()), (1, "THROTTLED"));
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    assert!(e.to_string().contains("rate_limit_patience"), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_final_body_is_not_read_by_the_throttle_hint() {
+    const FINAL: Provider = Provider {
+        error_body: |_| {
+            Some(ProviderError {
+                is_final: true,
+                ..ProviderError::default()
+            })
+        },
+        ..Provider::new("HintedFinal", "Request-Id")
+    };
+    let (base, count) = serve(|_, _| reply(429, THROTTLED)).await;
+    let c = HttpClient::new(FINAL, fast(3), vec![], vec![])
+        .unwrap()
+        .with_throttle_hint(throttled_hint(Duration::from_millis(10)));
+    let e = c
+        .get_json::<Charge>(&format!("{base}/v1/graphql"), &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, HttpError::Status { status: 429, .. }), "{e:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_spent_by_others_holds_every_limiter_without_cutting_the_pace() {
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    let (base, _) = serve(move |n, req| {
+        seen.lock().unwrap().push((req.uri.clone(), Instant::now()));
+        if n == 0 {
+            reply(429, r#"{"policyName":"TEN_SECONDLY_ROLLING"}"#)
+        } else {
+            reply(200, CHARGE)
+        }
+    })
+    .await;
+    let general = client(fast(3));
+    let search = client(fast(3))
+        .also_limited_by(&general)
+        .with_throttle_hint(|status, body| {
+            (status == 429 && String::from_utf8_lossy(body).contains("TEN_SECONDLY")).then(|| {
+                Throttle {
+                    wait: Some(Duration::from_millis(300)),
+                    code: "429 TEN_SECONDLY_ROLLING".into(),
+                    shared_window: true,
+                }
+            })
+        });
+    let started = Instant::now();
+    let searching = {
+        let (search, url) = (search.clone(), format!("{base}/search"));
+        tokio::spawn(async move { search.get_json::<Charge>(&url, &[]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The general client never saw the 429, yet waits out the window.
+    general
+        .get_json::<Charge>(&format!("{base}/general"), &[])
+        .await
+        .unwrap();
+    searching.await.unwrap().unwrap();
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 3, "{arrivals:?}");
+    for (uri, at) in &arrivals[1..] {
+        assert!(*at - started >= Duration::from_millis(300), "{uri}");
+    }
+    // Not this client's pace that was refused: neither is cut.
+    assert_eq!(search.current_rate(), 1000.0);
+    assert_eq!(general.current_rate(), 1000.0);
+    assert_eq!(search.stats().throttled, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_body_cut_short_is_asked_for_again_and_continues_where_it_broke() {
+    let (base, count) = raw_server(|n| {
+        Some(if n == 0 {
+            "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n0123456789"
+        } else {
+            "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n0123456789abcdefghij"
+        })
+    })
+    .await;
+    let c = client(fast(3));
+    let mut body = c
+        .get_stream(&format!("{base}/bulk/result.jsonl"))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.chunk().await.unwrap() {
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(String::from_utf8(got).unwrap(), "0123456789abcdefghij");
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    assert_eq!((c.stats().requests, c.stats().retries), (2, 1));
+    assert!(!format!("{body:?}").contains(&base), "{body:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_body_that_keeps_breaking_off_exhausts_the_attempts() {
+    let (base, count) = raw_server(|_| {
+        Some("HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n01234")
+    })
+    .await;
+    let c = client(fast(3));
+    let mut body = c
+        .get_stream(&format!("{base}/bulk/result.jsonl"))
+        .await
+        .unwrap();
+    let e = loop {
+        match body.chunk().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a cut body must not end quietly"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, HttpError::RetriesExhausted { attempts: 3, .. }),
+        "{e:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    assert!(
+        e.to_string()
+            .starts_with("Stripe GET /bulk/result.jsonl failed after 3 attempts"),
+        "{e}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_call_retries_server_errors_like_any_call() {
+    let (base, count) = serve(|n, _| {
+        if n == 0 {
+            reply(503, "")
+        } else {
+            reply(200, "{\"a\":1}\n{\"a\":2}\n")
+        }
+    })
+    .await;
+    let c = client(fast(3));
+    let mut body = c.get_stream(&format!("{base}/bulk")).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.chunk().await.unwrap() {
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, b"{\"a\":1}\n{\"a\":2}\n");
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    assert_eq!(c.stats().server_errors, 1);
 }
