@@ -110,6 +110,11 @@ pub struct Story {
     pub webhook: Option<DeliveryRow>,
 }
 
+/// ` by run ID`, when the run is known.
+fn by_run(run: Option<&str>) -> String {
+    run.map(|r| format!(" by run {r}")).unwrap_or_default()
+}
+
 /// The runs of an ID's records, by run id: their places in `runs`.
 type RunIndex<'a> = HashMap<&'a str, usize>;
 
@@ -356,9 +361,7 @@ impl Story {
                 out,
                 "first seen  {}{}, as {class}",
                 format_timestamp(*at),
-                run.as_ref()
-                    .map(|r| format!(" by run {r}"))
-                    .unwrap_or_default()
+                by_run(run.as_deref())
             );
         }
         self.render_runs(&mut out);
@@ -368,9 +371,7 @@ impl Story {
                 out,
                 "resolved    {} ({class}){}",
                 format_timestamp(*at),
-                by.as_ref()
-                    .map(|b| format!(" by run {b}"))
-                    .unwrap_or_default()
+                by_run(by.as_deref())
             );
         }
         if self.open.is_empty() {
