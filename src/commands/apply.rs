@@ -436,12 +436,7 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         .filter(|i| i.action == Action::Insert)
         .map(|i| i.record.key.clone())
         .collect();
-    let present: HashSet<String> = target
-        .lookup(&insert_keys)
-        .await?
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let present = present_keys(target.as_ref(), &insert_keys).await?;
     let (skipped, todo): (Vec<&Item>, Vec<&Item>) = items
         .iter()
         .partition(|i| i.action == Action::Insert && present.contains(&i.record.key));
@@ -540,12 +535,7 @@ async fn write_webhook(
     let target = plan.job.job.target.connector().build_source(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
     let keys: Vec<String> = prepared.iter().map(|p| p.external_id.clone()).collect();
-    let present: HashSet<String> = target
-        .lookup(&keys)
-        .await?
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let present = present_keys(target.as_ref(), &keys).await?;
     let (skipped, todo): (Vec<Prepared>, Vec<Prepared>) = prepared
         .into_iter()
         .partition(|p| present.contains(&p.external_id));
@@ -633,6 +623,12 @@ fn planned_request(
         );
     }
     Ok(p)
+}
+
+/// The keys of `keys` the target holds now.
+async fn present_keys(target: &dyn recon_core::Source, keys: &[String]) -> Result<HashSet<String>> {
+    let found = target.lookup(keys).await?;
+    Ok(found.into_iter().map(|r| r.key).collect())
 }
 
 /// `backfill.csv` rows of inserts skipped because the target holds their
