@@ -38,6 +38,7 @@ use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::summary::{Class, RunFields, RunSummary, Webhook, WindowText};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
 use crate::state::{PlanRecord, StateStore};
+use crate::webhook::Prepared;
 use crate::Status;
 
 /// A plan file as read: its lines and the digest of its bytes.
@@ -448,12 +449,7 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         .filter(|i| i.action == Action::Insert)
         .map(|i| i.record.key.clone())
         .collect();
-    let present: HashSet<String> = target
-        .lookup(&insert_keys)
-        .await?
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let present = present_keys(target.as_ref(), &insert_keys).await?;
     let (skipped, todo): (Vec<&Item>, Vec<&Item>) = items
         .iter()
         .partition(|i| i.action == Action::Insert && present.contains(&i.record.key));
@@ -467,15 +463,7 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         apply(ledger, target.as_ref(), &work, None).await?
     };
     let done = crate::pipeline::finish::backfill_rows(&work, &outcomes);
-    let mut rows: Vec<BackfillRow> = skipped
-        .iter()
-        .map(|i| BackfillRow {
-            key: i.record.key.clone(),
-            action: Action::Insert,
-            outcome: BackfillOutcome::Skipped,
-            error: "already present in the target".into(),
-        })
-        .collect();
+    let mut rows = skipped_rows(skipped.iter().map(|i| &i.record.key));
     rows.extend(done.rows);
     let written = Written {
         rows,
@@ -551,54 +539,8 @@ async fn write_webhook(
     ledger: &Ledger<'_>,
     items: &[Item],
 ) -> Result<Written> {
-    use crate::webhook::{idempotency_key, identity, Prepared, IDEMPOTENCY_HEADER};
     let job = &plan.job.name;
-    let url = crate::webhook::shown_url(wh.url.expose());
-    let digest = crate::webhook::url_digest(wh.url.expose());
-    let mut prepared = Vec::with_capacity(items.len());
-    for i in items {
-        let key = &i.record.key;
-        let Some(req) = &i.webhook else {
-            bail!(
-                "the plan's line of `{key}` holds no webhook request: it was made while job `{job}` backfilled \
-                 through its target, and the job now has backfill.via = \"webhook\"; make the plan again with \
-                 `recon run --dry-run`"
-            );
-        };
-        if req.url != url || req.url_sha256 != digest {
-            bail!(
-                "the plan sends to {} (URL sha256 {}) but job `{job}` now has backfill.webhook.url = {url} \
-                 (sha256 {}), another endpoint; make the plan again with `recon run --dry-run`",
-                req.url,
-                if req.url_sha256.is_empty() { "not recorded" } else { &req.url_sha256[..req.url_sha256.len().min(12)] },
-                &digest[..12]
-            );
-        }
-        let idem = idempotency_key(job, key, &identity(&i.record, plan.time_field));
-        if req.headers.get(IDEMPOTENCY_HEADER) != Some(&idem) {
-            bail!(
-                "the plan's line of `{key}` carries another {IDEMPOTENCY_HEADER} than its record derives \
-                 ({idem}); make the plan again with `recon run --dry-run`"
-            );
-        }
-        let p = Prepared {
-            external_id: key.clone(),
-            key: idem,
-            body: req.body.to_string(),
-        };
-        // The whole request as the config would send it now (secrets masked
-        // alike) must be the planned one: a header, the signing or the
-        // envelope changed since the dry run is refused, not sent silently.
-        let differences = request_differences(wh, req, &wh.plan_request(&p));
-        if !differences.is_empty() {
-            bail!(
-                "the plan's request of `{key}` is not what job `{job}` would send now: {}; make the plan \
-                 again with `recon run --dry-run` (or restore the settings the plan was made with)",
-                differences.join("; ")
-            );
-        }
-        prepared.push(p);
-    }
+    let prepared = planned_requests(plan, wh, items)?;
     let cx = BuildContext {
         schema: &plan.spec.schema,
         time_field: plan.time_field,
@@ -606,12 +548,7 @@ async fn write_webhook(
     let target = plan.job.job.target.connector().build_source(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
     let keys: Vec<String> = prepared.iter().map(|p| p.external_id.clone()).collect();
-    let present: HashSet<String> = target
-        .lookup(&keys)
-        .await?
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let present = present_keys(target.as_ref(), &keys).await?;
     let (skipped, todo): (Vec<Prepared>, Vec<Prepared>) = prepared
         .into_iter()
         .partition(|p| present.contains(&p.external_id));
@@ -621,15 +558,7 @@ async fn write_webhook(
     )
     .await?;
     println!("{}", delivered.render());
-    let mut rows: Vec<BackfillRow> = skipped
-        .iter()
-        .map(|p| BackfillRow {
-            key: p.external_id.clone(),
-            action: Action::Insert,
-            outcome: BackfillOutcome::Skipped,
-            error: "already present in the target".into(),
-        })
-        .collect();
+    let mut rows = skipped_rows(skipped.iter().map(|p| &p.external_id));
     rows.extend(delivered.rows.iter().cloned());
     Ok(Written {
         rows,
@@ -638,4 +567,91 @@ async fn write_webhook(
         failed: delivered.failed,
         webhook: Some(delivered.summary()),
     })
+}
+
+/// The plan's requests, each checked against what the config would send
+/// now (endpoint, idempotency key, headers, envelope).
+fn planned_requests(
+    plan: &RunPlan,
+    wh: &crate::webhook::Webhook,
+    items: &[Item],
+) -> Result<Vec<Prepared>> {
+    let url = crate::webhook::shown_url(wh.url.expose());
+    let digest = crate::webhook::url_digest(wh.url.expose());
+    items
+        .iter()
+        .map(|i| planned_request(plan, wh, i, &url, &digest))
+        .collect()
+}
+
+/// One item's planned request, refused when the config would not send it
+/// as planned.
+fn planned_request(
+    plan: &RunPlan,
+    wh: &crate::webhook::Webhook,
+    i: &Item,
+    url: &str,
+    digest: &str,
+) -> Result<Prepared> {
+    use crate::webhook::{idempotency_key, identity, IDEMPOTENCY_HEADER};
+    let job = &plan.job.name;
+    let key = &i.record.key;
+    let Some(req) = &i.webhook else {
+        bail!(
+            "the plan's line of `{key}` holds no webhook request: it was made while job `{job}` backfilled \
+             through its target, and the job now has backfill.via = \"webhook\"; make the plan again with \
+             `recon run --dry-run`"
+        );
+    };
+    if req.url != url || req.url_sha256 != digest {
+        bail!(
+            "the plan sends to {} (URL sha256 {}) but job `{job}` now has backfill.webhook.url = {url} \
+             (sha256 {}), another endpoint; make the plan again with `recon run --dry-run`",
+            req.url,
+            if req.url_sha256.is_empty() { "not recorded" } else { &req.url_sha256[..req.url_sha256.len().min(12)] },
+            &digest[..12]
+        );
+    }
+    let idem = idempotency_key(job, key, &identity(&i.record, plan.time_field));
+    if req.headers.get(IDEMPOTENCY_HEADER) != Some(&idem) {
+        bail!(
+            "the plan's line of `{key}` carries another {IDEMPOTENCY_HEADER} than its record derives \
+             ({idem}); make the plan again with `recon run --dry-run`"
+        );
+    }
+    let p = Prepared {
+        external_id: key.clone(),
+        key: idem,
+        body: req.body.to_string(),
+    };
+    // The whole request as the config would send it now (secrets masked
+    // alike) must be the planned one: a header, the signing or the
+    // envelope changed since the dry run is refused, not sent silently.
+    let differences = request_differences(wh, req, &wh.plan_request(&p));
+    if !differences.is_empty() {
+        bail!(
+            "the plan's request of `{key}` is not what job `{job}` would send now: {}; make the plan \
+             again with `recon run --dry-run` (or restore the settings the plan was made with)",
+            differences.join("; ")
+        );
+    }
+    Ok(p)
+}
+
+/// The keys of `keys` the target holds now.
+async fn present_keys(target: &dyn recon_core::Source, keys: &[String]) -> Result<HashSet<String>> {
+    let found = target.lookup(keys).await?;
+    Ok(found.into_iter().map(|r| r.key).collect())
+}
+
+/// `backfill.csv` rows of inserts skipped because the target holds their
+/// key now.
+fn skipped_rows<'a>(keys: impl Iterator<Item = &'a String>) -> Vec<BackfillRow> {
+    keys.map(|key| BackfillRow {
+        key: key.clone(),
+        action: Action::Insert,
+        outcome: BackfillOutcome::Skipped,
+        error: "already present in the target".into(),
+    })
+    .collect()
 }

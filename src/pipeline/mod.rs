@@ -15,7 +15,9 @@
 //! | report | [`finish`] | everything → report folder, status |
 //!
 //! `recon run` is [`execute`]; `recon apply` reuses connect, apply and
-//! report.
+//! report. Both run under [`locked_run`] (lock, start, record, release);
+//! the backfill's batches and the webhook deliveries are written by
+//! [`writer`] (N in flight, one ledger commit per drained chunk).
 
 pub mod backfill;
 pub mod feed;

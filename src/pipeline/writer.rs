@@ -406,6 +406,16 @@ mod tests {
         assert_eq!(report.items, done.len());
     }
 
+    /// Runs `fake`, which must stop with exactly units `0..started` started,
+    /// each recorded once.
+    async fn stops_after(fake: &Fake, options: Options, started: usize) -> Report<Fake> {
+        let report = run(fake, options).await.unwrap();
+        assert!(!report.complete());
+        assert_eq!(fake.started(), (0..started).collect::<Vec<_>>());
+        recorded_once_each(fake, &report);
+        report
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_outcomes_of_every_finished_unit_are_committed() {
         let fake = Fake::new(25);
@@ -451,21 +461,17 @@ mod tests {
     async fn a_lost_lock_starts_nothing_more_and_records_what_was_in_flight() {
         let mut fake = Fake::new(20);
         fake.lock_lost_at_check = Some(6);
-        let report = run(&fake, each_unit(2)).await.unwrap();
-        assert!(report.lock_lost && !report.complete());
-        assert_eq!(fake.started(), (0..5).collect::<Vec<_>>());
+        let report = stops_after(&fake, each_unit(2), 5).await;
+        assert!(report.lock_lost);
         assert_eq!(fake.lock_checks.get(), 6);
-        recorded_once_each(&fake, &report);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stop_request_starts_nothing_more_and_records_what_was_in_flight() {
         let mut fake = Fake::new(20);
         fake.interrupt_after = Some(4);
-        let report = run(&fake, each_unit(3)).await.unwrap();
+        let report = stops_after(&fake, each_unit(3), 4).await;
         assert!(report.interrupted && !report.lock_lost);
-        assert_eq!(fake.started(), (0..4).collect::<Vec<_>>());
-        recorded_once_each(&fake, &report);
     }
 
     #[tokio::test(start_paused = true)]
@@ -510,10 +516,8 @@ mod tests {
         let mut fake = Fake::new(10);
         fake.took = Some(Duration::from_millis(500));
         fake.lock_lost_at_check = Some(2);
-        let report = run(&fake, options).await.unwrap();
+        let report = stops_after(&fake, options, 8).await;
         assert!(report.lock_lost);
-        assert_eq!(fake.started(), (0..8).collect::<Vec<_>>());
-        recorded_once_each(&fake, &report);
     }
 
     #[tokio::test(start_paused = true)]
