@@ -351,16 +351,13 @@ async fn write_and_report(
     write_backfill_csv(&mut dir, &rows)?;
     // Acknowledged by the webhook endpoint but not in the target: the
     // handler is broken, a discrepancy as `recon run` says.
-    let not_created = webhook
-        .as_ref()
-        .and_then(|w| w["delivered_not_created"].as_u64())
-        .unwrap_or(0);
+    let webhook: Option<Webhook> = webhook.map(serde_json::from_value).transpose()?;
+    let not_created = webhook.as_ref().map_or(0, |w| w.delivered_not_created);
     let status = if failed > 0 || not_created > 0 {
         Status::Discrepancies
     } else {
         Status::Clean
     };
-    let webhook: Option<Webhook> = webhook.map(serde_json::from_value).transpose()?;
     let counts = [
         (Class::Planned, items.len() as u64),
         (Class::Skipped, skipped as u64),
