@@ -352,45 +352,20 @@ async fn write_and_report(
     write_backfill_csv(&mut dir, &rows)?;
     // Acknowledged by the webhook endpoint but not in the target: the
     // handler is broken, a discrepancy as `recon run` says.
-    let not_created = webhook
-        .as_ref()
-        .and_then(|w| w["delivered_not_created"].as_u64())
-        .unwrap_or(0);
+    let webhook: Option<Webhook> = webhook.map(serde_json::from_value).transpose()?;
+    let not_created = webhook.as_ref().map_or(0, |w| w.delivered_not_created);
     let status = if failed > 0 || not_created > 0 {
         Status::Discrepancies
     } else {
         Status::Clean
     };
-    let webhook: Option<Webhook> = webhook.map(serde_json::from_value).transpose()?;
-    let mut summary = RunSummary::default();
-    for (class, n) in [
+    let counts = [
         (Class::Planned, items.len() as u64),
         (Class::Skipped, skipped as u64),
         (Class::Backfilled, done),
         (Class::BackfillFailed, failed),
-    ] {
-        summary.counts.set(class, n);
-    }
-    if let Some(w) = &webhook {
-        summary
-            .counts
-            .set(Class::DeliveredNotCreated, w.delivered_not_created);
-    }
-    summary.run = RunFields {
-        job: job.clone(),
-        run_id: Some(run_id.to_string()),
-        plan: Some(file.path.display().to_string()),
-        plan_id: Some(head.plan_id.clone()),
-        plan_sha256: Some(file.sha256.clone()),
-        window: Some(WindowText {
-            start: format_timestamp(head.window.start),
-            end: format_timestamp(head.window.end),
-        }),
-        exit_status: Some(status.code()),
-        webhook,
-        ..RunFields::default()
-    };
-    summary.count_backfill(&rows);
+    ];
+    let mut summary = apply_summary(run_id, file, head, counts, webhook, status, &rows);
     crate::report::write_summary(&mut dir, &summary)?;
     // report.html too: the apply's outcomes, charted with the job's runs.
     let schema = &plan.spec.schema;
@@ -414,6 +389,42 @@ async fn write_and_report(
         summary,
         report: path,
     })
+}
+
+/// The summary.json of an apply.
+fn apply_summary(
+    run_id: &str,
+    file: &PlanFile,
+    head: &Header,
+    counts: [(Class, u64); 4],
+    webhook: Option<Webhook>,
+    status: Status,
+    rows: &[BackfillRow],
+) -> RunSummary {
+    let mut summary = RunSummary::default();
+    for (class, n) in counts {
+        summary.counts.set(class, n);
+    }
+    if let Some(w) = &webhook {
+        let n = w.delivered_not_created;
+        summary.counts.set(Class::DeliveredNotCreated, n);
+    }
+    summary.run = RunFields {
+        job: head.job.clone(),
+        run_id: Some(run_id.to_string()),
+        plan: Some(file.path.display().to_string()),
+        plan_id: Some(head.plan_id.clone()),
+        plan_sha256: Some(file.sha256.clone()),
+        window: Some(WindowText {
+            start: format_timestamp(head.window.start),
+            end: format_timestamp(head.window.end),
+        }),
+        exit_status: Some(status.code()),
+        webhook,
+        ..RunFields::default()
+    };
+    summary.count_backfill(rows);
+    summary
 }
 
 /// What writing a plan's items did.
