@@ -305,12 +305,14 @@ impl Outcome {
             Ok(f) => (Some(f.summary.clone()), Some(f.report.clone())),
             Err(_) => (None, None),
         };
+        // A finished run names itself; the note is for one that failed.
+        let run_id = summary.as_ref().and_then(|s| s.run.run_id.clone());
         let window = note
             .window
             .map(|w| (format_timestamp(w.start), format_timestamp(w.end)));
         Outcome {
             job: note.job.or_else(|| settings.job.clone()),
-            run_id: note.run_id,
+            run_id: run_id.or(note.run_id),
             status,
             exit_status,
             error,
