@@ -3,15 +3,15 @@
 //!
 //! | stage | module | in → out |
 //! |---|---|---|
-//! | plan | [`job`] | args + config → [`RunPlan`] |
+//! | plan | [`RunPlan::from_args`] | args + config → [`RunPlan`] |
 //! | connect | [`read::Sides::build`] | settings → source, target |
 //! | read + diff | [`read::read_and_diff`] | both sides → `DiffOutcome` |
 //! | unplaced | [`read::unplaced_records`] | what the reads met in no window → rows |
 //! | confirm edges | [`read::confirm_edges`] | outcome → outcome, dismissed |
-//! | pending | [`pending`] | outcome → outcome, young records |
+//! | pending | `pending` | outcome → outcome, young records |
 //! | plan items | [`backfill::plan_items`] | outcome → items |
 //! | guard | [`backfill::guard`] | items → write or stop |
-//! | history ∥ apply | [`history::update`], [`backfill::apply`] | → delta, outcomes |
+//! | history ∥ apply | [`history::update_while_applying`], [`backfill::apply`] | → delta, outcomes |
 //! | report | [`finish`] | everything → report folder, status |
 //!
 //! `recon run` is [`execute`]; `recon apply` reuses connect, apply and
