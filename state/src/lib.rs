@@ -30,7 +30,7 @@
 //! Every instant is stored as fixed-width RFC 3339 UTC text with nanoseconds
 //! (`2026-11-28T00:00:00.000000000Z`): exact, readable in any SQL client, and
 //! ordered when compared as text. The schema is created and upgraded by the
-//! sqlx migrations in `migrations/state/` (see `migrate`).
+//! sqlx migrations in `state/migrations/` (see `migrate`).
 
 mod lock;
 mod migrate;

@@ -1084,7 +1084,8 @@ fn migrations_are_paired_named_and_transactional() {
     // Every migration released before sqlx took over, plus what came since.
     assert!(migrate::latest(Backend::Sqlite) >= migrate::STEPS.len() as i64);
     for backend in [Backend::Sqlite, Backend::Postgres] {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        // Folders and files are named relative to the repository root.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let mut on_disk: Vec<String> = std::fs::read_dir(root.join(migrate::folder(backend)))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

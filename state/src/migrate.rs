@@ -1,12 +1,12 @@
 //! The schema of the state database: sqlx migrations, one folder per
-//! backend (`migrations/state/sqlite/`, `migrations/state/postgres/`),
+//! backend (`state/migrations/sqlite/`, `state/migrations/postgres/`),
 //! embedded at build time by `sqlx::migrate!` and recorded in the store's
 //! `_sqlx_migrations` table with the SHA-384 checksum of each file.
 //!
 //! Adding to the schema: add `NNNN_what_it_does.sql` with the next number
 //! to *both* folders (a step one backend does not need is a file holding
 //! only a comment, so one number names one schema), then rebuild (the
-//! macro embeds the files it found; `touch src/state/migrate.rs` if cargo
+//! macro embeds the files it found; `touch state/src/migrate.rs` if cargo
 //! does not notice the new file). Never edit a released file: the store
 //! remembers its checksum, sqlx refuses to run against a changed one, and
 //! the test `released_migrations_are_unchanged` fails first.
@@ -52,13 +52,13 @@ use super::{stable_hash, Backend, StateError};
 /// The SQLite migrations, without sqlx's lock (see the module docs).
 static SQLITE: Migrator = Migrator {
     locking: false,
-    ..sqlx::migrate!("migrations/state/sqlite")
+    ..sqlx::migrate!("migrations/sqlite")
 };
 
 /// The PostgreSQL migrations, without sqlx's lock (see the module docs).
 static POSTGRES: Migrator = Migrator {
     locking: false,
-    ..sqlx::migrate!("migrations/state/postgres")
+    ..sqlx::migrate!("migrations/postgres")
 };
 
 /// The table in which the old runner listed its steps.
@@ -75,8 +75,8 @@ pub(crate) fn migrator(backend: Backend) -> &'static Migrator {
 /// The folder of `backend`'s migrations, relative to the repository root.
 pub(crate) fn folder(backend: Backend) -> &'static str {
     match backend {
-        Backend::Sqlite => "migrations/state/sqlite",
-        Backend::Postgres => "migrations/state/postgres",
+        Backend::Sqlite => "state/migrations/sqlite",
+        Backend::Postgres => "state/migrations/postgres",
     }
 }
 
