@@ -37,6 +37,7 @@ use crate::pipeline::backfill::{apply, breach, ensure_lock, start_run, under_loc
 use crate::pipeline::RunPlan;
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
+use crate::state::prelude::*;
 use crate::state::{PlanRecord, StateStore};
 use crate::Status;
 

@@ -4,6 +4,7 @@ use anyhow::Result;
 
 use crate::cli::RunsArgs;
 use crate::config;
+use crate::state::ReportReads;
 use crate::state::{RunRow, RunStatus, StateStore};
 use crate::Status;
 

@@ -23,6 +23,7 @@ use jiff::Timestamp;
 use recon_core::{format_timestamp, Secret, Window};
 
 use crate::config::{self, ConfigFile};
+use crate::state::prelude::*;
 use crate::state::{RunStatus, StateStore};
 use crate::Status;
 

@@ -17,6 +17,7 @@ use crate::plan::{Action, PlanLine, PLAN_FILE};
 use crate::report::{
     write_diff_reports, BackfillRow, PlanLines, ReportDir, RunExtras, RunMeta, UnplacedRow,
 };
+use crate::state::prelude::*;
 use crate::state::{DiscrepancyDelta, PlanRecord, RunStatus, StateStore};
 use crate::Status;
 

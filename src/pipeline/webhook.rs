@@ -31,6 +31,7 @@ use super::read::Sides;
 use super::RunPlan;
 use crate::plan::Action;
 use crate::report::{BackfillOutcome, BackfillRow};
+use crate::state::prelude::*;
 use crate::state::webhook::{DeliveryMark, DeliveryStatus, Verified};
 use crate::webhook::{
     body_object, idempotency_key, identity, render_record, PlanRequest, Prepared, Sender, Sent,

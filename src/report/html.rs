@@ -28,6 +28,7 @@ use serde_json::Value as Json;
 
 use super::files::{HISTORY_COLUMNS, ID_COLUMN};
 use super::{neutralise, ReportDir};
+use crate::state::{DiscrepancyHistory, ReportReads};
 use crate::state::{RunRow, RunTotals, StateStore};
 
 /// The page's file name in a run folder.

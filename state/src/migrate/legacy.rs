@@ -6,7 +6,8 @@
 
 use sqlx::{AnyConnection, Connection};
 
-use crate::{normalize_url, Backend};
+use crate::store::normalize_url;
+use crate::Backend;
 
 /// One schema step of the old runner.
 pub(crate) struct Step {
