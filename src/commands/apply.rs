@@ -37,6 +37,7 @@ use crate::pipeline::{locked_run, Finished, RunPlan, Start};
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
 use crate::report::summary::{Class, RunFields, RunSummary, Webhook, WindowText};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
+use crate::state::prelude::*;
 use crate::state::{PlanRecord, StateStore};
 use crate::webhook::Prepared;
 use crate::Status;

@@ -29,6 +29,7 @@ use recon_core::{BuildContext, ConnectorError, Probe, TargetRole};
 use crate::cli::CheckArgs;
 use crate::config::{self, BackfillMode, EndpointConfig};
 use crate::pipeline::RunPlan;
+use crate::state::prelude::*;
 use crate::state::StateStore;
 use crate::Status;
 

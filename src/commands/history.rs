@@ -22,6 +22,7 @@ use serde_json::json;
 use crate::cli::HistoryArgs;
 use crate::config;
 use crate::state::webhook::DeliveryRow;
+use crate::state::ReportReads;
 use crate::state::{Class, IdRecords, ItemRecord, RunStatus, StateStore};
 use crate::Status;
 

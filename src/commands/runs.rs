@@ -5,6 +5,7 @@ use anyhow::Result;
 use crate::cli::RunsArgs;
 use crate::config;
 use crate::report::summary::{Class, Counts};
+use crate::state::ReportReads;
 use crate::state::{RunRow, RunStatus, StateStore};
 use crate::Status;
 

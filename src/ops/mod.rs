@@ -27,6 +27,7 @@ use recon_core::{format_timestamp, Secret, Window};
 use crate::config::{self, ConfigFile};
 use crate::pipeline::Finished;
 use crate::report::{BackfillOutcome, Class, RunSummary};
+use crate::state::prelude::*;
 use crate::state::{RunStatus, StateStore};
 use crate::Status;
 

@@ -10,6 +10,7 @@ use super::{writer, RunPlan};
 use crate::config::BackfillMode;
 use crate::diff::DiffOutcome;
 use crate::plan::Action;
+use crate::state::prelude::*;
 use crate::state::{BatchOutcome, ItemStatus, LedgerBatch, RunLock, StateError, StateStore};
 
 /// How long a SQLite run lock may go without a heartbeat before another

@@ -19,6 +19,7 @@ use crate::report::{
     write_diff_files, write_summary, BackfillRow, PlanLines, ReportDir, RunExtras, RunMeta,
     RunSummary, UnplacedRow,
 };
+use crate::state::prelude::*;
 use crate::state::{DiscrepancyDelta, PlanRecord, RunStatus, StateStore};
 use crate::Status;
 

@@ -39,6 +39,7 @@ pub use job::RunPlan;
 
 use crate::diff::DiffOutcome;
 use crate::report::ReportDir;
+use crate::state::prelude::*;
 use crate::state::{RunStatus, StateStore};
 use crate::Status;
 use backfill::Ledger;

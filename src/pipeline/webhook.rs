@@ -27,6 +27,7 @@ use super::read::Sides;
 use super::{writer, RunPlan};
 use crate::plan::Action;
 use crate::report::{BackfillOutcome, BackfillRow};
+use crate::state::prelude::*;
 use crate::state::webhook::{DeliveryMark, DeliveryRow, DeliveryStatus, Verified};
 use crate::webhook::{
     body_object, idempotency_key, identity, render_record, PlanRequest, Prepared, Sender, Sent,

@@ -24,6 +24,7 @@ use std::path::Path;
 use super::files::{HISTORY_COLUMNS, ID_COLUMN};
 use super::summary::{Class, Counts, RunSummary};
 use super::{neutralise, ReportDir};
+use crate::state::{DiscrepancyHistory, ReportReads};
 use crate::state::{RunRow, RunTotals, StateStore};
 use anyhow::{Context, Result};
 use jiff::Timestamp;
