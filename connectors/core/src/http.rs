@@ -43,11 +43,20 @@
 //!   ([`Provider::error_body`]; [`default_error_body`] reads the common
 //!   shapes) and supplies its credentials ([`Auth`]): a fixed key
 //!   ([`StaticAuth`]) or an access token fetched again after a 401
-//!   ([`RefreshableToken`]), the request then retried once.
+//!   ([`RefreshableToken`]), the request then retried once. A client may
+//!   also read "throttled, wait X" in bodies ([`HttpClient::with_throttle_hint`]:
+//!   Shopify's `THROTTLED` in a 200, HubSpot's search 429 of the account's
+//!   10-second window): such answers are "slow down" answers like 429s, so
+//!   the same classifier, backoff, patience and counts apply.
+//! - **Streamed bodies.** [`HttpClient::get_stream`] hands a 2xx body out
+//!   chunk by chunk (Shopify's bulk results); a body cut short is asked for
+//!   again under the policy and continued where it broke off.
 //! - **Retry budgets.** A 429 means "slow down", not "broken": it is retried
 //!   until the client has made no progress (no successful response on any
-//!   clone) for `rate_limit_patience` (default 15 minutes), then the call
-//!   fails with [`HttpError::RateLimited`], which names the setting. Other
+//!   clone) for `rate_limit_patience` (default 15 minutes), or at once when
+//!   the provider's wait (`Retry-After`, a throttle hint) would pass it;
+//!   then the call fails with [`HttpError::RateLimited`], which names the
+//!   setting. Other
 //!   failures keep a count cap (`max_attempts`) and a cap on the time spent
 //!   waiting between them (`max_total_wait`).
 //! - **Backoff.** `random(0 ..= min(max_backoff, base_backoff * 2^retry))`,

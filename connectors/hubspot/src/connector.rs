@@ -844,3 +844,35 @@ impl Target for HubSpotObjects {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ten_secondly_429_holds_every_request_for_the_interval_seen() {
+        let interval = AtomicU64::new(7_000);
+        let by_policy =
+            br#"{"status":"error","message":"limit","policyName":"TEN_SECONDLY_ROLLING"}"#;
+        let t = ten_secondly(429, by_policy, &interval).unwrap();
+        assert_eq!(t.wait, Some(Duration::from_secs(7)));
+        assert_eq!(t.code, "429 TEN_SECONDLY_ROLLING");
+        assert!(t.shared_window);
+        // HubSpot's documented message names it too.
+        let by_message =
+            br#"{"status":"error","message":"You have reached your ten_secondly_rolling limit."}"#;
+        assert!(ten_secondly(429, by_message, &interval).is_some());
+    }
+
+    #[test]
+    fn other_429s_are_left_to_the_policy() {
+        let interval = AtomicU64::new(10_000);
+        let secondly = br#"{"status":"error","message":"limit","policyName":"SECONDLY"}"#;
+        assert_eq!(ten_secondly(429, secondly, &interval), None);
+        let daily = br#"{"status":"error","message":"limit","policyName":"DAILY"}"#;
+        assert_eq!(ten_secondly(429, daily, &interval), None);
+        let ok = br#"{"policyName":"TEN_SECONDLY_ROLLING"}"#;
+        assert_eq!(ten_secondly(200, ok, &interval), None);
+        assert_eq!(ten_secondly(429, b"not json", &interval), None);
+    }
+}

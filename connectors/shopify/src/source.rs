@@ -924,3 +924,59 @@ impl Source for ShopifySource {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(code: &str, available: f64) -> Vec<u8> {
+        json!({
+            "errors": [{"message": "Throttled", "extensions": {"code": code}}],
+            "extensions": {"cost": {
+                "requestedQueryCost": 752,
+                "throttleStatus": {"maximumAvailable": 2000.0, "currentlyAvailable": available, "restoreRate": 100.0}
+            }}
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_is_read_as_a_wait_for_the_bucket_to_hold_the_cost() {
+        let bucket = Mutex::new(None);
+        let count = AtomicU64::new(0);
+        // 752 points needed, 152 there, 100 restored per second: 6 s.
+        let t = throttled(200, &answer("THROTTLED", 152.0), &bucket, &count).unwrap();
+        assert_eq!(t.wait, Some(Duration::from_secs(6)));
+        assert_eq!(t.code, "THROTTLED");
+        assert!(!t.shared_window);
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        // The bucket was updated from the answer.
+        let level = bucket.lock().unwrap().as_ref().map(|b| b.available);
+        assert_eq!(level, Some(152.0));
+        // Two seconds later, nothing restored: the wait follows the rate
+        // seen (0, so 1% of the nominal), not the nominal 100 points/s.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let t = throttled(200, &answer("THROTTLED", 152.0), &bucket, &count).unwrap();
+        assert_eq!(t.wait, Some(Duration::from_secs(600)));
+        assert_eq!(count.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn other_answers_are_not_throttled() {
+        let bucket = Mutex::new(None);
+        let count = AtomicU64::new(0);
+        // Another error, a 429 (the policy's own), a page of orders.
+        assert_eq!(
+            throttled(200, &answer("MAX_COST_EXCEEDED", 0.0), &bucket, &count),
+            None
+        );
+        assert_eq!(
+            throttled(429, &answer("THROTTLED", 0.0), &bucket, &count),
+            None
+        );
+        let page = br#"{"data":{"orders":{"nodes":[{"name":"THROTTLED"}]}}}"#;
+        assert_eq!(throttled(200, page, &bucket, &count), None);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+    }
+}
