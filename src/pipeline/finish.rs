@@ -387,12 +387,16 @@ pub async fn record(state: &StateStore, run_id: &str, result: &Result<Finished>)
             (RunStatus::Failed, counts, None, Some(format!("{e:#}")))
         }
     };
-    // TODO(lead): store summary: once the state crate has it, also
-    // `state.save_summary(run_id, &f.summary.to_file_bytes()?)` for an Ok
-    // result (summary.json's text, for the report page and `recon runs`).
     state
         .finish_run(run_id, status, &counts, dir.as_deref(), error.as_deref())
         .await?;
+    // The summary as summary.json holds it, for the report page and
+    // `recon runs` (the run log keeps its counts besides); saved after the
+    // run's status, so that a failure here never leaves the run open.
+    if let Ok(f) = result {
+        let text = String::from_utf8(f.summary.to_file_bytes()?)?;
+        state.save_summary(run_id, &text).await?;
+    }
     Ok(())
 }
 
