@@ -3,8 +3,8 @@
 //! the connector ([`recon_core::ConnectorConfig`]); a job's `type = "…"`
 //! picks the line. Adding a connector is one new crate and one line here.
 
-use recon_core::ConnectorConfig;
-use serde::Deserialize;
+use recon_core::{ConnectorConfig, WebhookEnvelope};
+use serde::{Deserialize, Serialize};
 
 macro_rules! registry {
     ($($(#[$doc:meta])* $variant:ident => $settings:ty,)*) => {
@@ -84,6 +84,43 @@ registry! {
     Shopify => recon_shopify::ShopifySettings,
     /// `type = "salesforce"`: Salesforce sObjects keyed by an external ID field.
     Salesforce => recon_salesforce::SalesforceSettings,
+}
+
+macro_rules! envelopes {
+    ($($(#[$doc:meta])* $variant:ident => $envelope:expr,)*) => {
+        /// How a gap is wrapped for the handler with `backfill.via =
+        /// "webhook"`: `envelope = "none"` (the record itself) or as a
+        /// provider delivers its webhooks. Each provider's envelope lives in
+        /// its connector crate ([`WebhookEnvelope`]).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Envelope {
+            /// The record itself.
+            #[default]
+            None,
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Envelope {
+            /// Every envelope, `None` first.
+            pub const ALL: &'static [Envelope] = &[Envelope::None, $(Envelope::$variant,)*];
+
+            /// The provider's envelope; `None` for the record itself.
+            pub fn provider(self) -> Option<&'static dyn WebhookEnvelope> {
+                match self {
+                    Envelope::None => None,
+                    $(Envelope::$variant => Some(&$envelope),)*
+                }
+            }
+        }
+    };
+}
+
+envelopes! {
+    /// `envelope = "stripe"`: a Stripe `event` whose `data.object` is the record.
+    Stripe => recon_stripe::webhook::StripeEnvelope,
+    /// `envelope = "shopify"`: the order with Shopify's webhook headers.
+    Shopify => recon_shopify::webhook::ShopifyEnvelope,
 }
 
 #[cfg(test)]

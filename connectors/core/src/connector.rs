@@ -206,3 +206,67 @@ pub trait Target: Source {
     /// This target as a [`Source`], to read and look up.
     fn as_source(&self) -> &dyn Source;
 }
+
+/// How a provider delivers its webhooks, for replaying gaps to the user's
+/// own handler as that provider would (`backfill.via = "webhook"`,
+/// `envelope = "stripe"`): the body around the record, the headers beside
+/// it and the signature headers. Implemented in the provider's connector
+/// crate and listed in the binary's registry, which never looks inside one.
+#[cfg(feature = "http")]
+pub trait WebhookEnvelope: Send + Sync {
+    /// The event type (Stripe) or topic (Shopify) when the job sets none.
+    fn default_event_type(&self) -> &'static str;
+
+    /// The body of one delivery: `object`, the source record, wrapped.
+    fn wrap(&self, object: serde_json::Value, delivery: &Delivery<'_>) -> serde_json::Value;
+
+    /// The record inside a delivered body, as a handler finds it (the
+    /// inverse of [`WebhookEnvelope::wrap`]). The default: the body itself.
+    fn unwrap(&self, body: serde_json::Value) -> serde_json::Value {
+        body
+    }
+
+    /// Headers the provider sends with every delivery, besides recon's own
+    /// and the signature: (name, value).
+    fn headers(&self, delivery: &Delivery<'_>) -> Vec<(&'static str, String)> {
+        let _ = delivery;
+        Vec::new()
+    }
+
+    /// The provider's signature headers of one signed delivery: (name,
+    /// value), made from what recon computes once per attempt.
+    fn signature_headers(&self, signed: &Signed<'_>) -> Vec<(&'static str, String)>;
+
+    /// The same headers as a plan shows them, their values masked.
+    fn planned_signature_headers(&self) -> Vec<(&'static str, &'static str)>;
+
+    /// Headers a job's configured headers may never set, whichever
+    /// envelope it uses (recon sets them itself).
+    fn reserved_headers(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// What one delivery is made of, besides the record.
+#[cfg(feature = "http")]
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery<'a> {
+    /// The event type or topic.
+    pub event_type: &'a str,
+    /// The delivery's `Idempotency-Key` (`recon-` + hex digest).
+    pub key: &'a str,
+    /// The record's time, Unix seconds, when the job has a time field.
+    pub created: Option<i64>,
+}
+
+/// What recon computes to sign one delivery attempt, with the job's
+/// `signing_secret`.
+#[cfg(feature = "http")]
+#[derive(Clone, Copy, Debug)]
+pub struct Signed<'a> {
+    /// recon's own signature, `t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
+    /// "<t>.<body>")>` (Stripe's scheme).
+    pub recon: &'a str,
+    /// HMAC-SHA256(secret, body), raw bytes.
+    pub body_hmac: &'a [u8],
+}

@@ -23,6 +23,8 @@ mod probe;
 mod record;
 mod redact;
 
+#[cfg(feature = "http")]
+pub use connector::{Delivery, Signed, WebhookEnvelope};
 pub use connector::{FileFeed, Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome};
 pub use endpoint::{BuildContext, ConnectorConfig, Expand, TargetRole};
 pub use error::{ConnectorError, Location};

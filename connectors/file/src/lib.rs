@@ -187,76 +187,7 @@ impl FileReader {
             )));
         }
         let inner = match format {
-            Format::Csv => {
-                let mut scanner = scan::Scanner::new(file, spec.max_record_bytes);
-                let header_location = Location(format!("{display} line 1"));
-                let has_header = scanner.next_record().map_err(|e| scan_error(&display, e))?;
-                if !has_header {
-                    return Err(ConnectorError::Malformed {
-                        location: header_location,
-                        message: "file has no header row; expected a header row naming the columns"
-                            .into(),
-                    });
-                }
-                let fields = scanner.fields().map_err(|e| scan_error(&display, e))?;
-                let names: Vec<String> = (0..fields.len())
-                    .map(|i| {
-                        let h = fields.get(i);
-                        // Excel writes a byte-order mark before the first header.
-                        if i == 0 {
-                            h.trim_start_matches('\u{feff}').trim().to_string()
-                        } else {
-                            h.trim().to_string()
-                        }
-                    })
-                    .collect();
-                let find = |col: &str, role: &str| -> Result<usize, ConnectorError> {
-                    let mut at = names.iter().enumerate().filter(|(_, n)| *n == col);
-                    let Some((first, _)) = at.next() else {
-                        return Err(ConnectorError::MissingField {
-                            location: Location(format!("{display} line 1")),
-                            message: format!(
-                                "{role} column `{col}` not found in the header; columns are: {}",
-                                shown_names(&names)
-                            ),
-                        });
-                    };
-                    // Two columns of one name (after trimming): which one
-                    // holds the data is a guess recon does not make.
-                    if let Some((second, _)) = at.next() {
-                        return Err(ConnectorError::Malformed {
-                            location: Location(format!("{display} line 1")),
-                            message: format!(
-                                "{role} column `{col}` appears more than once in the header \
-                                 (columns {} and {}, counting from 1); rename or remove one \
-                                 so it is clear which to read",
-                                first + 1,
-                                second + 1
-                            ),
-                        });
-                    }
-                    Ok(first)
-                };
-                let key_idx = find(&spec.key_column, "key")?;
-                let mut idx = Vec::with_capacity(spec.columns.len());
-                for (col, field) in spec.columns.iter().zip(&schema.fields) {
-                    let role = if field.compared { "compare" } else { "amount" };
-                    idx.push(find(col, role)?);
-                }
-                let currency_idx = match (&spec.currency_column, needs_currency) {
-                    (Some(c), true) => Some(find(c, "currency")?),
-                    _ => None,
-                };
-                // A data row never needs more fields than the header has.
-                scanner.limit_fields(names.len());
-                Inner::Csv {
-                    width: names.len(),
-                    scanner,
-                    key_idx,
-                    idx,
-                    currency_idx,
-                }
-            }
+            Format::Csv => open_csv(file, &spec, schema, &display, needs_currency)?,
             Format::Jsonl => Inner::Jsonl {
                 reader: BufReader::with_capacity(BUFFER, file),
                 line_no: 0,
@@ -613,6 +544,84 @@ fn json_key<E>(
             ),
         )),
     }
+}
+
+/// Reads a CSV file's header and finds the key, each field's column and
+/// the currency column in it.
+fn open_csv(
+    file: File,
+    spec: &FileSpec,
+    schema: &Schema,
+    display: &str,
+    needs_currency: bool,
+) -> Result<Inner, ConnectorError> {
+    let mut scanner = scan::Scanner::new(file, spec.max_record_bytes);
+    let header_location = Location(format!("{display} line 1"));
+    let has_header = scanner.next_record().map_err(|e| scan_error(display, e))?;
+    if !has_header {
+        return Err(ConnectorError::Malformed {
+            location: header_location,
+            message: "file has no header row; expected a header row naming the columns".into(),
+        });
+    }
+    let fields = scanner.fields().map_err(|e| scan_error(display, e))?;
+    let names: Vec<String> = (0..fields.len())
+        .map(|i| {
+            let h = fields.get(i);
+            // Excel writes a byte-order mark before the first header.
+            if i == 0 {
+                h.trim_start_matches('\u{feff}').trim().to_string()
+            } else {
+                h.trim().to_string()
+            }
+        })
+        .collect();
+    let find = |col: &str, role: &str| -> Result<usize, ConnectorError> {
+        let mut at = names.iter().enumerate().filter(|(_, n)| *n == col);
+        let Some((first, _)) = at.next() else {
+            return Err(ConnectorError::MissingField {
+                location: Location(format!("{display} line 1")),
+                message: format!(
+                    "{role} column `{col}` not found in the header; columns are: {}",
+                    shown_names(&names)
+                ),
+            });
+        };
+        // Two columns of one name (after trimming): which one
+        // holds the data is a guess recon does not make.
+        if let Some((second, _)) = at.next() {
+            return Err(ConnectorError::Malformed {
+                location: Location(format!("{display} line 1")),
+                message: format!(
+                    "{role} column `{col}` appears more than once in the header \
+                     (columns {} and {}, counting from 1); rename or remove one \
+                     so it is clear which to read",
+                    first + 1,
+                    second + 1
+                ),
+            });
+        }
+        Ok(first)
+    };
+    let key_idx = find(&spec.key_column, "key")?;
+    let mut idx = Vec::with_capacity(spec.columns.len());
+    for (col, field) in spec.columns.iter().zip(&schema.fields) {
+        let role = if field.compared { "compare" } else { "amount" };
+        idx.push(find(col, role)?);
+    }
+    let currency_idx = match (&spec.currency_column, needs_currency) {
+        (Some(c), true) => Some(find(c, "currency")?),
+        _ => None,
+    };
+    // A data row never needs more fields than the header has.
+    scanner.limit_fields(names.len());
+    Ok(Inner::Csv {
+        width: names.len(),
+        scanner,
+        key_idx,
+        idx,
+        currency_idx,
+    })
 }
 
 /// Empties a vector of borrowed values and returns its allocation with a
