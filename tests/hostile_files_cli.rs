@@ -46,7 +46,7 @@ window = "last:24h"
 mode = "off"
 "#,
             reports = dir.join("reports").display(),
-            source = common::file_side("charges", "source", &source),
+            source = common::file_side("charges", "source", source),
             target = common::file_side("charges", "target", &target),
         ),
     )

@@ -257,8 +257,6 @@ fn read_metrics(path: &Path) -> BTreeMap<String, Family> {
     parse_prometheus(&body).unwrap_or_else(|e| panic!("{e}\n{body}"))
 }
 
-/// Runs the binary on a blocking thread so the emulator keeps serving.
-
 /// Stripe (emulated, 2 requests/s: the client is throttled) → SQLite.
 struct StripeJob {
     dir: tempfile::TempDir,

@@ -25,9 +25,6 @@ use recon_salesforce::emulator::{
 use recon_stripe::emulator::{Emulator as Stripe, EmulatorConfig as StripeConfig, ObjectKind};
 use serde_json::json;
 
-/// The binary, with the Salesforce app's credentials in the environment
-/// (the config names them as `${SF_CLIENT_ID}`, `${SF_CLIENT_SECRET}`).
-
 fn payment(id: &str, cents: i64, created: i64) -> serde_json::Value {
     json!({
         "Stripe_Charge_Id__c": id,

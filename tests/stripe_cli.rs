@@ -9,8 +9,6 @@ use std::process::Output;
 
 use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind};
 
-/// Runs the binary on a blocking thread so the emulator keeps serving.
-
 #[test]
 fn demo_runs_dry_run_apply_and_rerun_offline() {
     let dir = tempfile::tempdir().unwrap();
