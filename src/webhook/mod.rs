@@ -235,9 +235,7 @@ pub fn resolve(
              repair mismatches; set backfill.mode = \"insert\" (or \"off\")"
         );
     }
-    let expand = |value: &str, setting: &str| {
-        crate::config::expand_env(value, &format!("job `{name}` backfill.webhook.{setting}"))
-    };
+    let expand = |value: &str, setting: &str| expand_setting(name, value, setting);
     let url = expand(cfg.url.expose(), "url")?;
     register_url_path(&url);
     if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() < 10 {
@@ -246,6 +244,58 @@ pub fn resolve(
             shown_url(&url)
         );
     }
+    let headers = resolve_headers(name, cfg)?;
+    let signing_secret = match &cfg.signing_secret {
+        Some(s) => {
+            let v = expand(s.expose(), "signing_secret")?;
+            if v.is_empty() {
+                bail!("job `{name}`: backfill.webhook.signing_secret is empty; set the shared secret, e.g. \"${{WEBHOOK_SECRET}}\"");
+            }
+            recon_core::register_secret(&v);
+            Some(Secret::new(v))
+        }
+        None => None,
+    };
+    let policy = resolve_policy(name, cfg)?;
+    let verify_after = duration(
+        name,
+        "verify_after",
+        cfg.verify_after.as_deref().unwrap_or(DEFAULT_VERIFY_AFTER),
+    )?;
+    let concurrency = cfg.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    if !(1..=256).contains(&concurrency) {
+        bail!(
+            "job `{name}`: backfill.webhook.concurrency must be from 1 to 256, not {concurrency}"
+        );
+    }
+    let event_type = cfg.event_type.clone().unwrap_or_else(|| {
+        let provider = cfg.envelope.provider();
+        provider
+            .map_or(DEFAULT_EVENT_TYPE, |e| e.default_event_type())
+            .to_string()
+    });
+    Ok(Some(Webhook {
+        url: Secret::new(url),
+        headers,
+        envelope: cfg.envelope,
+        event_type,
+        signing_secret,
+        policy,
+        concurrency,
+        verify_after,
+    }))
+}
+
+/// `${ENV}` in a webhook setting expanded, naming the setting.
+fn expand_setting(name: &str, value: &str, setting: &str) -> Result<String> {
+    crate::config::expand_env(value, &format!("job `{name}` backfill.webhook.{setting}"))
+}
+
+/// The configured headers, checked (not reserved, valid names, one-line
+/// values) and expanded; those from the environment or with secret-looking
+/// names are masked in plans and scrubbed.
+fn resolve_headers(name: &str, cfg: &WebhookConfig) -> Result<Vec<Header>> {
+    let expand = |value: &str, setting: &str| expand_setting(name, value, setting);
     let mut headers = Vec::new();
     for (h, value) in &cfg.headers {
         if reserved(h) {
@@ -277,17 +327,11 @@ pub fn resolve(
             masked,
         });
     }
-    let signing_secret = match &cfg.signing_secret {
-        Some(s) => {
-            let v = expand(s.expose(), "signing_secret")?;
-            if v.is_empty() {
-                bail!("job `{name}`: backfill.webhook.signing_secret is empty; set the shared secret, e.g. \"${{WEBHOOK_SECRET}}\"");
-            }
-            recon_core::register_secret(&v);
-            Some(Secret::new(v))
-        }
-        None => None,
-    };
+    Ok(headers)
+}
+
+/// The endpoint's HTTP policy: its rate limit and timeout, no redirects.
+fn resolve_policy(name: &str, cfg: &WebhookConfig) -> Result<HttpPolicy> {
     let (n, interval) = rate(name, cfg.rate_limit.as_ref())?;
     let mut policy = HttpPolicy::new(n);
     policy.interval = interval;
@@ -303,33 +347,7 @@ pub fn resolve(
     if policy.timeout.is_zero() {
         bail!("job `{name}`: backfill.webhook.timeout must be longer than 0s");
     }
-    let verify_after = duration(
-        name,
-        "verify_after",
-        cfg.verify_after.as_deref().unwrap_or(DEFAULT_VERIFY_AFTER),
-    )?;
-    let concurrency = cfg.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-    if !(1..=256).contains(&concurrency) {
-        bail!(
-            "job `{name}`: backfill.webhook.concurrency must be from 1 to 256, not {concurrency}"
-        );
-    }
-    let event_type = cfg.event_type.clone().unwrap_or_else(|| {
-        let provider = cfg.envelope.provider();
-        provider
-            .map_or(DEFAULT_EVENT_TYPE, |e| e.default_event_type())
-            .to_string()
-    });
-    Ok(Some(Webhook {
-        url: Secret::new(url),
-        headers,
-        envelope: cfg.envelope,
-        event_type,
-        signing_secret,
-        policy,
-        concurrency,
-        verify_after,
-    }))
+    Ok(policy)
 }
 
 /// Registers the path and query of a webhook URL with [`recon_core::scrub`]:
