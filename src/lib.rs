@@ -18,7 +18,8 @@ pub mod pipeline;
 pub mod plan;
 pub mod registry;
 pub mod report;
-pub mod state;
+/// The run state store (crate `recon-state`).
+pub use recon_state as state;
 pub mod webhook;
 pub mod window;
 

@@ -95,9 +95,10 @@ pub fn stderr_line(level: &str, message: &str) {
 /// format shows the message alone.
 pub fn stderr_line_with(level: &str, message: &str, fields: Map<String, Value>) {
     let message = recon_core::scrub(message);
-    crate::ops::progress::clear_for_output();
     if FORMAT.get() != Some(&Format::Json) {
-        let _ = writeln!(std::io::stderr().lock(), "{level}: {message}");
+        crate::ops::progress::around_output(|| {
+            let _ = writeln!(std::io::stderr().lock(), "{level}: {message}");
+        });
         return;
     }
     let note = crate::ops::current_run();
@@ -361,8 +362,9 @@ impl Drop for EventWriter {
         }
         let text = String::from_utf8_lossy(&self.0);
         let clean = recon_core::scrub(&text);
-        crate::ops::progress::clear_for_output();
-        let _ = std::io::stderr().lock().write_all(clean.as_bytes());
+        crate::ops::progress::around_output(|| {
+            let _ = std::io::stderr().lock().write_all(clean.as_bytes());
+        });
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use assert_cmd::Command;
+use recon::state::prelude::*;
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
 

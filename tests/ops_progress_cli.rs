@@ -133,14 +133,15 @@ fn on_a_terminal_a_progress_line_is_drawn_and_cleared_before_the_summary() {
     let all = String::from_utf8_lossy(&o.stdout);
     assert!(all.contains("gaps        40000"), "{}", text(&o));
     assert!(
-        all.contains("\rsource ") && all.contains(" rec ") && all.contains("% "),
+        // indicatif (re)draws the line after "\r" and a clear-line sequence.
+        all.contains("\r\x1b[2Ksource ") && all.contains(" rec ") && all.contains("% "),
         "a progress line was drawn: {all:?}"
     );
     assert!(all.contains("/s"), "with a rate: {all:?}");
     // The summary starts on a clean line: the progress line was cleared.
     let summary_at = all.find("source 400000 records").expect("summary");
     assert!(
-        all[..summary_at].ends_with("\r\x1b[K"),
+        all[..summary_at].ends_with("\r\x1b[2K"),
         "{:?}",
         &all[summary_at.saturating_sub(80)..summary_at]
     );

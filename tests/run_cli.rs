@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use assert_cmd::Command;
+use recon::state::prelude::*;
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
 
@@ -331,6 +332,12 @@ async fn crash_mid_backfill_then_rerun(dialect: Dialect) {
     let second = state.plan_items(&runs[0].id).await.unwrap();
     assert_eq!(second.len(), 1);
     assert_eq!(second[0].status, recon::state::ItemStatus::Applied);
+    // The run log holds the finished run's summary.json as written; the
+    // crashed run, which never finished, holds none.
+    let stored = state.summary(&runs[0].id).await.unwrap();
+    let file = std::fs::read_to_string(f.out("again").join("summary.json")).unwrap();
+    assert_eq!(stored.as_deref(), Some(file.as_str()));
+    assert_eq!(state.summary(&runs[1].id).await.unwrap(), None);
     f.db.drop_db().await;
 }
 

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
+use recon::state::prelude::*;
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
 use sqlx::{Connection, Row};

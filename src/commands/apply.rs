@@ -29,15 +29,17 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
 use recon_core::{format_timestamp, BuildContext, Record, Window, WriteMode};
-use serde_json::json;
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::config::BackfillMode;
-use crate::pipeline::backfill::{apply, breach, ensure_lock, start_run, under_lock, Ledger};
-use crate::pipeline::RunPlan;
+use crate::pipeline::backfill::{apply, breach, ensure_lock, Ledger};
+use crate::pipeline::{locked_run, Finished, RunPlan, Start};
 use crate::plan::{file_sha256_bytes, Action, PlanLine};
+use crate::report::summary::{Class, RunFields, RunSummary, Webhook, WindowText};
 use crate::report::{write_backfill_csv, BackfillOutcome, BackfillRow, ReportDir};
+use crate::state::prelude::*;
 use crate::state::{PlanRecord, StateStore};
+use crate::webhook::Prepared;
 use crate::Status;
 
 /// A plan file as read: its lines and the digest of its bytes.
@@ -248,10 +250,10 @@ pub fn run(args: ApplyArgs) -> Result<Status> {
     let result = apply_plan(args);
     // The metrics file and the notification, whatever the outcome.
     ops.finish(&result);
-    result
+    result.map(|f| f.status)
 }
 
-fn apply_plan(args: ApplyArgs) -> Result<Status> {
+fn apply_plan(args: ApplyArgs) -> Result<Finished> {
     let file = read_plan(&args.plan)?;
     let head = header(&file)?;
     if let Some(job) = args.job.as_deref().filter(|j| *j != head.job) {
@@ -292,35 +294,36 @@ fn apply_plan(args: ApplyArgs) -> Result<Status> {
     result
 }
 
-async fn execute(plan: RunPlan, file: PlanFile, head: Header, items: Vec<Item>) -> Result<Status> {
+async fn execute(
+    plan: RunPlan,
+    file: PlanFile,
+    head: Header,
+    items: Vec<Item>,
+) -> Result<Finished> {
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
     let saved = state.saved_plan(&head.plan_id).await?;
     let saved = check_against_store(&file, &head, saved, &plan, &state)?;
-    let result = under_lock(&state, &job, async |lock| {
-        // The apply settles the window only as of the dry run's reading: a
-        // window end after that (or after now) is never recorded.
-        let recorded = Window {
-            start: saved.window.start,
-            end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
-        };
-        let run_id = start_run(&state, lock, &job, recorded, false).await?;
-        crate::ops::note_run(&job, &run_id, saved.window);
-        let ledger = Ledger {
-            state: &state,
-            lock,
-            plan_id: &run_id,
-            job: &job,
-        };
-        let result = write_and_report(&plan, &ledger, &file, &head, &items).await;
-        crate::pipeline::finish::record(&state, &run_id, &result).await?;
-        result
-    })
-    .await;
-    if let Ok((_, _, dir)) = &result {
-        crate::ops::note_report(dir);
-    }
-    result.map(|(s, _, _)| s)
+    // The apply settles the window only as of the dry run's reading: a
+    // window end after that (or after now) is never recorded.
+    let start = async || {
+        Ok(Start {
+            recorded: Window {
+                start: saved.window.start,
+                end: saved.window.end.min(saved.read_at).min(Timestamp::now()),
+            },
+            asked: saved.window,
+            dry_run: false,
+        })
+    };
+    locked_run(
+        &state,
+        &job,
+        start,
+        async |ledger, _| write_and_report(&plan, ledger, &file, &head, &items).await,
+        crate::pipeline::finish::record,
+    )
+    .await
 }
 
 async fn write_and_report(
@@ -329,7 +332,7 @@ async fn write_and_report(
     file: &PlanFile,
     head: &Header,
     items: &[Item],
-) -> Result<(Status, serde_json::Value, PathBuf)> {
+) -> Result<Finished> {
     let run_id = ledger.plan_id;
     let job = &plan.job.name;
     // Checked before the target is touched: a destination that cannot take
@@ -350,43 +353,26 @@ async fn write_and_report(
     write_backfill_csv(&mut dir, &rows)?;
     // Acknowledged by the webhook endpoint but not in the target: the
     // handler is broken, a discrepancy as `recon run` says.
-    let not_created = webhook
-        .as_ref()
-        .and_then(|w| w["delivered_not_created"].as_u64())
-        .unwrap_or(0);
+    let webhook: Option<Webhook> = webhook.map(serde_json::from_value).transpose()?;
+    let not_created = webhook.as_ref().map_or(0, |w| w.delivered_not_created);
     let status = if failed > 0 || not_created > 0 {
         Status::Discrepancies
     } else {
         Status::Clean
     };
-    let summary = json!({
-        "job": job,
-        "run_id": run_id,
-        "plan": file.path.display().to_string(),
-        "plan_id": head.plan_id,
-        "plan_sha256": file.sha256,
-        "window": { "start": format_timestamp(head.window.start), "end": format_timestamp(head.window.end) },
-        "planned": items.len(),
-        "skipped": skipped,
-        "backfilled": done,
-        "backfill_failed": failed,
-        "exit_status": status.code(),
-    });
-    let mut summary = summary;
-    if let (Some(w), Some(map)) = (&webhook, summary.as_object_mut()) {
-        map.insert(
-            "delivered_not_created".into(),
-            w["delivered_not_created"].clone(),
-        );
-        map.insert("webhook".into(), w.clone());
-    }
-    let mut text = serde_json::to_vec_pretty(&summary)?;
-    text.push(b'\n');
-    dir.write_all("summary.json", &text)?;
+    let counts = [
+        (Class::Planned, items.len() as u64),
+        (Class::Skipped, skipped as u64),
+        (Class::Backfilled, done),
+        (Class::BackfillFailed, failed),
+    ];
+    let mut summary = apply_summary(run_id, file, head, counts, webhook, status, &rows);
+    crate::report::write_summary(&mut dir, &summary)?;
     // report.html too: the apply's outcomes, charted with the job's runs.
     let schema = &plan.spec.schema;
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field).await?;
+    crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field, &mut summary)
+        .await?;
     ensure_lock(ledger.lock, job, "committing the report folder").await?;
     crate::interrupt::check(job, "before committing its report folder")?;
     let path = dir.commit()?;
@@ -399,7 +385,47 @@ async fn write_and_report(
         failed
     );
     println!("reports: {}", path.display());
-    Ok((status, summary, path))
+    Ok(Finished {
+        status,
+        summary,
+        report: path,
+    })
+}
+
+/// The summary.json of an apply.
+fn apply_summary(
+    run_id: &str,
+    file: &PlanFile,
+    head: &Header,
+    counts: [(Class, u64); 4],
+    webhook: Option<Webhook>,
+    status: Status,
+    rows: &[BackfillRow],
+) -> RunSummary {
+    let mut summary = RunSummary::default();
+    for (class, n) in counts {
+        summary.counts.set(class, n);
+    }
+    if let Some(w) = &webhook {
+        let n = w.delivered_not_created;
+        summary.counts.set(Class::DeliveredNotCreated, n);
+    }
+    summary.run = RunFields {
+        job: head.job.clone(),
+        run_id: Some(run_id.to_string()),
+        plan: Some(file.path.display().to_string()),
+        plan_id: Some(head.plan_id.clone()),
+        plan_sha256: Some(file.sha256.clone()),
+        window: Some(WindowText {
+            start: format_timestamp(head.window.start),
+            end: format_timestamp(head.window.end),
+        }),
+        exit_status: Some(status.code()),
+        webhook,
+        ..RunFields::default()
+    };
+    summary.count_backfill(rows);
+    summary
 }
 
 /// What writing a plan's items did.
@@ -435,12 +461,7 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         .filter(|i| i.action == Action::Insert)
         .map(|i| i.record.key.clone())
         .collect();
-    let present: HashSet<String> = target
-        .lookup(&insert_keys)
-        .await?
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let present = present_keys(target.as_ref(), &insert_keys).await?;
     let (skipped, todo): (Vec<&Item>, Vec<&Item>) = items
         .iter()
         .partition(|i| i.action == Action::Insert && present.contains(&i.record.key));
@@ -454,15 +475,7 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         apply(ledger, target.as_ref(), &work, None).await?
     };
     let done = crate::pipeline::finish::backfill_rows(&work, &outcomes);
-    let mut rows: Vec<BackfillRow> = skipped
-        .iter()
-        .map(|i| BackfillRow {
-            key: i.record.key.clone(),
-            action: Action::Insert,
-            outcome: BackfillOutcome::Skipped,
-            error: "already present in the target".into(),
-        })
-        .collect();
+    let mut rows = skipped_rows(skipped.iter().map(|i| &i.record.key));
     rows.extend(done.rows);
     let written = Written {
         rows,
@@ -538,54 +551,8 @@ async fn write_webhook(
     ledger: &Ledger<'_>,
     items: &[Item],
 ) -> Result<Written> {
-    use crate::webhook::{idempotency_key, identity, Prepared, IDEMPOTENCY_HEADER};
     let job = &plan.job.name;
-    let url = crate::webhook::shown_url(wh.url.expose());
-    let digest = crate::webhook::url_digest(wh.url.expose());
-    let mut prepared = Vec::with_capacity(items.len());
-    for i in items {
-        let key = &i.record.key;
-        let Some(req) = &i.webhook else {
-            bail!(
-                "the plan's line of `{key}` holds no webhook request: it was made while job `{job}` backfilled \
-                 through its target, and the job now has backfill.via = \"webhook\"; make the plan again with \
-                 `recon run --dry-run`"
-            );
-        };
-        if req.url != url || req.url_sha256 != digest {
-            bail!(
-                "the plan sends to {} (URL sha256 {}) but job `{job}` now has backfill.webhook.url = {url} \
-                 (sha256 {}), another endpoint; make the plan again with `recon run --dry-run`",
-                req.url,
-                if req.url_sha256.is_empty() { "not recorded" } else { &req.url_sha256[..req.url_sha256.len().min(12)] },
-                &digest[..12]
-            );
-        }
-        let idem = idempotency_key(job, key, &identity(&i.record, plan.time_field));
-        if req.headers.get(IDEMPOTENCY_HEADER) != Some(&idem) {
-            bail!(
-                "the plan's line of `{key}` carries another {IDEMPOTENCY_HEADER} than its record derives \
-                 ({idem}); make the plan again with `recon run --dry-run`"
-            );
-        }
-        let p = Prepared {
-            external_id: key.clone(),
-            key: idem,
-            body: req.body.to_string(),
-        };
-        // The whole request as the config would send it now (secrets masked
-        // alike) must be the planned one: a header, the signing or the
-        // envelope changed since the dry run is refused, not sent silently.
-        let differences = request_differences(wh, req, &wh.plan_request(&p));
-        if !differences.is_empty() {
-            bail!(
-                "the plan's request of `{key}` is not what job `{job}` would send now: {}; make the plan \
-                 again with `recon run --dry-run` (or restore the settings the plan was made with)",
-                differences.join("; ")
-            );
-        }
-        prepared.push(p);
-    }
+    let prepared = planned_requests(plan, wh, items)?;
     let cx = BuildContext {
         schema: &plan.spec.schema,
         time_field: plan.time_field,
@@ -593,12 +560,7 @@ async fn write_webhook(
     let target = plan.job.job.target.connector().build_source(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
     let keys: Vec<String> = prepared.iter().map(|p| p.external_id.clone()).collect();
-    let present: HashSet<String> = target
-        .lookup(&keys)
-        .await?
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let present = present_keys(target.as_ref(), &keys).await?;
     let (skipped, todo): (Vec<Prepared>, Vec<Prepared>) = prepared
         .into_iter()
         .partition(|p| present.contains(&p.external_id));
@@ -608,15 +570,7 @@ async fn write_webhook(
     )
     .await?;
     println!("{}", delivered.render());
-    let mut rows: Vec<BackfillRow> = skipped
-        .iter()
-        .map(|p| BackfillRow {
-            key: p.external_id.clone(),
-            action: Action::Insert,
-            outcome: BackfillOutcome::Skipped,
-            error: "already present in the target".into(),
-        })
-        .collect();
+    let mut rows = skipped_rows(skipped.iter().map(|p| &p.external_id));
     rows.extend(delivered.rows.iter().cloned());
     Ok(Written {
         rows,
@@ -625,4 +579,91 @@ async fn write_webhook(
         failed: delivered.failed,
         webhook: Some(delivered.summary()),
     })
+}
+
+/// The plan's requests, each checked against what the config would send
+/// now (endpoint, idempotency key, headers, envelope).
+fn planned_requests(
+    plan: &RunPlan,
+    wh: &crate::webhook::Webhook,
+    items: &[Item],
+) -> Result<Vec<Prepared>> {
+    let url = crate::webhook::shown_url(wh.url.expose());
+    let digest = crate::webhook::url_digest(wh.url.expose());
+    items
+        .iter()
+        .map(|i| planned_request(plan, wh, i, &url, &digest))
+        .collect()
+}
+
+/// One item's planned request, refused when the config would not send it
+/// as planned.
+fn planned_request(
+    plan: &RunPlan,
+    wh: &crate::webhook::Webhook,
+    i: &Item,
+    url: &str,
+    digest: &str,
+) -> Result<Prepared> {
+    use crate::webhook::{idempotency_key, identity, IDEMPOTENCY_HEADER};
+    let job = &plan.job.name;
+    let key = &i.record.key;
+    let Some(req) = &i.webhook else {
+        bail!(
+            "the plan's line of `{key}` holds no webhook request: it was made while job `{job}` backfilled \
+             through its target, and the job now has backfill.via = \"webhook\"; make the plan again with \
+             `recon run --dry-run`"
+        );
+    };
+    if req.url != url || req.url_sha256 != digest {
+        bail!(
+            "the plan sends to {} (URL sha256 {}) but job `{job}` now has backfill.webhook.url = {url} \
+             (sha256 {}), another endpoint; make the plan again with `recon run --dry-run`",
+            req.url,
+            if req.url_sha256.is_empty() { "not recorded" } else { &req.url_sha256[..req.url_sha256.len().min(12)] },
+            &digest[..12]
+        );
+    }
+    let idem = idempotency_key(job, key, &identity(&i.record, plan.time_field));
+    if req.headers.get(IDEMPOTENCY_HEADER) != Some(&idem) {
+        bail!(
+            "the plan's line of `{key}` carries another {IDEMPOTENCY_HEADER} than its record derives \
+             ({idem}); make the plan again with `recon run --dry-run`"
+        );
+    }
+    let p = Prepared {
+        external_id: key.clone(),
+        key: idem,
+        body: req.body.to_string(),
+    };
+    // The whole request as the config would send it now (secrets masked
+    // alike) must be the planned one: a header, the signing or the
+    // envelope changed since the dry run is refused, not sent silently.
+    let differences = request_differences(wh, req, &wh.plan_request(&p));
+    if !differences.is_empty() {
+        bail!(
+            "the plan's request of `{key}` is not what job `{job}` would send now: {}; make the plan \
+             again with `recon run --dry-run` (or restore the settings the plan was made with)",
+            differences.join("; ")
+        );
+    }
+    Ok(p)
+}
+
+/// The keys of `keys` the target holds now.
+async fn present_keys(target: &dyn recon_core::Source, keys: &[String]) -> Result<HashSet<String>> {
+    let found = target.lookup(keys).await?;
+    Ok(found.into_iter().map(|r| r.key).collect())
+}
+
+/// `backfill.csv` rows of inserts skipped because the target holds their
+/// key now.
+fn skipped_rows<'a>(keys: impl Iterator<Item = &'a String>) -> Vec<BackfillRow> {
+    keys.map(|key| BackfillRow {
+        key: key.clone(),
+        action: Action::Insert,
+        outcome: BackfillOutcome::Skipped,
+        error: "already present in the target".into(),
+    })
+    .collect()
 }

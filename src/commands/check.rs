@@ -29,6 +29,7 @@ use recon_core::{BuildContext, ConnectorError, Probe, TargetRole};
 use crate::cli::CheckArgs;
 use crate::config::{self, BackfillMode, EndpointConfig};
 use crate::pipeline::RunPlan;
+use crate::state::prelude::*;
 use crate::state::StateStore;
 use crate::Status;
 
@@ -160,39 +161,7 @@ fn job_checks(args: &CheckArgs, name: &str, report: &mut Report) -> Result<()> {
         }
     };
 
-    // secrets: every ${VAR} of the job is set.
-    let uses = placeholders(&args.config, name)?;
-    let missing: Vec<&(String, String)> = uses
-        .iter()
-        .filter(|(_, var)| std::env::var_os(var).is_none())
-        .collect();
-    if missing.is_empty() {
-        let mut vars: Vec<&str> = uses.iter().map(|(_, v)| v.as_str()).collect();
-        vars.sort_unstable();
-        vars.dedup();
-        report.ok(
-            "secrets",
-            if vars.is_empty() {
-                "the job uses no ${VAR}".to_string()
-            } else {
-                format!("{} set", vars.join(", "))
-            },
-        );
-    } else {
-        let what: Vec<String> = missing
-            .iter()
-            .map(|(setting, var)| format!("{setting} uses ${{{var}}}, which is not set"))
-            .collect();
-        let mut vars: Vec<&str> = missing.iter().map(|(_, v)| v.as_str()).collect();
-        vars.dedup();
-        report.fail(
-            "secrets",
-            what.join("; "),
-            format!(
-                "export {} (in cron, set it in the crontab or a wrapper script)",
-                vars.join(", ")
-            ),
-        );
+    if !secrets_check(&args.config, name, report)? {
         skip_rest(report, 0, "the job's secrets are not all set");
         return Ok(());
     }
@@ -220,6 +189,44 @@ fn job_checks(args: &CheckArgs, name: &str, report: &mut Report) -> Result<()> {
         .build()?;
     runtime.block_on(connect_checks(&plan, report));
     Ok(())
+}
+
+/// secrets: every `${VAR}` of the job is set; `false` when one is not.
+fn secrets_check(config: &Path, name: &str, report: &mut Report) -> Result<bool> {
+    let uses = placeholders(config, name)?;
+    let missing: Vec<&(String, String)> = uses
+        .iter()
+        .filter(|(_, var)| std::env::var_os(var).is_none())
+        .collect();
+    if missing.is_empty() {
+        let mut vars: Vec<&str> = uses.iter().map(|(_, v)| v.as_str()).collect();
+        vars.sort_unstable();
+        vars.dedup();
+        report.ok(
+            "secrets",
+            if vars.is_empty() {
+                "the job uses no ${VAR}".to_string()
+            } else {
+                format!("{} set", vars.join(", "))
+            },
+        );
+        return Ok(true);
+    }
+    let what: Vec<String> = missing
+        .iter()
+        .map(|(setting, var)| format!("{setting} uses ${{{var}}}, which is not set"))
+        .collect();
+    let mut vars: Vec<&str> = missing.iter().map(|(_, v)| v.as_str()).collect();
+    vars.dedup();
+    report.fail(
+        "secrets",
+        what.join("; "),
+        format!(
+            "export {} (in cron, set it in the crontab or a wrapper script)",
+            vars.join(", ")
+        ),
+    );
+    Ok(false)
 }
 
 /// The job's name as `recon run` would pick it.
@@ -315,30 +322,34 @@ fn describe_plan(plan: &RunPlan) -> String {
     format!(
         "`{}`: {} -> {}, {} field(s), window {} ({}), {backfill}",
         plan.job.name,
-        type_of(&j.source),
-        type_of(&j.target),
+        j.source.type_name(),
+        j.target.type_name(),
         plan.spec.schema.fields.len(),
         j.window,
         plan.job.timezone,
     )
 }
 
-/// The endpoint's `type` as the config spells it (`stripe`, `sql`).
-fn type_of(endpoint: &EndpointConfig) -> String {
-    let debug = format!("{endpoint:?}");
-    debug
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .next()
-        .unwrap_or("endpoint")
-        .to_ascii_lowercase()
+/// The setting that holds the endpoint's address (`base_url`), else every
+/// connector's (`url, base_url, shop_url or instance_url`), from the registry.
+fn url_hint(endpoint: &EndpointConfig) -> String {
+    if let Some(setting) = endpoint.url_setting() {
+        return setting.to_string();
+    }
+    let all = EndpointConfig::url_settings();
+    match all.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => all.join(""),
+    }
 }
 
 /// What to do about a connector's failure, by its kind; the message itself
 /// names the setting or the object.
-fn connector_fix(side: &str, e: &anyhow::Error) -> String {
+fn connector_fix(side: &str, endpoint: &EndpointConfig, e: &anyhow::Error) -> String {
     match e.downcast_ref::<ConnectorError>() {
         Some(ConnectorError::Unreachable(_)) | Some(ConnectorError::ConnectionLost(_)) => format!(
-            "check that the system is running and reachable at the {side}'s URL (base_url, shop_url, instance_url or url), and the network between"
+            "check that the system is running and reachable at the {side}'s URL ({}), and the network between",
+            url_hint(endpoint)
         ),
         Some(ConnectorError::NotIdempotent(_)) => {
             "add the unique key the message names, then check again".into()
@@ -383,107 +394,145 @@ fn describe_probe(p: &Probe) -> String {
 /// The checks that connect: both sides, the unique key, the state store
 /// and the report folder.
 async fn connect_checks(plan: &RunPlan, report: &mut Report) {
-    let job = &plan.job.job;
     let cx = BuildContext {
         schema: &plan.spec.schema,
         time_field: plan.time_field,
     };
-    let source_name = format!("source {}", type_of(&job.source));
-    let target_name = format!("target {}", type_of(&job.target));
+    source_check(plan, cx, report).await;
+    target_checks(plan, cx, report).await;
+    webhook_check(plan, report).await;
+    state_check(plan, report).await;
+    folder_check(plan, report);
+}
 
-    // source: built as a run builds it, then one cheap call.
+/// source: built as a run builds it, then one cheap call.
+async fn source_check(plan: &RunPlan, cx: BuildContext<'_>, report: &mut Report) {
+    let endpoint = &plan.job.job.source;
+    let name = format!("source {}", endpoint.type_name());
     let source = timed("source", async {
-        let s = job.source.connector().build_source(cx).await?;
+        let s = endpoint.connector().build_source(cx).await?;
         let p = s.probe().await?;
         Ok(p)
     })
     .await;
     match source {
-        Ok(p) => report.ok(&source_name, describe_probe(&p)),
-        Err(e) => report.fail(&source_name, format!("{e:#}"), connector_fix("source", &e)),
+        Ok(p) => report.ok(&name, describe_probe(&p)),
+        Err(e) => report.fail(
+            &name,
+            format!("{e:#}"),
+            connector_fix("source", endpoint, &e),
+        ),
     }
+}
 
-    // target: as a writer when the run writes into it (then its unique key
-    // is checked), else as a side that is read: a webhook route reads the
-    // target only, to verify, as `recon run` builds it.
-    let webhook = plan.webhook.as_ref();
+/// target: as a writer when the run writes into it (then its unique key
+/// is checked), else as a side that is read: a webhook route reads the
+/// target only, to verify, as `recon run` builds it.
+async fn target_checks(plan: &RunPlan, cx: BuildContext<'_>, report: &mut Report) {
+    let endpoint = &plan.job.job.target;
+    let name = format!("target {}", endpoint.type_name());
     let writes = plan.writes()
-        && webhook.is_none()
-        && job.target.connector().target_role() == TargetRole::Writable;
-    let target_cfg = job.target.connector();
+        && plan.webhook.is_none()
+        && endpoint.connector().target_role() == TargetRole::Writable;
     if writes {
-        let built = timed("target", async {
-            let t = target_cfg.build_target(cx).await?;
-            let p = t.as_source().probe().await?;
-            Ok((t, p))
-        })
-        .await;
-        match built {
-            Ok((t, p)) => {
-                report.ok(&target_name, describe_probe(&p));
-                let unique = timed("target uniqueness", async {
-                    t.check_idempotent().await?;
-                    Ok(())
-                })
-                .await;
-                match unique {
-                    Ok(()) => report.ok(
-                        "target uniqueness",
-                        format!(
-                            "{} can be written idempotently by its key",
-                            t.as_source().describe()
-                        ),
-                    ),
-                    Err(e) => report.fail(
-                        "target uniqueness",
-                        format!("{e:#}"),
-                        "add the unique key the message names (the statement or setup step is in the message), then check again",
-                    ),
-                }
-            }
-            Err(e) => {
-                report.fail(&target_name, format!("{e:#}"), connector_fix("target", &e));
-                report.skip("target uniqueness", "the target cannot be reached");
-            }
+        writable_target_checks(endpoint, &name, cx, report).await;
+        return;
+    }
+    let read = timed("target", async {
+        let t = endpoint.connector().build_source(cx).await?;
+        let p = t.probe().await?;
+        Ok(p)
+    })
+    .await;
+    match read {
+        Ok(p) => report.ok(&name, describe_probe(&p)),
+        Err(e) => report.fail(
+            &name,
+            format!("{e:#}"),
+            connector_fix("target", endpoint, &e),
+        ),
+    }
+    report.skip(
+        "target uniqueness",
+        if plan.webhook.is_some() {
+            "backfill.via = \"webhook\": recon never writes into the target (the endpoint's handler creates the records; recon reads them back to verify)"
+        } else {
+            "backfill.mode = \"off\": the job never writes into the target"
+        },
+    );
+}
+
+/// A target the run writes into: built as a writer and probed, then its
+/// unique key checked.
+async fn writable_target_checks(
+    endpoint: &EndpointConfig,
+    name: &str,
+    cx: BuildContext<'_>,
+    report: &mut Report,
+) {
+    let built = timed("target", async {
+        let t = endpoint.connector().build_target(cx).await?;
+        let p = t.as_source().probe().await?;
+        Ok((t, p))
+    })
+    .await;
+    let t = match built {
+        Ok((t, p)) => {
+            report.ok(name, describe_probe(&p));
+            t
+        }
+        Err(e) => {
+            report.fail(
+                name,
+                format!("{e:#}"),
+                connector_fix("target", endpoint, &e),
+            );
+            report.skip("target uniqueness", "the target cannot be reached");
+            return;
+        }
+    };
+    let unique = timed("target uniqueness", async {
+        t.check_idempotent().await?;
+        Ok(())
+    })
+    .await;
+    match unique {
+        Ok(()) => report.ok(
+            "target uniqueness",
+            format!(
+                "{} can be written idempotently by its key",
+                t.as_source().describe()
+            ),
+        ),
+        Err(e) => report.fail(
+            "target uniqueness",
+            format!("{e:#}"),
+            "add the unique key the message names (the statement or setup step is in the message), then check again",
+        ),
+    }
+}
+
+/// webhook endpoint: the URL's host accepts a connection; nothing is sent.
+async fn webhook_check(plan: &RunPlan, report: &mut Report) {
+    let Some(w) = plan.webhook.as_ref() else {
+        return;
+    };
+    if plan.writes() {
+        match webhook_endpoint(w.url.expose(), w.policy.timeout.min(CHECK_TIMEOUT)).await {
+            Ok(detail) => report.ok("webhook endpoint", detail),
+            Err((what, fix)) => report.fail("webhook endpoint", what, fix),
         }
     } else {
-        let read = timed("target", async {
-            let t = target_cfg.build_source(cx).await?;
-            let p = t.probe().await?;
-            Ok(p)
-        })
-        .await;
-        match read {
-            Ok(p) => report.ok(&target_name, describe_probe(&p)),
-            Err(e) => report.fail(&target_name, format!("{e:#}"), connector_fix("target", &e)),
-        }
         report.skip(
-            "target uniqueness",
-            if webhook.is_some() {
-                "backfill.via = \"webhook\": recon never writes into the target (the endpoint's handler creates the records; recon reads them back to verify)"
-            } else {
-                "backfill.mode = \"off\": the job never writes into the target"
-            },
+            "webhook endpoint",
+            "backfill.mode = \"off\": nothing is delivered",
         );
     }
+}
 
-    // webhook endpoint: the URL's host accepts a connection; nothing is sent.
-    if let Some(w) = webhook {
-        if plan.writes() {
-            match webhook_endpoint(w.url.expose(), w.policy.timeout.min(CHECK_TIMEOUT)).await {
-                Ok(detail) => report.ok("webhook endpoint", detail),
-                Err((what, fix)) => report.fail("webhook endpoint", what, fix),
-            }
-        } else {
-            report.skip(
-                "webhook endpoint",
-                "backfill.mode = \"off\": nothing is delivered",
-            );
-        }
-    }
-
-    // state store: opened (created and migrated as a run would), then a
-    // write rolled back.
+/// state store: opened (created and migrated as a run would), then a
+/// write rolled back.
+async fn state_check(plan: &RunPlan, report: &mut Report) {
     let state = timed("state store", async {
         let store = StateStore::open(plan.job.state.expose()).await?;
         store.check_writable(&plan.job.name).await?;
@@ -503,8 +552,10 @@ async fn connect_checks(plan: &RunPlan, report: &mut Report) {
             "set the job's state (or defaults.state) to a writable SQLite path or a reachable PostgreSQL database the user may write",
         ),
     }
+}
 
-    // report folder: where this job's run folders are made.
+/// report folder: where this job's run folders are made.
+fn folder_check(plan: &RunPlan, report: &mut Report) {
     let folder = plan
         .out
         .clone()

@@ -235,7 +235,7 @@ async fn steps(config: &Path, out: &Path) -> Result<Status> {
             max_ratio: None,
             metrics_file: None,
         })?;
-        last = execute(plan).await?;
+        last = execute(plan).await?.status;
         println!("exit status {}\n", last.code());
     }
     Ok(last)
@@ -320,7 +320,8 @@ async fn demo(out: PathBuf, via_webhook: bool) -> Result<Status> {
 pub fn run(_args: DemoArgs) -> Result<Status> {
     anyhow::bail!(
         "this build of recon has no demo: it was compiled without the `demo` cargo feature, \
-         which embeds the Stripe emulator. Build with default features \
-         (`cargo build --release`) or `--features demo` to get `recon demo`"
+         which embeds the Stripe emulator and is off by default so that release builds ship \
+         no emulator. Run it with `cargo run --release --features demo -- demo`, or build \
+         with `cargo build --release --features demo`"
     )
 }

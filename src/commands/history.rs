@@ -22,6 +22,7 @@ use serde_json::json;
 use crate::cli::HistoryArgs;
 use crate::config;
 use crate::state::webhook::DeliveryRow;
+use crate::state::ReportReads;
 use crate::state::{Class, IdRecords, ItemRecord, RunStatus, StateStore};
 use crate::Status;
 
@@ -110,130 +111,158 @@ pub struct Story {
     pub webhook: Option<DeliveryRow>,
 }
 
+/// ` by run ID`, when the run is known.
+fn by_run(run: Option<&str>) -> String {
+    run.map(|r| format!(" by run {r}")).unwrap_or_default()
+}
+
+/// The runs of an ID's records, by run id: their places in `runs`.
+type RunIndex<'a> = HashMap<&'a str, usize>;
+
+/// Every streak of the ID, in the order they began: the ended ones
+/// (recorded since migration 7), then the latest per class as the history
+/// table has it (the open one, or the last closed one: the only record of
+/// streaks closed before migration 7).
+fn streaks(r: &IdRecords) -> Vec<Streak> {
+    // The run that first saw a streak: the first to start at or after its
+    // first sighting (a run's sightings carry its start).
+    let start_of = |at: Timestamp| {
+        r.runs
+            .iter()
+            .find(|run| run.started_at >= at)
+            .map(|run| run.id.clone())
+    };
+    let mut streaks: Vec<Streak> = r
+        .closed
+        .iter()
+        .map(|c| Streak {
+            class: c.class,
+            start_run: start_of(c.first_seen_at),
+            start_at: c.first_seen_at,
+            end: End::Resolved(Some(c.resolved_run.clone()), c.resolved_at),
+        })
+        .collect();
+    for d in &r.streaks {
+        if streaks
+            .iter()
+            .any(|s| s.class == d.class && s.start_at == d.first_seen_at)
+        {
+            continue;
+        }
+        streaks.push(Streak {
+            class: d.class,
+            start_run: Some(d.first_seen_run.clone()),
+            start_at: d.first_seen_at,
+            end: match d.resolved_at {
+                Some(at) => End::Resolved(None, at),
+                None => End::Open(d.last_seen_run.clone()),
+            },
+        });
+    }
+    streaks.sort_by(|a, b| a.start_at.cmp(&b.start_at).then(a.class.cmp(&b.class)));
+    streaks
+}
+
+/// Whether run `i` lies in streak `s`: from the run that saw it anew up
+/// to the last that saw it, or up to (not including) the one that found
+/// it gone.
+fn in_streak(r: &IdRecords, index: &RunIndex, s: &Streak, i: usize) -> bool {
+    let run = &r.runs[i];
+    let started = s
+        .start_run
+        .as_deref()
+        .and_then(|id| index.get(id))
+        .map_or(s.start_at <= run.started_at, |&k| k <= i);
+    let before_end = match &s.end {
+        End::Open(last) => index.get(last.as_str()).is_none_or(|&k| i <= k),
+        End::Resolved(Some(by), at) => index
+            .get(by.as_str())
+            .map_or(run.started_at < *at, |&k| i < k),
+        End::Resolved(None, at) => run.started_at < *at,
+    };
+    started && before_end
+}
+
+/// Every run of the job with the ID's classes and ledger items in it.
+fn story_runs(r: &IdRecords, index: &RunIndex, streaks: &[Streak]) -> Vec<StoryRun> {
+    let mut items_by_run: HashMap<&str, Vec<ItemRecord>> = HashMap::new();
+    for it in &r.items {
+        items_by_run
+            .entry(it.plan_id.as_str())
+            .or_default()
+            .push(it.clone());
+    }
+    r.runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let mut classes: Vec<Class> = streaks
+                .iter()
+                .filter(|s| in_streak(r, index, s, i))
+                .map(|s| s.class)
+                .collect();
+            classes.sort();
+            classes.dedup();
+            StoryRun {
+                run_id: run.id.clone(),
+                started_at: run.started_at,
+                status: run.status,
+                dry_run: run.dry_run,
+                classes,
+                items: items_by_run.remove(run.id.as_str()).unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// The runs from the first with something to say to the last one, plus
+/// the runs that found a streak resolved.
+fn busy_span(
+    r: &IdRecords,
+    index: &RunIndex,
+    streaks: &[Streak],
+    mut runs: Vec<StoryRun>,
+) -> Vec<StoryRun> {
+    let resolving: Vec<usize> = streaks
+        .iter()
+        .filter_map(|s| match &s.end {
+            End::Resolved(Some(by), _) => index.get(by.as_str()).copied(),
+            End::Resolved(None, at) => r.runs.iter().position(|run| run.started_at >= *at),
+            End::Open(_) => None,
+        })
+        .collect();
+    let busy = |i: &usize| !runs[*i].classes.is_empty() || !runs[*i].items.is_empty();
+    let first = (0..runs.len()).find(busy);
+    let last = (0..runs.len())
+        .rev()
+        .find(busy)
+        .into_iter()
+        .chain(resolving.iter().copied())
+        .max();
+    match (first, last) {
+        (Some(a), Some(b)) => runs.drain(a..=b).collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl Story {
     /// Builds the story from what the store holds.
     pub fn of(job: &str, external_id: &str, r: &IdRecords) -> Story {
-        let index: HashMap<&str, usize> = r
+        let index: RunIndex = r
             .runs
             .iter()
             .enumerate()
             .map(|(i, run)| (run.id.as_str(), i))
             .collect();
-        // The run that first saw a streak: the first to start at or after
-        // its first sighting (a run's sightings carry its start).
-        let start_of = |at: Timestamp| {
-            r.runs
-                .iter()
-                .find(|run| run.started_at >= at)
-                .map(|run| run.id.clone())
-        };
-        // Streaks that ended (recorded since migration 7).
-        let mut streaks: Vec<Streak> = r
-            .closed
-            .iter()
-            .map(|c| Streak {
-                class: c.class,
-                start_run: start_of(c.first_seen_at),
-                start_at: c.first_seen_at,
-                end: End::Resolved(Some(c.resolved_run.clone()), c.resolved_at),
-            })
-            .collect();
-        // The latest streak per class, as the history table has it: the
-        // open one, or the last closed one (the only record of streaks
-        // closed before migration 7).
-        for d in &r.streaks {
-            if streaks
-                .iter()
-                .any(|s| s.class == d.class && s.start_at == d.first_seen_at)
-            {
-                continue;
-            }
-            streaks.push(Streak {
-                class: d.class,
-                start_run: Some(d.first_seen_run.clone()),
-                start_at: d.first_seen_at,
-                end: match d.resolved_at {
-                    Some(at) => End::Resolved(None, at),
-                    None => End::Open(d.last_seen_run.clone()),
-                },
-            });
-        }
-        streaks.sort_by(|a, b| a.start_at.cmp(&b.start_at).then(a.class.cmp(&b.class)));
-
-        let in_streak = |s: &Streak, i: usize| -> bool {
-            let run = &r.runs[i];
-            let started = s
-                .start_run
-                .as_deref()
-                .and_then(|id| index.get(id))
-                .map_or(s.start_at <= run.started_at, |&k| k <= i);
-            let before_end = match &s.end {
-                End::Open(last) => index.get(last.as_str()).is_none_or(|&k| i <= k),
-                End::Resolved(Some(by), at) => index
-                    .get(by.as_str())
-                    .map_or(run.started_at < *at, |&k| i < k),
-                End::Resolved(None, at) => run.started_at < *at,
-            };
-            started && before_end
-        };
-        let mut items_by_run: HashMap<&str, Vec<ItemRecord>> = HashMap::new();
-        for it in &r.items {
-            items_by_run
-                .entry(it.plan_id.as_str())
-                .or_default()
-                .push(it.clone());
-        }
-        let mut runs: Vec<StoryRun> = r
-            .runs
-            .iter()
-            .enumerate()
-            .map(|(i, run)| {
-                let mut classes: Vec<Class> = streaks
-                    .iter()
-                    .filter(|s| in_streak(s, i))
-                    .map(|s| s.class)
-                    .collect();
-                classes.sort();
-                classes.dedup();
-                StoryRun {
-                    run_id: run.id.clone(),
-                    started_at: run.started_at,
-                    status: run.status,
-                    dry_run: run.dry_run,
-                    classes,
-                    items: items_by_run.remove(run.id.as_str()).unwrap_or_default(),
-                }
-            })
-            .collect();
-        // From the first run with something to say to the last one, plus
-        // the run that found it resolved.
-        let resolving: Vec<usize> = streaks
-            .iter()
-            .filter_map(|s| match &s.end {
-                End::Resolved(Some(by), _) => index.get(by.as_str()).copied(),
-                End::Resolved(None, at) => r.runs.iter().position(|run| run.started_at >= *at),
-                End::Open(_) => None,
-            })
-            .collect();
-        let busy = |i: &usize| !runs[*i].classes.is_empty() || !runs[*i].items.is_empty();
-        let first = (0..runs.len()).find(busy);
-        let last = (0..runs.len())
-            .rev()
-            .find(busy)
-            .into_iter()
-            .chain(resolving.iter().copied())
-            .max();
-        runs = match (first, last) {
-            (Some(a), Some(b)) => runs.drain(a..=b).collect(),
-            _ => Vec::new(),
-        };
+        let streaks = streaks(r);
+        let runs = story_runs(r, &index, &streaks);
         Story {
             job: job.to_string(),
             external_id: external_id.to_string(),
             first_seen: streaks
                 .first()
                 .map(|s| (s.start_at, s.start_run.clone(), s.class)),
-            runs,
+            runs: busy_span(r, &index, &streaks, runs),
             resolved: streaks
                 .iter()
                 .filter_map(|s| match &s.end {
@@ -333,11 +362,38 @@ impl Story {
                 out,
                 "first seen  {}{}, as {class}",
                 format_timestamp(*at),
-                run.as_ref()
-                    .map(|r| format!(" by run {r}"))
-                    .unwrap_or_default()
+                by_run(run.as_deref())
             );
         }
+        self.render_runs(&mut out);
+        out.push('\n');
+        for (class, at, by) in &self.resolved {
+            let _ = writeln!(
+                out,
+                "resolved    {} ({class}){}",
+                format_timestamp(*at),
+                by_run(by.as_deref())
+            );
+        }
+        if self.open.is_empty() {
+            let _ = writeln!(out, "now         resolved: nothing open");
+        }
+        for (class, since) in &self.open {
+            let _ = writeln!(
+                out,
+                "now         open as {class} since {}",
+                format_timestamp(*since)
+            );
+        }
+        if let Some(d) = &self.webhook {
+            let _ = writeln!(out, "webhook     {}", Self::delivery_line(d));
+        }
+        out
+    }
+
+    /// The table of runs: start, id, status, classes, backfill items.
+    fn render_runs(&self, out: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(
             out,
             "\n{:<20}  {:<44} {:<24} {:<18} backfill",
@@ -382,31 +438,6 @@ impl Story {
                 if items.is_empty() { "-" } else { &items }
             );
         }
-        out.push('\n');
-        for (class, at, by) in &self.resolved {
-            let _ = writeln!(
-                out,
-                "resolved    {} ({class}){}",
-                format_timestamp(*at),
-                by.as_ref()
-                    .map(|b| format!(" by run {b}"))
-                    .unwrap_or_default()
-            );
-        }
-        if self.open.is_empty() {
-            let _ = writeln!(out, "now         resolved: nothing open");
-        }
-        for (class, since) in &self.open {
-            let _ = writeln!(
-                out,
-                "now         open as {class} since {}",
-                format_timestamp(*since)
-            );
-        }
-        if let Some(d) = &self.webhook {
-            let _ = writeln!(out, "webhook     {}", Self::delivery_line(d));
-        }
-        out
     }
 }
 

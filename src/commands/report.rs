@@ -15,6 +15,7 @@ use recon_core::FieldKind;
 use crate::cli::ReportArgs;
 use crate::config;
 use crate::report::html;
+use crate::state::ReportReads;
 use crate::state::StateStore;
 use crate::Status;
 

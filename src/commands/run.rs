@@ -19,10 +19,10 @@ pub fn run(args: RunArgs) -> Result<Status> {
     let result = run_plan(&args);
     // The metrics file and the notification, whatever the outcome.
     ops.finish(&result);
-    result
+    result.map(|f| f.status)
 }
 
-fn run_plan(args: &RunArgs) -> Result<Status> {
+fn run_plan(args: &RunArgs) -> Result<crate::pipeline::Finished> {
     let plan = RunPlan::from_args(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

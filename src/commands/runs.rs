@@ -4,6 +4,8 @@ use anyhow::Result;
 
 use crate::cli::RunsArgs;
 use crate::config;
+use crate::report::summary::{Class, Counts};
+use crate::state::ReportReads;
 use crate::state::{RunRow, RunStatus, StateStore};
 use crate::Status;
 
@@ -42,11 +44,10 @@ pub fn run(args: RunsArgs) -> Result<Status> {
         "run", "job", "status", "dry", "window", "gaps", "orphans", "backfilled"
     );
     for r in rows {
-        let n = |k: &str| {
-            r.counts
-                .as_ref()
-                .and_then(|c| c.get(k))
-                .and_then(|v| v.as_u64())
+        let counts = r.counts.as_ref().map(Counts::of_json).unwrap_or_default();
+        let n = |class: Class| {
+            counts
+                .present(class)
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| "-".into())
         };
@@ -57,9 +58,9 @@ pub fn run(args: RunsArgs) -> Result<Status> {
             r.status,
             if r.dry_run { "yes" } else { "no" },
             format!("{}..{}", r.window_start, r.window_end),
-            n("gaps"),
-            n("orphans"),
-            n("backfilled"),
+            n(Class::Gaps),
+            n(Class::Orphans),
+            n(Class::Backfilled),
         );
     }
     Ok(Status::Clean)

@@ -12,7 +12,10 @@
 //! (`metrics_file = "/var/lib/node_exporter/textfile/recon-{job}.prom"`).
 //!
 //! All values describe the job's last run; they are gauges (the `_total`
-//! names count within that run).
+//! names count within that run). This job's whole-number samples are
+//! encoded by prometheus-client's Prometheus text encoder; the seconds
+//! (three decimals) and a money delta beyond 64 bits are written here, as
+//! the file has always held them. Other jobs' lines are kept as they were.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,7 +25,14 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
 
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use strum::IntoEnumIterator;
+
 use super::Outcome;
+use crate::report::Class;
 use crate::state::RunStatus;
 
 /// The families, in file order: name and help.
@@ -65,15 +75,6 @@ const FAMILIES: [(&str, &str); 9] = [
     ),
 ];
 
-/// Discrepancy classes: label and summary.json key.
-const CLASSES: [(&str, &str); 5] = [
-    ("gap", "gaps"),
-    ("orphan", "orphans"),
-    ("mismatch", "mismatches"),
-    ("duplicate", "duplicates"),
-    ("unplaced", "unplaced"),
-];
-
 /// A label value escaped as the format requires: `\` `"` and newline.
 pub fn escape_label(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
@@ -101,7 +102,74 @@ pub fn provider_label(name: &str) -> String {
         .collect()
 }
 
-/// `{job="a",class="gap"}`.
+/// The label set of a sample: `job` first, then the family's own.
+type Labels = Vec<(&'static str, String)>;
+
+/// The whole-number families of this job, registered with
+/// prometheus-client, which encodes them (names, HELP, TYPE, escaped
+/// labels).
+struct Gauges {
+    registry: Registry,
+    job: String,
+}
+
+impl Gauges {
+    fn new(job: &str) -> Gauges {
+        Gauges {
+            registry: Registry::default(),
+            job: job.to_string(),
+        }
+    }
+
+    /// Registers `family` with one sample per label set.
+    fn family(&mut self, family: &'static str, samples: Vec<(Labels, i64)>) {
+        if samples.is_empty() {
+            return;
+        }
+        let f = Family::<Labels, Gauge>::default();
+        for (pairs, value) in samples {
+            let mut labels = vec![("job", self.job.clone())];
+            labels.extend(pairs);
+            f.get_or_create(&labels).set(value);
+        }
+        // prometheus-client ends each HELP with a full stop: given without.
+        let help = help_of(family).trim_end_matches('.');
+        self.registry.register(family, help, f);
+    }
+
+    /// Each family's sample lines, in label order.
+    fn lines(&self) -> BTreeMap<&'static str, Vec<String>> {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_text::encode(&mut text, &self.registry);
+        let mut out: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = &line[..line.find(['{', ' ']).unwrap_or(line.len())];
+            if let Some((family, _)) = FAMILIES.iter().find(|(f, _)| *f == name) {
+                out.entry(family).or_default().push(line.to_string());
+            }
+        }
+        for lines in out.values_mut() {
+            lines.sort();
+        }
+        out
+    }
+}
+
+fn help_of(family: &str) -> &'static str {
+    FAMILIES
+        .iter()
+        .find(|(f, _)| *f == family)
+        .map_or("", |(_, help)| help)
+}
+
+/// A count as a gauge's value (a count beyond `i64::MAX` cannot happen).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `{job="a",class="gap"}`: the samples written here (seconds, and money
+/// deltas beyond 64 bits).
 fn labels(pairs: &[(&str, &str)]) -> String {
     let inner: Vec<String> = pairs
         .iter()
@@ -110,6 +178,8 @@ fn labels(pairs: &[(&str, &str)]) -> String {
     format!("{{{}}}", inner.join(","))
 }
 
+/// Seconds with three decimals: prometheus-client writes floats in Go's
+/// shortest form (`1.5`, `1.8e+09`), the file has always had `1.500`.
 fn seconds(t: Timestamp) -> String {
     format!("{:.3}", t.as_millisecond() as f64 / 1000.0)
 }
@@ -121,43 +191,28 @@ fn samples(
     last_success: Option<Timestamp>,
     traffic: &recon_core::http::Traffic,
 ) -> BTreeMap<&'static str, Vec<String>> {
-    let mut out: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-    let mut add = |family: &'static str, pairs: &[(&str, &str)], value: String| {
-        let mut all = vec![("job", job)];
-        all.extend_from_slice(pairs);
-        out.entry(family)
-            .or_default()
-            .push(format!("{family}{} {value}", labels(&all)));
-    };
-    add("recon_last_run_timestamp_seconds", &[], seconds(o.finished));
-    if let Some(t) = last_success {
-        add("recon_last_success_timestamp_seconds", &[], seconds(t));
-    }
-    add(
-        "recon_run_duration_seconds",
-        &[],
-        format!("{:.3}", o.duration.as_secs_f64()),
-    );
+    let mut g = Gauges::new(job);
+    let one = |k: &'static str, v: &str| vec![(k, v.to_string())];
+    let mut big_deltas = Vec::new();
     if o.summary.is_some() {
-        for (class, key) in CLASSES {
-            if let Some(n) = o.count(key) {
-                add("recon_discrepancies", &[("class", class)], n.to_string());
-            }
-        }
-        for (currency, delta) in o.money_delta() {
-            add(
-                "recon_money_delta_minor",
-                &[("currency", &currency)],
-                delta.to_string(),
-            );
-        }
-        for (outcome, n) in &o.backfill {
-            add(
-                "recon_backfilled_total",
-                &[("outcome", outcome)],
-                n.to_string(),
-            );
-        }
+        let classes = Class::iter()
+            .filter_map(|c| Some((one("class", c.one()?), count(o.count(c)?))))
+            .collect();
+        g.family("recon_discrepancies", classes);
+        let (deltas, huge): (Vec<_>, Vec<_>) = o
+            .money_delta()
+            .into_iter()
+            .partition(|(_, d)| i64::try_from(*d).is_ok());
+        let deltas = deltas
+            .into_iter()
+            .map(|(c, d)| (one("currency", &c), d as i64));
+        g.family("recon_money_delta_minor", deltas.collect());
+        // prometheus-client's gauges stop at 64 bits; the file has always
+        // held a delta beyond them exactly, so such a sample is written here.
+        big_deltas = huge;
+        let backfill = o.backfill().into_iter();
+        let backfill = backfill.map(|(b, n)| (one("outcome", b.as_str()), count(n)));
+        g.family("recon_backfilled_total", backfill.collect());
     }
     // Labels by provider label (two names could map to one label).
     let mut requests: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -170,28 +225,42 @@ fn samples(
     for (provider, n) in &traffic.rate_limited {
         *limited.entry(provider_label(provider)).or_default() += n;
     }
-    for ((p, status), n) in &requests {
-        add(
-            "recon_http_requests_total",
-            &[("provider", p), ("status", status)],
-            n.to_string(),
-        );
-    }
-    for (p, n) in &limited {
-        add(
-            "recon_rate_limited_total",
-            &[("provider", p)],
-            n.to_string(),
-        );
-    }
-    for s in [
+    let requests = requests.into_iter().map(|((p, status), n)| {
+        let labels = vec![("provider", p), ("status", status)];
+        (labels, count(n))
+    });
+    g.family("recon_http_requests_total", requests.collect());
+    let limited = limited
+        .into_iter()
+        .map(|(p, n)| (one("provider", &p), count(n)));
+    g.family("recon_rate_limited_total", limited.collect());
+    let statuses = [
         RunStatus::Clean,
         RunStatus::Discrepancies,
         RunStatus::Failed,
-    ] {
-        let value = if o.status == s { "1" } else { "0" };
-        add("recon_run_status", &[("status", s.as_str())], value.into());
+    ];
+    let statuses = statuses
+        .into_iter()
+        .map(|s| (one("status", s.as_str()), i64::from(o.status == s)));
+    g.family("recon_run_status", statuses.collect());
+    let mut out = g.lines();
+    for (currency, d) in big_deltas {
+        let pairs = [("job", job), ("currency", currency.as_str())];
+        let line = format!("recon_money_delta_minor{} {d}", labels(&pairs));
+        out.entry("recon_money_delta_minor").or_default().push(line);
     }
+    let mut add = |family: &'static str, value: String| {
+        let line = format!("{family}{} {value}", labels(&[("job", job)]));
+        out.entry(family).or_default().push(line);
+    };
+    add("recon_last_run_timestamp_seconds", seconds(o.finished));
+    if let Some(t) = last_success {
+        add("recon_last_success_timestamp_seconds", seconds(t));
+    }
+    add(
+        "recon_run_duration_seconds",
+        format!("{:.3}", o.duration.as_secs_f64()),
+    );
     out
 }
 
@@ -387,16 +456,22 @@ mod tests {
             status,
             exit_status: 1,
             error: None,
-            summary: Some(serde_json::json!({
-                "gaps": 3, "orphans": 2, "mismatches": 1, "duplicates": 0, "unplaced": 0,
-                "totals": {"source": [{"currency": "USD", "total_minor": "1000"}],
-                           "target": [{"currency": "USD", "total_minor": "900"}]}
-            })),
+            summary: Some({
+                let mut s = crate::report::RunSummary::of_json(serde_json::json!({
+                    "gaps": 3, "orphans": 2, "mismatches": 1, "duplicates": 0, "unplaced": 0,
+                    "totals": {"source": [{"currency": "USD", "total_minor": "1000"}],
+                               "target": [{"currency": "USD", "total_minor": "900"}]}
+                }))
+                .unwrap();
+                s.backfill
+                    .insert(crate::report::BackfillOutcome::Created, 3);
+                s.backfill.insert(crate::report::BackfillOutcome::Failed, 0);
+                s
+            }),
             report_dir: None,
             window: None,
             duration: Duration::from_millis(1500),
             finished: Timestamp::from_second(1_800_000_000).unwrap(),
-            backfill: vec![("created".into(), 3), ("failed".into(), 0)],
         }
     }
 
@@ -468,6 +543,52 @@ mod tests {
         assert_eq!(previous_last_success(&path, "other"), None);
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn the_headers_are_those_prometheus_client_writes() {
+        let mut g = Gauges::new("j");
+        for (family, _) in FAMILIES {
+            g.family(family, vec![(Vec::new(), 1)]);
+        }
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &g.registry).unwrap();
+        let theirs: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+        let ours: Vec<String> = FAMILIES
+            .iter()
+            .flat_map(|(f, help)| [format!("# HELP {f} {help}"), format!("# TYPE {f} gauge")])
+            .collect();
+        assert_eq!(theirs, ours);
+        assert!(text.contains("recon_run_status{job=\"j\"} 1\n"), "{text}");
+    }
+
+    #[test]
+    fn money_deltas_beyond_64_bits_are_exact() {
+        let mut o = outcome(RunStatus::Clean);
+        let big = i128::from(i64::MAX) * 4;
+        let totals = &mut o.summary.as_mut().unwrap().run.totals.as_mut().unwrap();
+        totals.target.push(crate::report::summary::Total {
+            currency: Some("EUR".into()),
+            records: 1,
+            total: None,
+            total_minor: Some(big.to_string()),
+        });
+        let text = render("", "charges", &o, None, &Traffic::default());
+        let f: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("recon_money_delta_minor"))
+            .collect();
+        assert_eq!(
+            f,
+            [
+                "recon_money_delta_minor{job=\"charges\",currency=\"USD\"} -100",
+                "recon_money_delta_minor{job=\"charges\",currency=\"EUR\"} 36893488147419103228",
+            ]
+        );
+        assert_eq!(
+            text.matches("# TYPE recon_money_delta_minor gauge").count(),
+            1
+        );
     }
 
     #[test]

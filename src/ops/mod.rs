@@ -3,10 +3,12 @@
 //! notification ([`notify`]) and, on a terminal, progress ([`progress`]).
 //!
 //! `recon run` and `recon apply` wrap their work in [`Ops::start`] and
-//! [`Ops::finish`]. The pipeline tells this module which run it is
-//! ([`note_run`], [`note_report`]); everything else is read from the
-//! run's `summary.json` and `backfill.csv`, so the metrics and the message
-//! agree with the reports by construction. Nothing here changes a run's
+//! [`Ops::finish`], which gets the run's [`Finished`]: its
+//! [`RunSummary`] is what summary.json holds (and the backfill's outcomes,
+//! as backfill.csv lists them), so the metrics and the message agree with
+//! the reports by construction. The pipeline tells this module which run
+//! it is ([`note_run`]) for log lines and for a run that fails before it
+//! has a summary. Nothing here changes a run's
 //! exit status: a metrics file or a webhook that cannot be written is
 //! reported on stderr (scrubbed) and the run's status stands.
 
@@ -23,10 +25,15 @@ use jiff::Timestamp;
 use recon_core::{format_timestamp, Secret, Window};
 
 use crate::config::{self, ConfigFile};
+use crate::pipeline::Finished;
+use crate::report::{BackfillOutcome, Class, RunSummary};
+use crate::state::prelude::*;
 use crate::state::{RunStatus, StateStore};
 use crate::Status;
 
-/// What the pipeline said about the run of this process.
+/// What the pipeline said about the run of this process, before it had a
+/// summary: for log lines (`run_id`, `job`) and a failed run's metrics and
+/// message.
 #[derive(Clone, Debug, Default)]
 pub struct RunNote {
     /// The job.
@@ -35,15 +42,12 @@ pub struct RunNote {
     pub run_id: Option<String>,
     /// The window asked for.
     pub window: Option<Window>,
-    /// The committed report folder.
-    pub report_dir: Option<PathBuf>,
 }
 
 static NOTE: Mutex<RunNote> = Mutex::new(RunNote {
     job: None,
     run_id: None,
     window: None,
-    report_dir: None,
 });
 
 fn with_note<R>(f: impl FnOnce(&mut RunNote) -> R) -> R {
@@ -59,7 +63,6 @@ pub fn note_run(job: &str, run_id: &str, window: Window) {
             job: Some(job.to_string()),
             run_id: Some(run_id.to_string()),
             window: Some(window),
-            report_dir: None,
         }
     });
 }
@@ -72,11 +75,6 @@ pub fn note_job(job: &str) {
             ..RunNote::default()
         }
     });
-}
-
-/// The run's report folder is in place.
-pub fn note_report(dir: &Path) {
-    with_note(|n| n.report_dir = Some(dir.to_path_buf()));
 }
 
 /// What is known of the current run (for log lines).
@@ -208,7 +206,7 @@ impl Ops {
 
     /// Writes the metrics file and sends the notification for the command's
     /// result. Never fails: problems are reported on stderr, scrubbed.
-    pub fn finish(mut self, result: &Result<Status>) {
+    pub fn finish(mut self, result: &Result<Finished>) {
         // `recon apply` learns its job from the plan file.
         if let (None, Some(job)) = (&self.settings.job, current_run().job) {
             self.settings =
@@ -281,8 +279,8 @@ pub struct Outcome {
     pub exit_status: u8,
     /// Why it failed (scrubbed).
     pub error: Option<String>,
-    /// The run's summary.json, when its reports were written.
-    pub summary: Option<serde_json::Value>,
+    /// The run's summary, when its reports were written.
+    pub summary: Option<RunSummary>,
     /// The report folder.
     pub report_dir: Option<PathBuf>,
     /// The window asked for, RFC 3339.
@@ -291,51 +289,45 @@ pub struct Outcome {
     pub duration: Duration,
     /// When it ended.
     pub finished: Timestamp,
-    /// Items of backfill.csv by outcome (created, updated, …).
-    pub backfill: Vec<(String, u64)>,
 }
 
 impl Outcome {
-    fn of(settings: &Settings, result: &Result<Status>, duration: Duration) -> Outcome {
+    fn of(settings: &Settings, result: &Result<Finished>, duration: Duration) -> Outcome {
         let note = current_run();
         let (status, exit_status, error) = match result {
-            Ok(s) => (s.run_status(), s.code(), None),
+            Ok(f) => (f.status.run_status(), f.status.code(), None),
             Err(e) => (
                 RunStatus::Failed,
                 Status::Trouble.code(),
                 Some(recon_core::scrub(&format!("{e:#}")).into_owned()),
             ),
         };
-        let summary = note.report_dir.as_ref().and_then(|d| {
-            let bytes = std::fs::read(d.join("summary.json")).ok()?;
-            serde_json::from_slice::<serde_json::Value>(&bytes).ok()
-        });
-        let backfill = note
-            .report_dir
-            .as_deref()
-            .map(backfill_counts)
-            .unwrap_or_default();
+        let (summary, report_dir) = match result {
+            Ok(f) => (Some(f.summary.clone()), Some(f.report.clone())),
+            Err(_) => (None, None),
+        };
+        // A finished run names itself; the note is for one that failed.
+        let run_id = summary.as_ref().and_then(|s| s.run.run_id.clone());
         let window = note
             .window
             .map(|w| (format_timestamp(w.start), format_timestamp(w.end)));
         Outcome {
             job: note.job.or_else(|| settings.job.clone()),
-            run_id: note.run_id,
+            run_id: run_id.or(note.run_id),
             status,
             exit_status,
             error,
             summary,
-            report_dir: note.report_dir,
+            report_dir,
             window,
             duration,
             finished: Timestamp::now(),
-            backfill,
         }
     }
 
-    /// A count of summary.json (`gaps`, `backfilled`…).
-    pub fn count(&self, key: &str) -> Option<u64> {
-        self.summary.as_ref()?.get(key)?.as_u64()
+    /// A count of the summary (`gaps`, `backfilled`…), when it holds it.
+    pub fn count(&self, class: Class) -> Option<u64> {
+        self.summary.as_ref()?.counts.present(class)
     }
 
     /// The report to open: report.html when the folder has one, else the
@@ -347,68 +339,21 @@ impl Outcome {
     }
 
     /// Target total minus source total per currency, in minor units, from
-    /// summary.json (`totals.*[].total_minor`).
+    /// the summary's totals.
     pub fn money_delta(&self) -> Vec<(String, i128)> {
-        let mut out: std::collections::BTreeMap<String, i128> = Default::default();
-        let Some(totals) = self.summary.as_ref().and_then(|s| s.get("totals")) else {
-            return Vec::new();
-        };
-        for (side, sign) in [("source", -1i128), ("target", 1)] {
-            for t in totals
-                .get(side)
-                .and_then(|v| v.as_array())
-                .into_iter()
-                .flatten()
-            {
-                let (Some(cur), Some(minor)) = (
-                    t.get("currency").and_then(|c| c.as_str()),
-                    t.get("total_minor")
-                        .and_then(|m| m.as_str())
-                        .and_then(|m| m.parse::<i128>().ok()),
-                ) else {
-                    continue;
-                };
-                *out.entry(cur.to_string()).or_default() += sign * minor;
-            }
-        }
-        out.into_iter().collect()
+        self.summary
+            .as_ref()
+            .map(RunSummary::money_delta)
+            .unwrap_or_default()
     }
-}
 
-/// backfill.csv's rows by outcome, every outcome listed (0 when absent).
-fn backfill_counts(dir: &Path) -> Vec<(String, u64)> {
-    use crate::report::BackfillOutcome as O;
-    let all = [O::Created, O::Updated, O::Unchanged, O::Failed, O::Skipped];
-    let mut counts: Vec<(String, u64)> = all.iter().map(|o| (o.as_str().to_string(), 0)).collect();
-    // A webhook route's run (its summary has a `webhook` object): its
-    // outcomes too, listed like the others.
-    let webhook = std::fs::read(dir.join("summary.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|s| s.get("webhook").is_some_and(|w| w.is_object()));
-    if webhook {
-        let more = [O::Delivered, O::AlreadyDone, O::DeliveredNotCreated];
-        counts.extend(more.iter().map(|o| (o.as_str().to_string(), 0)));
+    /// The backfill's items by outcome (every outcome listed, 0 when none).
+    pub fn backfill(&self) -> Vec<(BackfillOutcome, u64)> {
+        self.summary
+            .as_ref()
+            .map(RunSummary::backfill_outcomes)
+            .unwrap_or_default()
     }
-    let Ok(mut reader) = csv::Reader::from_path(dir.join("backfill.csv")) else {
-        return counts;
-    };
-    let column = reader
-        .headers()
-        .ok()
-        .and_then(|h| h.iter().position(|c| c == "outcome"));
-    let Some(column) = column else {
-        return counts;
-    };
-    for row in reader.records().flatten() {
-        if let Some((_, n)) = counts
-            .iter_mut()
-            .find(|(o, _)| Some(o.as_str()) == row.get(column))
-        {
-            *n += 1;
-        }
-    }
-    counts
 }
 
 /// When the job last finished with exit 0 or 1: now, for such a run;
@@ -468,15 +413,17 @@ mod tests {
             status: RunStatus::Discrepancies,
             exit_status: 1,
             error: None,
-            summary: Some(serde_json::json!({"totals": {
+            summary: Some(
+                RunSummary::of_json(serde_json::json!({"totals": {
                 "source": [{"currency": "USD", "total_minor": "1000"}, {"currency": "JPY", "total_minor": "5"}],
                 "target": [{"currency": "USD", "total_minor": "750"}, {"currency": null, "total_minor": null}],
-            }})),
+            }}))
+                .unwrap(),
+            ),
             report_dir: None,
             window: None,
             duration: Duration::ZERO,
             finished: Timestamp::UNIX_EPOCH,
-            backfill: Vec::new(),
         };
         assert_eq!(
             o.money_delta(),

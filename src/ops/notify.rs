@@ -32,6 +32,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::Outcome;
+use crate::report::Class;
 use crate::state::RunStatus;
 
 /// The `[notify]` section as written.
@@ -235,16 +236,16 @@ fn reqwest_url(url: &str) -> Result<(String, String)> {
     ))
 }
 
-/// Counts in message order: summary.json key and label.
-const COUNTS: [(&str, &str); 8] = [
-    ("gaps", "gaps"),
-    ("orphans", "orphans"),
-    ("mismatches", "mismatches"),
-    ("duplicates", "duplicates"),
-    ("unplaced", "unplaced"),
-    ("pending", "pending"),
-    ("backfilled", "backfilled"),
-    ("backfill_failed", "backfill failed"),
+/// Counts in message order, with their labels.
+const COUNTS: [(Class, &str); 8] = [
+    (Class::Gaps, "gaps"),
+    (Class::Orphans, "orphans"),
+    (Class::Mismatches, "mismatches"),
+    (Class::Duplicates, "duplicates"),
+    (Class::Unplaced, "unplaced"),
+    (Class::Pending, "pending"),
+    (Class::Backfilled, "backfilled"),
+    (Class::BackfillFailed, "backfill failed"),
 ];
 
 /// A money delta in major units (`-12.34 USD`), exact; minor units when the
@@ -260,11 +261,8 @@ fn money(code: &str, minor: i128) -> String {
 pub fn body(format: NotifyFormat, o: &Outcome) -> serde_json::Value {
     let job = o.job.as_deref().unwrap_or("?");
     let window = o.window.clone().or_else(|| {
-        let w = o.summary.as_ref()?.get("window")?;
-        Some((
-            w.get("start")?.as_str()?.into(),
-            w.get("end")?.as_str()?.into(),
-        ))
+        let w = o.summary.as_ref()?.run.window.as_ref()?;
+        Some((w.start.clone(), w.end.clone()))
     });
     let report = o.report().map(|p| p.display().to_string());
     let delta = o.money_delta();
@@ -272,7 +270,7 @@ pub fn body(format: NotifyFormat, o: &Outcome) -> serde_json::Value {
         NotifyFormat::Json => {
             let counts: serde_json::Map<String, serde_json::Value> = COUNTS
                 .iter()
-                .filter_map(|(k, _)| Some(((*k).to_string(), json!(o.count(k)?))))
+                .filter_map(|(c, _)| Some((c.key().to_string(), json!(o.count(*c)?))))
                 .collect();
             json!({
                 "job": job,
@@ -306,7 +304,7 @@ pub fn body(format: NotifyFormat, o: &Outcome) -> serde_json::Value {
             }
             let counts: Vec<String> = COUNTS
                 .iter()
-                .filter_map(|(k, label)| Some(format!("{label} {}", o.count(k)?)))
+                .filter_map(|(c, label)| Some(format!("{label} {}", o.count(*c)?)))
                 .collect();
             if !counts.is_empty() {
                 text.push_str(&format!("\n{}", counts.join(", ")));
@@ -400,17 +398,19 @@ mod tests {
             status: RunStatus::Discrepancies,
             exit_status: 1,
             error: None,
-            summary: Some(json!({
-                "gaps": 3, "orphans": 1, "mismatches": 0, "duplicates": 0,
-                "window": {"start": "2026-11-28T05:00:00Z", "end": "2026-11-29T05:00:00Z"},
-                "totals": {"source": [{"currency": "USD", "total_minor": "10050"}],
-                           "target": [{"currency": "USD", "total_minor": "9000"}]}
-            })),
+            summary: Some(
+                crate::report::RunSummary::of_json(json!({
+                    "gaps": 3, "orphans": 1, "mismatches": 0, "duplicates": 0,
+                    "window": {"start": "2026-11-28T05:00:00Z", "end": "2026-11-29T05:00:00Z"},
+                    "totals": {"source": [{"currency": "USD", "total_minor": "10050"}],
+                               "target": [{"currency": "USD", "total_minor": "9000"}]}
+                }))
+                .unwrap(),
+            ),
             report_dir: Some("/r/charges/run-1".into()),
             window: None,
             duration: Duration::ZERO,
             finished: Timestamp::UNIX_EPOCH,
-            backfill: Vec::new(),
         }
     }
 

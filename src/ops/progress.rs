@@ -4,7 +4,7 @@
 //! file feed adds a batch's size (8,192 rows) and its byte position with a
 //! few relaxed atomic stores, an API side a page's size, lookups and writes
 //! their batch's size. A display thread reads the counters ten times a
-//! second and redraws one line on stderr, only when stderr is a terminal
+//! second and sets one line on stderr (drawn by indicatif), only when stderr is a terminal
 //! and logs are in the human format; otherwise there is no thread at all
 //! and nothing but the final summary is printed (cron, pipes, log files).
 //!
@@ -13,10 +13,12 @@
 //! ```
 
 use std::future::Future;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use tracing::Instrument;
 
@@ -221,41 +223,32 @@ pub fn render(now: &Snapshot, rates: [Option<f64>; 2], width: usize) -> String {
     line
 }
 
-/// Whether a display thread runs (checked before taking [`SCREEN`]).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The progress line on the terminal while a display runs; `None` when
+/// there is none or it was paused for the summary. indicatif draws it (at
+/// most ten times a second), clears it, and takes it off the screen around
+/// other output ([`around_output`]).
+static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
-/// The terminal line: whether a progress line is on it, and whether the
-/// display is paused (the summary is being printed).
-static SCREEN: Mutex<(bool, bool)> = Mutex::new((false, false));
-
-fn screen() -> std::sync::MutexGuard<'static, (bool, bool)> {
-    SCREEN.lock().unwrap_or_else(|e| e.into_inner())
+fn bar() -> Option<ProgressBar> {
+    BAR.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Clears the progress line, if one is shown, so that a log line or a
-/// message starts on a clean line; the next tick draws it again.
-pub fn clear_for_output() {
-    if !ACTIVE.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut s = screen();
-    if s.0 {
-        let _ = write!(std::io::stderr().lock(), "\r\x1b[K");
-        s.0 = false;
+/// Runs `write` (a log line, a message) with the progress line off the
+/// screen, so that the output starts on a clean line; the line is drawn
+/// again after it. Without a display, just runs `write`.
+pub fn around_output<R>(write: impl FnOnce() -> R) -> R {
+    match bar() {
+        Some(line) => line.suspend(write),
+        None => write(),
     }
 }
 
 /// Clears the progress line and draws no more (the summary follows).
 pub fn pause() {
-    if !ACTIVE.load(Ordering::Relaxed) {
-        return;
+    let line = BAR.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(line) = line {
+        line.finish_and_clear();
     }
-    let mut s = screen();
-    if s.0 {
-        let _ = write!(std::io::stderr().lock(), "\r\x1b[K");
-        s.0 = false;
-    }
-    s.1 = true;
 }
 
 /// The display thread; stops and clears its line when dropped.
@@ -276,8 +269,9 @@ impl Display {
     fn start_if(enabled: bool) -> Display {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = enabled.then(|| {
-            *screen() = (false, false);
-            ACTIVE.store(true, Ordering::Relaxed);
+            let line = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
+            line.set_style(ProgressStyle::with_template("{wide_msg}").expect("a valid template"));
+            *BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
             let stop = stop.clone();
             std::thread::spawn(move || draw(&stop))
         });
@@ -291,43 +285,57 @@ impl Drop for Display {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
             pause();
-            ACTIVE.store(false, Ordering::Relaxed);
         }
     }
 }
 
-/// Redraws the line ten times a second until `stop`; clears it after.
+/// Per side: when its first record came and its count then, and when its
+/// count last grew (a finished side keeps its rate).
+#[derive(Default)]
+struct Rates {
+    first: [Option<(Instant, u64)>; 2],
+    last: [Option<(Instant, u64)>; 2],
+}
+
+impl Rates {
+    /// Records per second of each side since it started, once it has read
+    /// for half a second.
+    fn update(&mut self, now: &Snapshot, at: Instant) -> [Option<f64>; 2] {
+        let mut rates = [None, None];
+        for (i, rate) in rates.iter_mut().enumerate() {
+            if now.records[i] == 0 {
+                continue;
+            }
+            let (began, base) = *self.first[i].get_or_insert((at, now.records[i]));
+            if self.last[i].is_none_or(|(_, n)| n != now.records[i]) {
+                self.last[i] = Some((at, now.records[i]));
+            }
+            let grew = self.last[i].map_or(began, |(t, _)| t);
+            let secs = grew.duration_since(began).as_secs_f64();
+            if secs >= 0.5 {
+                *rate = Some((now.records[i] - base) as f64 / secs);
+            }
+        }
+        rates
+    }
+}
+
+/// Renders the line from the counters ten times a second until `stop`
+/// (at most `COLUMNS` wide; indicatif cuts it to the terminal's width).
 fn draw(stop: &AtomicBool) {
     let width = std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.parse::<usize>().ok())
         .unwrap_or(120)
         .max(20);
-    // When each side's first record came and its count then; when its
-    // count last grew (a finished side keeps its rate).
-    let mut first: [Option<(Instant, u64)>; 2] = [None, None];
-    let mut last: [(Instant, u64); 2] = [(Instant::now(), 0); 2];
+    let mut rates = Rates::default();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         let now = Snapshot::take();
-        let mut rates = [None, None];
-        for i in 0..2 {
-            if now.records[i] > 0 {
-                let (at, base) = *first[i].get_or_insert((Instant::now(), now.records[i]));
-                if now.records[i] != last[i].1 {
-                    last[i] = (Instant::now(), now.records[i]);
-                }
-                let secs = last[i].0.duration_since(at).as_secs_f64();
-                if secs >= 0.5 {
-                    rates[i] = Some((now.records[i] - base) as f64 / secs);
-                }
-            }
-        }
-        let line = render(&now, rates, width - 1);
-        let mut s = screen();
-        if !s.1 {
-            let _ = write!(std::io::stderr().lock(), "\r{line}\x1b[K");
-            s.0 = true;
+        let rate = rates.update(&now, Instant::now());
+        match bar() {
+            Some(line) => line.set_message(render(&now, rate, width - 1)),
+            None => break,
         }
     }
 }
@@ -365,6 +373,24 @@ mod tests {
         let short = render(&s, [None, None], 30);
         assert_eq!(short.chars().count(), 30, "{short}");
         assert!(short.ends_with('…'));
+    }
+
+    #[test]
+    fn a_rate_shows_after_half_a_second_and_a_finished_side_keeps_it() {
+        let t0 = Instant::now();
+        let mut rates = Rates::default();
+        let at = |records: u64| Snapshot {
+            records: [records, 0],
+            ..Snapshot::default()
+        };
+        assert_eq!(rates.update(&at(1_000), t0), [None, None]);
+        let early = rates.update(&at(2_000), t0 + Duration::from_millis(400));
+        assert_eq!(early, [None, None], "under half a second: no rate yet");
+        let r = rates.update(&at(5_000), t0 + Duration::from_secs(2));
+        assert_eq!(r, [Some(2_000.0), None], "4,000 records in 2 s");
+        // The side stops growing: its rate stays what it was, not falling.
+        let later = rates.update(&at(5_000), t0 + Duration::from_secs(10));
+        assert_eq!(later, [Some(2_000.0), None]);
     }
 
     #[test]

@@ -3,15 +3,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use futures_util::stream::{FuturesOrdered, StreamExt};
-
 use anyhow::{anyhow, bail, Context, Result};
 use recon_core::{ConnectorError, Record, Target, WriteMode, WriteOutcome};
 
-use super::RunPlan;
+use super::{writer, RunPlan};
 use crate::config::BackfillMode;
 use crate::diff::DiffOutcome;
 use crate::plan::Action;
+use crate::state::prelude::*;
 use crate::state::{BatchOutcome, ItemStatus, LedgerBatch, RunLock, StateError, StateStore};
 
 /// How long a SQLite run lock may go without a heartbeat before another
@@ -351,19 +350,54 @@ fn layout(items: &[Item], batch: usize) -> Vec<Slot> {
 ///
 /// Every batch is recorded as planned, one ledger row each, in one commit
 /// before the first write (`planned` is then sent `()`: the state store is
-/// free until the first outcome). The outcomes are recorded by a task of
-/// their own as the batches return, always after their own write, while
-/// the next batches are written: the target never waits for the state
-/// store. A crash leaves the batches not yet written planned, and the
-/// next run supersedes them, as it would a dry run's plan.
+/// free until the first outcome). The outcomes are recorded as the batches
+/// return, always after their own write, while the next batches are
+/// written ([`super::writer`]): the target never waits for the state
+/// store. A crash leaves the batches not yet written planned, and the next
+/// run supersedes them, as it would a dry run's plan.
 pub async fn apply(
     ledger: &Ledger<'_>,
     target: &dyn Target,
     items: &[Item],
     planned: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Vec<WriteOutcome>> {
-    let (state, plan_id, job) = (ledger.state, ledger.plan_id, ledger.job);
     settle_unknown(ledger, target).await?;
+    check_budget(ledger.job, target, items).await?;
+    let layout = layout(items, target.write_batch());
+    let rows: Vec<LedgerBatch> = layout.iter().map(|b| b.planned(items)).collect();
+    ledger
+        .state
+        .ledger_step(ledger.plan_id, ledger.job, &[], &rows)
+        .await?;
+    drop(rows);
+    if let Some(tx) = planned {
+        let _ = tx.send(());
+    }
+    let abort_after = crate::faults::abort_after_items();
+    let options = writer::Options {
+        // With the test-only crash hook, one batch at a time, so that the
+        // crash falls exactly after N items and before their record.
+        in_flight: if abort_after.is_some() {
+            1
+        } else {
+            WRITES_IN_FLIGHT
+        },
+        lock_every: std::time::Duration::ZERO,
+        abort_after,
+    };
+    let batches = Batches {
+        ledger,
+        target,
+        items,
+        layout,
+        mark_fails: crate::faults::ledger_mark_fails(),
+    };
+    let report = writer::run(&batches, options).await?;
+    outcomes(ledger.job, items, &batches.layout, report)
+}
+
+/// The target's budget (API calls, quotas) must allow the plan.
+async fn check_budget(job: &str, target: &dyn Target, items: &[Item]) -> Result<()> {
     let inserts = items
         .iter()
         .filter(|(_, m)| *m == WriteMode::Insert)
@@ -371,148 +405,143 @@ pub async fn apply(
     target
         .check_budget(inserts, items.len() - inserts)
         .await
-        .with_context(|| format!("job `{job}`: before the backfill"))?;
-    let abort_after = crate::faults::abort_after_items();
-    // With the test-only crash hook, one batch at a time, so that the crash
-    // falls exactly after N items and before their record.
-    let in_flight = if abort_after.is_some() {
-        1
-    } else {
-        WRITES_IN_FLIGHT
-    };
-    let layout = layout(items, target.write_batch());
-    let rows: Vec<LedgerBatch> = layout.iter().map(|b| b.planned(items)).collect();
-    state.ledger_step(plan_id, job, &[], &rows).await?;
-    drop(rows);
-    if let Some(tx) = planned {
-        let _ = tx.send(());
+        .with_context(|| format!("job `{job}`: before the backfill"))
+}
+
+/// The backfill's batches as [`writer::Work`]: a unit is a slot (its
+/// number in the layout and its records, built as it is sent).
+struct Batches<'a> {
+    ledger: &'a Ledger<'a>,
+    target: &'a dyn Target,
+    items: &'a [Item],
+    layout: Vec<Slot>,
+    mark_fails: bool,
+}
+
+/// A batch's write as the target answered it.
+type Written = std::result::Result<Vec<WriteOutcome>, ConnectorError>;
+
+/// What is kept of a batch: its slot, and its items' outcomes, or how many
+/// items are of unknown outcome.
+type Kept = (usize, std::result::Result<Vec<WriteOutcome>, usize>);
+
+impl writer::Work for Batches<'_> {
+    type Unit = (usize, Vec<Record>);
+    type Done = Written;
+    type Mark = BatchOutcome;
+    type Kept = Kept;
+    /// The lost connection's message.
+    type Trouble = String;
+
+    fn units(&self) -> usize {
+        self.layout.len()
     }
-    let (marks, mut marked) = tokio::sync::mpsc::unbounded_channel::<BatchOutcome>();
-    // Records outcomes as they come, every one waiting in one commit.
-    let mark_fails = crate::faults::ledger_mark_fails();
-    let marker = async move {
-        while let Some(first) = marked.recv().await {
-            let mut step = vec![first];
-            while let Ok(more) = marked.try_recv() {
-                step.push(more);
-            }
-            if mark_fails {
-                // Test-only fault hook: the state store is lost.
-                return Err(StateError::Invalid(
-                    "recording backfill outcomes: the state store went away (fault injection)"
-                        .into(),
-                ));
-            }
-            state.ledger_step(plan_id, job, &step, &[]).await?;
-        }
-        Ok::<(), StateError>(())
-    };
-    let writer = async move {
-        // By item index (a slot knows its items): no key is hashed.
-        let mut outcomes: Vec<Option<WriteOutcome>> = Vec::new();
-        outcomes.resize_with(items.len(), || None);
-        let mut written = 0usize;
-        // A marker that stopped (its ledger write failed) drops its end of
-        // the channel: nothing more is written.
-        let stopped = || {
-            anyhow!("job `{job}`: the backfill ledger stopped recording; nothing more is written")
+
+    fn prepare(&self, i: usize) -> (usize, Vec<Record>) {
+        let records = self.layout[i].records(self.items);
+        crate::ops::progress::wrote(records.len());
+        (i, records)
+    }
+
+    async fn perform(&self, (i, records): &(usize, Vec<Record>)) -> Written {
+        self.target.write(records, self.layout[*i].mode).await
+    }
+
+    fn settle(
+        &self,
+        (i, records): (usize, Vec<Record>),
+        done: Written,
+        lost: Option<&String>,
+    ) -> Result<writer::Settled<Self>> {
+        let slot = &self.layout[i];
+        let unknown = |m: &str, trouble| writer::Settled {
+            mark: slot.unknown(&records, m),
+            items: 0,
+            trouble,
+            kept: (i, Err(records.len())),
         };
-        // `in_flight` batches are always being written: the next one
-        // starts (its statement built while the others run) as soon as
-        // one returns, in plan order.
-        let mut pending = FuturesOrdered::new();
-        let mut next = layout.iter();
-        // Why no batch is started any more: a lost lock or connection.
-        let mut halt: Option<Halt> = None;
-        loop {
-            while halt.is_none() && pending.len() < in_flight {
-                let Some(slot) = next.next() else { break };
-                if crate::interrupt::requested().is_some() {
-                    halt = Some(Halt::Interrupted);
-                    break;
-                }
-                if !ledger.lock.verify().await? {
-                    halt = Some(Halt::Lock);
-                    break;
-                }
-                let records = slot.records(items);
-                crate::ops::progress::wrote(records.len());
-                pending.push_back(async move {
-                    let result = target.write(&records, slot.mode).await;
-                    (slot, records, result)
-                });
-            }
-            // The batches in flight are awaited and marked even once
-            // halted: their outcome is known.
-            let Some((slot, records, result)) = pending.next().await else {
-                break;
-            };
-            let mark = match (result, &halt) {
-                (Ok(result), _) => {
-                    written += records.len();
-                    if abort_after.is_some_and(|n| written >= n) {
-                        // Test-only fault hook: die like a SIGKILL, mid-backfill.
-                        std::process::abort();
-                    }
-                    let mark = slot.written(&records, &result);
-                    for (&i, outcome) in slot.items.iter().zip(result) {
-                        outcomes[i] = Some(outcome);
-                    }
-                    mark
-                }
-                (
-                    Err(ConnectorError::ConnectionLost(m)),
-                    None | Some(Halt::Lock | Halt::Interrupted),
-                ) => {
-                    let mark = slot.unknown(&records, &m);
-                    halt = Some(Halt::Connection(m, records.len()));
-                    mark
-                }
-                (Err(_), Some(Halt::Connection(m, unknown))) => {
-                    let mark = slot.unknown(&records, m);
-                    halt = Some(Halt::Connection(m.clone(), unknown + records.len()));
-                    mark
-                }
-                // Refused whole (not a lost connection): the run ends; the
-                // batches in flight stay planned, superseded next run.
-                (Err(e), _) => return Err(e.into()),
-            };
-            marks.send(mark).map_err(|_| stopped())?;
+        Ok(match (done, lost) {
+            (Ok(result), _) => writer::Settled {
+                mark: slot.written(&records, &result),
+                items: records.len(),
+                trouble: None,
+                kept: (i, Ok(result)),
+            },
+            // Once the connection is lost, whatever else fails in flight
+            // is unknown too.
+            (Err(_), Some(m)) => unknown(m, None),
+            (Err(ConnectorError::ConnectionLost(m)), None) => unknown(&m, Some(m.clone())),
+            // Refused whole (not a lost connection): the run ends; the
+            // batches in flight stay planned, superseded next run.
+            (Err(e), None) => return Err(e.into()),
+        })
+    }
+
+    async fn record(&self, marks: Vec<BatchOutcome>) -> Result<()> {
+        if self.mark_fails {
+            // Test-only fault hook: the state store is lost.
+            return Err(StateError::Invalid(
+                "recording backfill outcomes: the state store went away (fault injection)".into(),
+            )
+            .into());
         }
-        match halt {
-            None => Ok(outcomes),
-            Some(Halt::Lock) => bail!(
-                "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {} items were written. Check that no other run of this job is active, then run again",
-                items.len()
+        let (plan_id, job) = (self.ledger.plan_id, self.ledger.job);
+        Ok(self
+            .ledger
+            .state
+            .ledger_step(plan_id, job, &marks, &[])
+            .await?)
+    }
+
+    async fn holds_lock(&self) -> Result<bool> {
+        Ok(self.ledger.lock.verify().await?)
+    }
+}
+
+/// Each item's outcome in plan order; the error of writes that stopped
+/// early (lost connection, lost lock, stop request).
+fn outcomes(
+    job: &str,
+    items: &[Item],
+    layout: &[Slot],
+    report: writer::Report<Batches<'_>>,
+) -> Result<Vec<WriteOutcome>> {
+    let (written, total) = (report.items, items.len());
+    if let Some(m) = &report.trouble {
+        let unknown: usize = report
+            .kept
+            .iter()
+            .filter_map(|(_, k)| k.as_ref().err())
+            .sum();
+        bail!(
+            "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
+        );
+    }
+    if report.lock_lost {
+        bail!(
+            "job `{job}`: lost the run lock (its session ended or another run took it over); stopped before writing more: {written} of {total} items were written. Check that no other run of this job is active, then run again"
+        );
+    }
+    if report.interrupted {
+        return Err(crate::interrupt::error(
+            job,
+            &format!(
+                "during the backfill: stopped before writing more; {written} of {total} items were written and recorded"
             ),
-            Some(Halt::Interrupted) => Err(crate::interrupt::error(
-                job,
-                &format!(
-                    "during the backfill: stopped before writing more; {written} of {} items were written and recorded",
-                    items.len()
-                ),
-            )),
-            Some(Halt::Connection(m, unknown)) => bail!(
-                "job `{job}`: {m}. {written} items were written before; the {unknown} in flight are recorded as unknown and the next run settles them by key lookup. Check the database, then run again"
-            ),
+        ));
+    }
+    // By item index (a slot knows its items): no key is hashed.
+    let mut outcomes: Vec<Option<WriteOutcome>> = Vec::new();
+    outcomes.resize_with(total, || None);
+    for (i, kept) in report.kept {
+        let Ok(result) = kept else { continue };
+        for (&item, outcome) in layout[i].items.iter().zip(result) {
+            outcomes[item] = Some(outcome);
         }
-    };
-    let (marked, written) = tokio::join!(marker, writer);
-    marked?;
-    // In plan order.
-    written?
+    }
+    outcomes
         .into_iter()
         .zip(items)
         .map(|(o, (r, _))| o.ok_or_else(|| anyhow!("no outcome recorded for {}", r.key)))
         .collect()
-}
-
-/// Why a backfill starts no more batches.
-enum Halt {
-    /// The run lock was lost.
-    Lock,
-    /// SIGTERM or SIGINT asked the run to stop.
-    Interrupted,
-    /// The connection was lost: why, and how many items are unknown.
-    Connection(String, usize),
 }

@@ -93,7 +93,7 @@ pub struct Fed {
     /// Keys of the rows the filters called [`Row::Unplaced`], in file order.
     pub unplaced: Vec<String>,
     /// For one filtered file: the keys of the rows not kept; `None` with
-    /// no filter, several filtered files, or more than [`OUTSIDE_CAP`].
+    /// no filter, several filtered files, or more than `OUTSIDE_CAP`.
     pub outside: Option<Outside>,
 }
 

@@ -14,9 +14,12 @@ use super::read::{Confirmed, Sides};
 use super::{Finished, RunPlan};
 use crate::diff::DiffOutcome;
 use crate::plan::{Action, PlanLine, PLAN_FILE};
+use crate::report::summary::Webhook;
 use crate::report::{
-    write_diff_reports, BackfillRow, PlanLines, ReportDir, RunExtras, RunMeta, UnplacedRow,
+    write_diff_files, write_summary, BackfillRow, PlanLines, ReportDir, RunExtras, RunMeta,
+    RunSummary, UnplacedRow,
 };
+use crate::state::prelude::*;
 use crate::state::{DiscrepancyDelta, PlanRecord, RunStatus, StateStore};
 use crate::Status;
 
@@ -72,55 +75,93 @@ pub struct Found {
 pub async fn report(
     cx: &Context<'_>,
     state: &StateStore,
-    mut dir: ReportDir,
+    dir: ReportDir,
     mut found: Found,
 ) -> Result<Finished> {
-    let plan = cx.plan;
-    let job = &plan.job.name;
-    let schema = &plan.spec.schema;
-    let (history, resolved) = super::history::for_report(&found.delta, cx.now);
-    let mut webhook = found.webhook;
-    let mut previews = webhook
-        .as_mut()
-        .and_then(|w| w.previews.take())
-        .map(Vec::into_iter);
-    // Streamed into plan.jsonl: the items are moved into the writer (no
-    // backfill ran, so nothing else needs them) and each line is made,
-    // written and dropped in turn.
-    let plan_lines = found.guard.plan_file.then(|| {
-        let items = match found.outcomes {
-            None => std::mem::take(&mut found.items),
-            Some(_) => found.items.clone(),
-        };
-        let count = items.len() as u64;
-        let previews: Vec<_> = previews.take().map(Iterator::collect).unwrap_or_default();
-        let (run_id, job, asked, schema) =
-            (cx.run_id.to_string(), job.clone(), cx.asked, schema.clone());
-        let write = move |f: &mut dyn std::io::Write| -> std::io::Result<()> {
-            for (i, (r, m)) in items.iter().enumerate() {
-                let mut line = PlanLine::new(&run_id, &job, asked, Action::from(*m), &schema, r);
-                line.webhook = previews.get(i).cloned();
-                serde_json::to_writer(&mut *f, &line.to_json())?;
-                f.write_all(b"\n")?;
-            }
-            Ok(())
-        };
-        PlanLines {
-            count,
-            write: std::sync::Arc::new(write),
-        }
-    });
+    let mut webhook = found.webhook.take();
+    let previews = webhook.as_mut().and_then(|w| w.previews.take());
+    let plan_lines = found
+        .guard
+        .plan_file
+        .then(|| plan_lines(cx, &mut found, previews.unwrap_or_default()));
     let delivered = webhook.and_then(|w| w.delivered);
+    let extras = extras(cx, &mut found, plan_lines, delivered.as_ref());
+    let status = status(&found.outcome, &extras, found.guard.trouble.is_some());
+    let schema = &cx.plan.spec.schema;
+    let mut summary =
+        crate::report::summary_of(schema, &found.outcome, &meta(cx), &extras, status.code());
+    let history = (&found.outcome, found.recording);
+    let written = write_folder(cx, state, dir, history, &extras, &mut summary).await;
+    // What the run did is recorded even when its reports could not be
+    // written (a full disk): its writes are in the ledger, its counts in the
+    // run's record, for `recon runs` and the next run.
+    let report = written.map_err(|error| report_failed(cx, &extras, &summary, error))?;
+    println!("{}", render(&found.outcome, &extras));
+    if let Some(d) = &delivered {
+        println!("{}", d.render());
+    }
+    if let Some(msg) = &found.guard.trouble {
+        crate::logging::stderr_line("error", msg);
+    }
+    Ok(Finished {
+        status,
+        summary,
+        report,
+    })
+}
+
+/// plan.jsonl, streamed: the items are moved into the writer (no backfill
+/// ran, so nothing else needs them) and each line is made, written and
+/// dropped in turn.
+fn plan_lines(
+    cx: &Context<'_>,
+    found: &mut Found,
+    previews: Vec<crate::webhook::PlanRequest>,
+) -> PlanLines {
+    let items = match found.outcomes {
+        None => std::mem::take(&mut found.items),
+        Some(_) => found.items.clone(),
+    };
+    let count = items.len() as u64;
+    let (run_id, job, asked, schema) = (
+        cx.run_id.to_string(),
+        cx.plan.job.name.clone(),
+        cx.asked,
+        cx.plan.spec.schema.clone(),
+    );
+    let write = move |f: &mut dyn std::io::Write| -> std::io::Result<()> {
+        for (i, (r, m)) in items.iter().enumerate() {
+            let mut line = PlanLine::new(&run_id, &job, asked, Action::from(*m), &schema, r);
+            line.webhook = previews.get(i).cloned();
+            serde_json::to_writer(&mut *f, &line.to_json())?;
+            f.write_all(b"\n")?;
+        }
+        Ok(())
+    };
+    PlanLines {
+        count,
+        write: std::sync::Arc::new(write),
+    }
+}
+
+/// What the run adds to the diff's reports.
+fn extras(
+    cx: &Context<'_>,
+    found: &mut Found,
+    plan: Option<PlanLines>,
+    delivered: Option<&super::webhook::Delivered>,
+) -> RunExtras {
+    let (history, resolved) = super::history::for_report(&found.delta, cx.now);
     let mut extras = RunExtras {
         run_id: Some(cx.run_id.to_string()),
-        dry_run: plan.dry_run,
-        pending: found.pending,
+        dry_run: cx.plan.dry_run,
+        pending: std::mem::take(&mut found.pending),
         history: Some(history),
         resolved,
         confirmed_by_lookup: found.confirmed.dismissed,
-        unplaced: found.unplaced,
-        notes: found.confirmed.notes,
-        plan: plan_lines,
+        unplaced: std::mem::take(&mut found.unplaced),
+        notes: std::mem::take(&mut found.confirmed.notes),
+        plan,
         ..RunExtras::default()
     };
     extras.notes.extend(found.guard.trouble.clone());
@@ -130,16 +171,34 @@ pub async fn report(
         extras.backfill_failed = rows.failed;
         extras.backfill = Some(rows.rows);
     }
-    if let Some(d) = &delivered {
+    if let Some(d) = delivered {
         extras.backfilled = d.delivered + d.already_done;
         extras.backfill_failed = d.failed;
         extras.backfill = Some(d.rows.clone());
-        extras.webhook = Some(d.summary());
+        extras.webhook = Some(webhook_counts(d));
     }
-    let status = status(&found.outcome, &extras, found.guard.trouble.is_some());
+    extras
+}
+
+/// summary.json's `webhook` object.
+fn webhook_counts(d: &super::webhook::Delivered) -> Webhook {
+    Webhook {
+        already_done: d.already_done,
+        delivered: d.delivered,
+        delivered_not_created: d.not_created,
+        failed: d.failed,
+        requests: d.requests,
+        retries: d.retries,
+        url: d.url.clone(),
+        verified_earlier: d.verified_earlier,
+    }
+}
+
+/// What the reports say about the run itself.
+fn meta(cx: &Context<'_>) -> RunMeta {
     let (source_ms, target_ms) = cx.timings;
-    let meta = RunMeta {
-        job: job.clone(),
+    RunMeta {
+        job: cx.plan.job.name.clone(),
         source: cx.sides.source.describe(),
         target: cx.sides.target().describe(),
         window: Some((
@@ -150,69 +209,62 @@ pub async fn report(
         source_ms,
         target_ms,
         total_ms: cx.started.elapsed().as_millis(),
+    }
+}
+
+/// Stages every file (report.html last: it shows the others), saves the
+/// plan, waits for the history and commits the folder.
+async fn write_folder(
+    cx: &Context<'_>,
+    state: &StateStore,
+    mut dir: ReportDir,
+    (outcome, recording): (&DiffOutcome, super::history::Recording),
+    extras: &RunExtras,
+    summary: &mut RunSummary,
+) -> Result<std::path::PathBuf> {
+    let job = &cx.plan.job.name;
+    let schema = &cx.plan.spec.schema;
+    write_diff_files(&mut dir, schema, outcome, extras)?;
+    write_summary(&mut dir, summary)?;
+    if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
+        save_plan(cx, state, &dir, lines.count, outcome.source_records).await?;
+    }
+    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
+    crate::report::html::write_for_run(&mut dir, state, job, money_field, summary).await?;
+    // The folder is committed only once the history it shows is recorded,
+    // and only by a run that still holds its lock and was not stopped.
+    recording.finish().await?;
+    if crate::faults::abort_after_history() {
+        std::process::abort();
+    }
+    super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
+    crate::interrupt::check(job, "before committing its report folder")?;
+    dir.commit()
+}
+
+/// The report phase's error, with what the backfill had written.
+fn report_failed(
+    cx: &Context<'_>,
+    extras: &RunExtras,
+    summary: &RunSummary,
+    error: anyhow::Error,
+) -> anyhow::Error {
+    let job = &cx.plan.job.name;
+    let wrote = extras.backfilled + extras.backfill_failed;
+    let note = if wrote > 0 {
+        format!(
+            "; the backfill had already written {} and failed {} items, recorded in the state store (recon runs shows the counts; the next run does not write them again)",
+            extras.backfilled, extras.backfill_failed
+        )
+    } else {
+        String::new()
     };
-    let mut counts = crate::report::counts(&found.outcome);
-    counts.insert("pending".into(), json!(extras.pending.len()));
-    counts.insert("backfilled".into(), json!(extras.backfilled));
-    counts.insert("backfill_failed".into(), json!(extras.backfill_failed));
-    if let Some(d) = &delivered {
-        counts.insert("delivered_not_created".into(), json!(d.not_created));
-    }
-    let written = async {
-        write_diff_reports(
-            &mut dir,
-            schema,
-            &found.outcome,
-            &meta,
-            &extras,
-            status.code(),
-        )?;
-        if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
-            save_plan(cx, state, &dir, lines.count, found.outcome.source_records).await?;
-        }
-        // report.html last: it reads the staged summary.json and CSVs back.
-        let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-        crate::report::html::write_for_run(&mut dir, state, job, money_field).await?;
-        // The folder is committed only once the history it shows is recorded,
-        // and only by a run that still holds its lock and was not stopped.
-        found.recording.finish().await?;
-        if crate::faults::abort_after_history() {
-            std::process::abort();
-        }
-        super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
-        crate::interrupt::check(job, "before committing its report folder")?;
-        dir.commit()
-    }
-    .await;
-    let counts = serde_json::Value::Object(counts);
-    // What the run did is recorded even when its reports could not be
-    // written (a full disk): its writes are in the ledger, its counts in the
-    // run's record, for `recon runs` and the next run.
-    let path = written.map_err(|error| {
-        let wrote = extras.backfilled + extras.backfill_failed;
-        let note = if wrote > 0 {
-            format!(
-                "; the backfill had already written {} and failed {} items, recorded in the state store (recon runs shows the counts; the next run does not write them again)",
-                extras.backfilled, extras.backfill_failed
-            )
-        } else {
-            String::new()
-        };
-        anyhow::Error::new(ReportFailed {
-            counts: counts.clone(),
-            error: error.context(format!(
-                "job `{job}`: report phase: the reports were not written and any earlier report folder is untouched{note}"
-            )),
-        })
-    })?;
-    println!("{}", render(&found.outcome, &extras));
-    if let Some(d) = &delivered {
-        println!("{}", d.render());
-    }
-    if let Some(msg) = &found.guard.trouble {
-        crate::logging::stderr_line("error", msg);
-    }
-    Ok((status, counts, path))
+    anyhow::Error::new(ReportFailed {
+        counts: summary.run_log_json(),
+        error: error.context(format!(
+            "job `{job}`: report phase: the reports were not written and any earlier report folder is untouched{note}"
+        )),
+    })
 }
 
 /// A run that failed in its report phase, with the counts of what it did
@@ -322,10 +374,10 @@ async fn save_plan(
 /// Records how the run ended in the state store.
 pub async fn record(state: &StateStore, run_id: &str, result: &Result<Finished>) -> Result<()> {
     let (status, counts, dir, error) = match result {
-        Ok((status, counts, dir)) => (
-            status.run_status(),
-            counts.clone(),
-            Some(dir.display().to_string()),
+        Ok(f) => (
+            f.status.run_status(),
+            f.summary.run_log_json(),
+            Some(f.report.display().to_string()),
             None,
         ),
         Err(e) => {
@@ -338,6 +390,13 @@ pub async fn record(state: &StateStore, run_id: &str, result: &Result<Finished>)
     state
         .finish_run(run_id, status, &counts, dir.as_deref(), error.as_deref())
         .await?;
+    // The summary as summary.json holds it, for the report page and
+    // `recon runs` (the run log keeps its counts besides); saved after the
+    // run's status, so that a failure here never leaves the run open.
+    if let Ok(f) = result {
+        let text = String::from_utf8(f.summary.to_file_bytes()?)?;
+        state.save_summary(run_id, &text).await?;
+    }
     Ok(())
 }
 

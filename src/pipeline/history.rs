@@ -14,7 +14,8 @@ use super::backfill::{self, Guard, Item, Ledger};
 use super::read::Sides;
 use crate::diff::DiffOutcome;
 use crate::report::{HistoryMap, ResolvedRow};
-use crate::state::{Backend, Class, DiscrepancyDelta, OpenHistory, StateError, StateStore};
+use crate::state::prelude::*;
+use crate::state::{Class, DiscrepancyDelta, OpenHistory, StateError, StateStore};
 
 /// The key of a listed record: moved out of a record decoded for it (an
 /// encoded list), copied from a borrowed one.
@@ -162,9 +163,10 @@ pub async fn update_while_applying(
             delta: Arc::clone(&delta),
         };
         let recording = Recording(Write::Deferred(Box::new(write)));
-        let recording = match state.backend() {
-            Backend::Postgres => recording.start(),
-            Backend::Sqlite => recording,
+        let recording = if state.concurrent_writes() {
+            recording.start()
+        } else {
+            recording
         };
         return Ok((delta, None, recording));
     };
@@ -175,7 +177,7 @@ pub async fn update_while_applying(
     // Also when the backfill stopped before its plan: what the run found is
     // recorded either way.
     let history = async {
-        if state.backend() == Backend::Sqlite {
+        if !state.concurrent_writes() {
             let _ = plan_committed.await;
         }
         state

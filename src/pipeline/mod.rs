@@ -3,19 +3,21 @@
 //!
 //! | stage | module | in → out |
 //! |---|---|---|
-//! | plan | [`job`] | args + config → [`RunPlan`] |
+//! | plan | [`RunPlan::from_args`] | args + config → [`RunPlan`] |
 //! | connect | [`read::Sides::build`] | settings → source, target |
 //! | read + diff | [`read::read_and_diff`] | both sides → `DiffOutcome` |
 //! | unplaced | [`read::unplaced_records`] | what the reads met in no window → rows |
 //! | confirm edges | [`read::confirm_edges`] | outcome → outcome, dismissed |
-//! | pending | [`pending`] | outcome → outcome, young records |
+//! | pending | `pending` | outcome → outcome, young records |
 //! | plan items | [`backfill::plan_items`] | outcome → items |
 //! | guard | [`backfill::guard`] | items → write or stop |
-//! | history ∥ apply | [`history::update`], [`backfill::apply`] | → delta, outcomes |
+//! | history ∥ apply | [`history::update_while_applying`], [`backfill::apply`] | → delta, outcomes |
 //! | report | [`finish`] | everything → report folder, status |
 //!
 //! `recon run` is [`execute`]; `recon apply` reuses connect, apply and
-//! report.
+//! report. Both run under [`locked_run`] (lock, start, record, release);
+//! the backfill's batches and the webhook deliveries are written by
+//! [`writer`] (N in flight, one ledger commit per drained chunk).
 
 pub mod backfill;
 pub mod feed;
@@ -24,6 +26,7 @@ pub mod history;
 mod job;
 pub mod read;
 pub mod webhook;
+pub mod writer;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -36,64 +39,122 @@ pub use job::RunPlan;
 
 use crate::diff::DiffOutcome;
 use crate::report::ReportDir;
+use crate::state::prelude::*;
 use crate::state::{RunStatus, StateStore};
 use crate::Status;
 use backfill::Ledger;
 
-/// Runs a plan end to end under the job's lock; returns the exit status.
-pub async fn execute(plan: RunPlan) -> Result<Status> {
+/// Runs a plan end to end under the job's lock; returns what it found.
+pub async fn execute(plan: RunPlan) -> Result<Finished> {
     // Every log line of the run carries its job and (once the state store
     // gave it) its run id: `--log-format json` shows them.
     let span = crate::ops::progress::run_span(&plan.job.name);
     tracing::Instrument::instrument(execute_in_span(plan), span).await
 }
 
-async fn execute_in_span(plan: RunPlan) -> Result<Status> {
+async fn execute_in_span(plan: RunPlan) -> Result<Finished> {
     let now = Timestamp::now();
     let job = plan.job.name.clone();
     let state = StateStore::open(plan.job.state.expose()).await?;
-    let (status, _, dir) = backfill::under_lock(&state, &job, async |lock| {
-        let last = state.last_success_end(&job).await?;
-        let asked = plan
-            .window
-            .resolve(now, &plan.tz, last)
-            .map_err(|e| anyhow!("job `{job}`: {e}"))?;
-        // A dry run may look at a future window (nothing it records counts for
-        // `since-last-success`); a run that writes may not.
-        if asked.start > now && !plan.dry_run {
-            bail!(
-                "job `{job}`: the window {}..{} has not begun yet; nothing can be reconciled before it starts. Check --window",
-                format_timestamp(asked.start),
-                format_timestamp(asked.end)
-            );
-        }
-        // The part of the window after now was not read: a later
-        // `since-last-success` must start where this run's reading ended.
-        let recorded = Window {
-            start: asked.start,
-            end: asked.end.min(now).max(asked.start),
-        };
-        let run_id = backfill::start_run(&state, lock, &job, recorded, plan.dry_run).await?;
-        crate::ops::note_run(&job, &run_id, asked);
-        let ledger = Ledger {
-            state: &state,
-            lock,
-            plan_id: &run_id,
-            job: &job,
-        };
-        let result = run_locked(&plan, &ledger, asked, now).await;
-        finish::record(&state, &run_id, &result).await?;
-        result
-    })
+    let finished = locked_run(
+        &state,
+        &job,
+        async || start_of(&plan, &state, now).await,
+        async |ledger, asked| run_locked(&plan, ledger, asked, now).await,
+        finish::record,
+    )
     .await?;
-    crate::ops::note_report(&dir);
-    println!("reports: {}", dir.display());
+    println!("reports: {}", finished.report.display());
     // Trouble here is the safety limit: reports and plan written, nothing else.
-    Ok(status)
+    Ok(finished)
 }
 
-/// What a finished run hands back: exit status, counts, report folder.
-pub type Finished = (Status, serde_json::Value, PathBuf);
+/// How a run starts, worked out under its lock.
+pub struct Start {
+    /// The window the run's record holds: what a later
+    /// `since-last-success` starts from.
+    pub recorded: Window,
+    /// The window the run reconciles.
+    pub asked: Window,
+    /// Whether the run writes nothing.
+    pub dry_run: bool,
+}
+
+/// The one scaffold of the runs that take the job's lock (`recon run`,
+/// `recon apply`): takes the lock; under it, works out the run's start
+/// (`start`), records that the run started, runs `body` with the run's
+/// ledger and the window it reconciles, and records how the run ended
+/// (`record`: [`finish::record`]); then releases the lock, whatever
+/// happened ([`backfill::under_lock`]).
+pub async fn locked_run<T>(
+    state: &StateStore,
+    job: &str,
+    start: impl AsyncFnOnce() -> Result<Start>,
+    body: impl AsyncFnOnce(&Ledger<'_>, Window) -> Result<T>,
+    record: impl AsyncFnOnce(&StateStore, &str, &Result<T>) -> Result<()>,
+) -> Result<T> {
+    backfill::under_lock(state, job, async |lock| {
+        let Start {
+            recorded,
+            asked,
+            dry_run,
+        } = start().await?;
+        let run_id = backfill::start_run(state, lock, job, recorded, dry_run).await?;
+        crate::ops::note_run(job, &run_id, asked);
+        let ledger = Ledger {
+            state,
+            lock,
+            plan_id: &run_id,
+            job,
+        };
+        let result = body(&ledger, asked).await;
+        record(state, &run_id, &result).await?;
+        result
+    })
+    .await
+}
+
+/// The window `recon run` reconciles, resolved under the lock (the last
+/// success cannot change then).
+async fn start_of(plan: &RunPlan, state: &StateStore, now: Timestamp) -> Result<Start> {
+    let job = &plan.job.name;
+    let last = state.last_success_end(job).await?;
+    let asked = plan
+        .window
+        .resolve(now, &plan.tz, last)
+        .map_err(|e| anyhow!("job `{job}`: {e}"))?;
+    // A dry run may look at a future window (nothing it records counts for
+    // `since-last-success`); a run that writes may not.
+    if asked.start > now && !plan.dry_run {
+        bail!(
+            "job `{job}`: the window {}..{} has not begun yet; nothing can be reconciled before it starts. Check --window",
+            format_timestamp(asked.start),
+            format_timestamp(asked.end)
+        );
+    }
+    // The part of the window after now was not read: a later
+    // `since-last-success` must start where this run's reading ended.
+    let recorded = Window {
+        start: asked.start,
+        end: asked.end.min(now).max(asked.start),
+    };
+    Ok(Start {
+        recorded,
+        asked,
+        dry_run: plan.dry_run,
+    })
+}
+
+/// What a finished run hands back.
+#[derive(Debug)]
+pub struct Finished {
+    /// The exit status.
+    pub status: Status,
+    /// What summary.json holds.
+    pub summary: crate::report::RunSummary,
+    /// The committed report folder.
+    pub report: PathBuf,
+}
 
 impl Status {
     /// The run status recorded for an exit status.

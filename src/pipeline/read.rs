@@ -5,11 +5,13 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use futures_util::TryStreamExt;
-use recon_core::{BuildContext, Record, Source, Target, Unplaced, Value, ValueRef, Window};
+use recon_core::{
+    BuildContext, FileFeed, Record, Source, Target, Unplaced, Value, ValueRef, Window,
+};
 
 use super::feed::{feed_files, Outside, Row, Side};
 use super::RunPlan;
-use crate::config::{EndpointConfig, UnplacedPolicy};
+use crate::config::UnplacedPolicy;
 use crate::diff::{
     equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Records,
 };
@@ -101,27 +103,13 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     let started = std::time::Instant::now();
     let mut engine = DiffEngine::new(plan.spec.clone());
     let (source, target) = (sides.source.as_ref(), sides.target());
-    let source_read = feed(
-        &plan.job.job.source,
-        source,
-        plan,
-        window,
-        &mut engine,
-        true,
-    )
-    .await
-    .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
+    let source_read = feed(source, plan, window, &mut engine, true)
+        .await
+        .with_context(|| format!("job `{job}`: reading the source {}", source.describe()))?;
     let source_ms = started.elapsed().as_millis();
-    let target_read = feed(
-        &plan.job.job.target,
-        target,
-        plan,
-        window,
-        &mut engine,
-        false,
-    )
-    .await
-    .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
+    let target_read = feed(target, plan, window, &mut engine, false)
+        .await
+        .with_context(|| format!("job `{job}`: reading the target {}", target.describe()))?;
     let target_ms = started.elapsed().as_millis() - source_ms;
     Ok(Read {
         outcome: engine.finish(),
@@ -132,57 +120,27 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     })
 }
 
-/// Feeds one side to the engine. A file side goes through `recon diff`'s
-/// batched pipeline (a reader thread, no owned records, no pages); other
-/// sides stream pages, each encoded as one batch. Either way the rows in
-/// no window are listed from the same pass.
+/// Feeds one side to the engine. A side that is a local file
+/// ([`Source::as_file_feed`]) goes through `recon diff`'s batched pipeline
+/// (a reader thread, no owned records, no pages); other sides stream pages,
+/// each encoded as one batch. Either way the rows in no window are listed
+/// from the same pass.
 async fn feed(
-    endpoint: &EndpointConfig,
     side: &dyn Source,
     plan: &RunPlan,
     window: Window,
     engine: &mut DiffEngine,
     source_side: bool,
 ) -> Result<SideRead> {
-    let schema = &plan.spec.schema;
     let which = if source_side {
         Side::Source
     } else {
         Side::Target
     };
-    if let EndpointConfig::File(file) = endpoint {
-        let cx = BuildContext {
-            schema,
-            time_field: plan.time_field,
-        };
-        let spec = file.spec(cx);
-        let time_field = plan.time_field;
-        let column = time_field.map(|t| spec.columns[t].clone());
-        let reader = recon_file::FileReader::open(spec, schema)?;
-        let in_window = move |values: &[ValueRef<'_>]| match time_field.map(|t| values.get(t)) {
-            None => Row::Keep,
-            Some(Some(ValueRef::Timestamp(ts))) if window.contains(*ts) => Row::Keep,
-            Some(Some(ValueRef::Null) | None) => Row::Unplaced,
-            Some(Some(_)) => Row::Skip,
-        };
-        let feed = || feed_files(engine, vec![(reader, which, Some(&in_window))]);
-        // The reader thread and this one work at full speed; other tasks
-        // (the lock's heartbeat) move to another worker meanwhile.
-        let fed = match tokio::runtime::Handle::current().runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
-            _ => feed(),
-        }?;
-        let field = column.unwrap_or_default();
-        let unplaced = fed
-            .unplaced
-            .into_iter()
-            .map(|key| Unplaced::empty(key, &field))
-            .collect();
-        return Ok(SideRead {
-            unplaced,
-            outside: fed.outside,
-        });
+    if let Some(file) = side.as_file_feed() {
+        return feed_file(file, plan, window, engine, which);
     }
+    let schema = &plan.spec.schema;
     let mut pages = side.read(window);
     let mut batch = RecordBatch::new(engine.spec());
     let mut unplaced = Vec::new();
@@ -209,6 +167,42 @@ async fn feed(
     Ok(SideRead {
         unplaced,
         outside: None,
+    })
+}
+
+/// Feeds a local file through the batched pipeline: its reader is opened
+/// once, and each row is filtered by the window on the reader thread.
+fn feed_file(
+    file: &dyn FileFeed,
+    plan: &RunPlan,
+    window: Window,
+    engine: &mut DiffEngine,
+    which: Side,
+) -> Result<SideRead> {
+    let time_field = plan.time_field;
+    let reader = recon_file::FileReader::from_feed(file)?;
+    let in_window = move |values: &[ValueRef<'_>]| match time_field.map(|t| values.get(t)) {
+        None => Row::Keep,
+        Some(Some(ValueRef::Timestamp(ts))) if window.contains(*ts) => Row::Keep,
+        Some(Some(ValueRef::Null) | None) => Row::Unplaced,
+        Some(Some(_)) => Row::Skip,
+    };
+    let feed = || feed_files(engine, vec![(reader, which, Some(&in_window))]);
+    // The reader thread and this one work at full speed; other tasks
+    // (the lock's heartbeat) move to another worker meanwhile.
+    let fed = match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(feed),
+        _ => feed(),
+    }?;
+    let field = file.time_column().unwrap_or_default();
+    let unplaced = fed
+        .unplaced
+        .into_iter()
+        .map(|key| Unplaced::empty(key, &field))
+        .collect();
+    Ok(SideRead {
+        unplaced,
+        outside: fed.outside,
     })
 }
 

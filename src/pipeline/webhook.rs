@@ -17,21 +17,18 @@
 //! `Idempotency-Key`, which the handler deduplicates.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use futures_util::StreamExt;
 use recon_core::{Record, Source};
 use serde_json::json;
 
 use super::backfill::{Guard, Item, Ledger};
 use super::read::Sides;
-use super::RunPlan;
+use super::{writer, RunPlan};
 use crate::plan::Action;
 use crate::report::{BackfillOutcome, BackfillRow};
-use crate::state::webhook::{DeliveryMark, DeliveryStatus, Verified};
+use crate::state::prelude::*;
+use crate::state::webhook::{DeliveryMark, DeliveryRow, DeliveryStatus, Verified};
 use crate::webhook::{
     body_object, idempotency_key, identity, render_record, PlanRequest, Prepared, Sender, Sent,
     Webhook,
@@ -229,9 +226,10 @@ enum Ended {
     Sent(Sent),
     /// Delivered or already done by an earlier run: not sent again.
     Earlier(DeliveryStatus, String),
-    /// Not sent: the run stopped first.
-    NotSent,
 }
+
+/// What the items ended as, by external ID.
+type EndedMap = HashMap<String, Ended>;
 
 /// Delivers `prepared` under the ledger, then verifies (see the module docs).
 pub async fn deliver(
@@ -242,10 +240,46 @@ pub async fn deliver(
 ) -> Result<Delivered> {
     let (state, job) = (ledger.state, ledger.job);
     let keys: Vec<String> = prepared.iter().map(|p| p.external_id.clone()).collect();
-    let before = state.webhook_rows(job, &keys).await?;
-    let mut ended: HashMap<String, Ended> = HashMap::with_capacity(prepared.len());
+    let (mut ended, to_send) = done_earlier(ledger, &prepared, &keys).await?;
+    let sender = Sender::new(wh)?;
+    if !ledger.lock.verify().await? {
+        bail!("job `{job}`: lost the run lock before delivering; nothing was sent. Check that no other run of this job is active, then run again");
+    }
+    let mut report = send(ledger, wh, &sender, &to_send).await?;
+    let sent = std::mem::take(&mut report.kept);
+    ended.extend(sent.into_iter().map(|(id, sent)| (id, Ended::Sent(sent))));
+    stopped(job, wh, &report, &ended, to_send.len(), prepared.len())?;
+    let stats = sender.stats();
+    // Verification: this run's acknowledged items, the plan's items
+    // delivered earlier, and earlier deliveries not yet found.
+    let earlier = state.webhook_unverified(job).await?;
+    let in_plan: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    let earlier: Vec<&DeliveryRow> = earlier
+        .iter()
+        .filter(|r| !in_plan.contains(r.external_id.as_str()))
+        .collect();
+    let found = verify(ledger, wh, target, &ended, &earlier).await?;
+    let mut out = Delivered {
+        url: crate::webhook::shown_url(wh.url.expose()),
+        requests: stats.requests,
+        retries: stats.retries,
+        ..Delivered::default()
+    };
+    out.rows_of(wh, &prepared, &ended, &earlier, &found);
+    Ok(out)
+}
+
+/// The items done under their key by an earlier run (not sent again), and
+/// the ones to send, recorded `planned` in the delivery ledger.
+async fn done_earlier<'p>(
+    ledger: &Ledger<'_>,
+    prepared: &'p [Prepared],
+    keys: &[String],
+) -> Result<(EndedMap, Vec<&'p Prepared>)> {
+    let before = ledger.state.webhook_rows(ledger.job, keys).await?;
+    let mut ended = HashMap::with_capacity(prepared.len());
     let mut to_send: Vec<&Prepared> = Vec::new();
-    for p in &prepared {
+    for p in prepared {
         match before.get(&p.external_id) {
             // Done under this key. A record replaced under the same ID (a
             // new identity, so a new key) is another delivery: sent.
@@ -262,154 +296,174 @@ pub async fn deliver(
         .iter()
         .map(|p| (p.external_id.clone(), p.key.clone()))
         .collect();
+    let (state, job) = (ledger.state, ledger.job);
     state.webhook_plan(ledger.plan_id, job, &planned).await?;
-    drop(planned);
-    let sender = Sender::new(wh)?;
-    let stop = AtomicBool::new(false);
-    let why: Mutex<Option<String>> = Mutex::new(None);
-    let abort_after = crate::faults::abort_after_items();
-    let mark_fails = crate::faults::webhook_mark_fails();
-    let mut answered = 0usize;
-    let mut lock_checked = Instant::now();
-    let mut lost_lock = false;
-    if !ledger.lock.verify().await? {
-        bail!("job `{job}`: lost the run lock before delivering; nothing was sent. Check that no other run of this job is active, then run again");
+    Ok((ended, to_send))
+}
+
+/// The deliveries as [`writer::Work`]: a unit is one item's POST.
+struct Deliveries<'a> {
+    ledger: &'a Ledger<'a>,
+    sender: &'a Sender,
+    to_send: &'a [&'a Prepared],
+    mark_fails: bool,
+}
+
+impl<'a> writer::Work for Deliveries<'a> {
+    type Unit = &'a Prepared;
+    type Done = Sent;
+    type Mark = DeliveryMark;
+    type Kept = (String, Sent);
+    /// Why the endpoint's answer is unsure.
+    type Trouble = String;
+
+    fn units(&self) -> usize {
+        self.to_send.len()
     }
-    {
-        let sender = &sender;
-        let stop = &stop;
-        // The POSTs never wait for the ledger: answers go through a channel
-        // to the marking loop, which records whatever has arrived in one
-        // transaction while the next deliveries are in flight.
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let produce = async move {
-            let mut results = futures_util::stream::iter(to_send.iter().copied())
-                .map(|p| async move {
-                    if stop.load(Ordering::Relaxed) || crate::interrupt::requested().is_some() {
-                        return (p, None);
-                    }
-                    (p, Some(sender.send(p).await))
-                })
-                .buffer_unordered(wh.concurrency);
-            while let Some(r) = results.next().await {
-                if tx.send(r).is_err() {
-                    break;
-                }
+
+    fn prepare(&self, i: usize) -> &'a Prepared {
+        self.to_send[i]
+    }
+
+    async fn perform(&self, p: &&'a Prepared) -> Sent {
+        self.sender.send(p).await
+    }
+
+    fn settle(
+        &self,
+        p: &'a Prepared,
+        sent: Sent,
+        _first: Option<&String>,
+    ) -> Result<writer::Settled<Self>> {
+        let id = p.external_id.clone();
+        let (mark, trouble) = match &sent {
+            Sent::Delivered(s) => (
+                (id.clone(), DeliveryStatus::Delivered, Some(*s), None),
+                None,
+            ),
+            Sent::AlreadyDone => (
+                (id.clone(), DeliveryStatus::AlreadyDone, Some(409), None),
+                None,
+            ),
+            Sent::Refused(s, m) => {
+                let mark = (
+                    id.clone(),
+                    DeliveryStatus::Failed,
+                    Some(*s),
+                    Some(m.clone()),
+                );
+                (mark, None)
+            }
+            // Outcome unknown: stays planned, sent again (same key) by the
+            // next run; nothing new is sent.
+            Sent::Unsure(m) => {
+                let mark = (id.clone(), DeliveryStatus::Planned, None, Some(m.clone()));
+                (mark, Some(m.clone()))
             }
         };
-        let consume = async {
-            // Owned here: when marking fails and this returns, the receiver
-            // is closed at once, so the producer's next send fails and no
-            // further delivery goes out unrecorded.
-            let mut rx = rx;
-            let marked = async {
-                let mut chunk = Vec::new();
-                while rx.recv_many(&mut chunk, 1024).await > 0 {
-                    let chunk = std::mem::take(&mut chunk);
-                    answered += chunk.iter().filter(|(_, s)| s.is_some()).count();
-                    if abort_after.is_some_and(|n| answered >= n) {
-                        // Test-only fault hook: die like a SIGKILL after POSTs were
-                        // answered and before their outcome is recorded.
-                        std::process::abort();
-                    }
-                    let mut marks: Vec<DeliveryMark> = Vec::with_capacity(chunk.len());
-                    for (p, sent) in chunk {
-                        let id = p.external_id.clone();
-                        match sent {
-                            None => {
-                                ended.insert(id, Ended::NotSent);
-                            }
-                            Some(sent) => {
-                                marks.push(match &sent {
-                                    Sent::Delivered(s) => {
-                                        (id.clone(), DeliveryStatus::Delivered, Some(*s), None)
-                                    }
-                                    Sent::AlreadyDone => {
-                                        (id.clone(), DeliveryStatus::AlreadyDone, Some(409), None)
-                                    }
-                                    Sent::Refused(s, m) => (
-                                        id.clone(),
-                                        DeliveryStatus::Failed,
-                                        Some(*s),
-                                        Some(m.clone()),
-                                    ),
-                                    Sent::Unsure(m) => {
-                                        // Outcome unknown: stays planned, sent again
-                                        // (same key) by the next run.
-                                        stop.store(true, Ordering::Relaxed);
-                                        why.lock()
-                                            .unwrap_or_else(|e| e.into_inner())
-                                            .get_or_insert_with(|| m.clone());
-                                        (id.clone(), DeliveryStatus::Planned, None, Some(m.clone()))
-                                    }
-                                });
-                                ended.insert(id, Ended::Sent(sent));
-                            }
-                        }
-                    }
-                    if mark_fails && !marks.is_empty() {
-                        // Test-only fault hook: the state store is lost.
-                        bail!("job `{job}`: recording webhook outcomes failed (fault injection)");
-                    }
-                    state.webhook_mark(job, &marks).await?;
-                    if crate::interrupt::requested().is_some() {
-                        // A stop request: nothing new is sent; what is in
-                        // flight is answered and recorded.
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    if lock_checked.elapsed().as_secs() >= 2 {
-                        lock_checked = Instant::now();
-                        if !ledger.lock.verify().await? {
-                            lost_lock = true;
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Ok::<(), anyhow::Error>(())
-            }
-            .await;
-            if marked.is_err() {
-                // Nothing more is sent: the items not yet started see the
-                // flag, and the producer stops at its next send.
-                stop.store(true, Ordering::Relaxed);
-                rx.close();
-            }
-            marked
-        };
-        let ((), consumed) = tokio::join!(produce, consume);
-        consumed?;
+        Ok(writer::Settled {
+            mark,
+            items: 1,
+            trouble,
+            kept: (id, sent),
+        })
     }
-    let stats = sender.stats();
+
+    async fn record(&self, marks: Vec<DeliveryMark>) -> Result<()> {
+        let job = self.ledger.job;
+        if self.mark_fails {
+            // Test-only fault hook: the state store is lost.
+            bail!("job `{job}`: recording webhook outcomes failed (fault injection)");
+        }
+        Ok(self.ledger.state.webhook_mark(job, &marks).await?)
+    }
+
+    async fn holds_lock(&self) -> Result<bool> {
+        Ok(self.ledger.lock.verify().await?)
+    }
+}
+
+/// POSTs `to_send`, `wh.concurrency` at once, through the ledgered writer:
+/// the POSTs never wait for the ledger; the lock is verified every
+/// [`LOCK_EVERY`]; a stop request or an unsure answer sends nothing new,
+/// what is in flight is answered and recorded.
+async fn send<'a>(
+    ledger: &'a Ledger<'a>,
+    wh: &Webhook,
+    sender: &'a Sender,
+    to_send: &'a [&'a Prepared],
+) -> Result<writer::Report<Deliveries<'a>>> {
+    let work = Deliveries {
+        ledger,
+        sender,
+        to_send,
+        mark_fails: crate::faults::webhook_mark_fails(),
+    };
+    let options = writer::Options {
+        in_flight: wh.concurrency,
+        lock_every: LOCK_EVERY,
+        abort_after: crate::faults::abort_after_items(),
+    };
+    writer::run(&work, options).await
+}
+
+/// How often the run lock is verified while delivering.
+const LOCK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The error of deliveries that stopped early: a lost lock, a stop
+/// request, an endpoint that kept failing.
+fn stopped(
+    job: &str,
+    wh: &Webhook,
+    report: &writer::Report<Deliveries<'_>>,
+    ended: &EndedMap,
+    to_send: usize,
+    total: usize,
+) -> Result<()> {
     let count = |f: &dyn Fn(&Ended) -> bool| ended.values().filter(|e| f(e)).count();
     let delivered_now =
         count(&|e| matches!(e, Ended::Sent(Sent::Delivered(_) | Sent::AlreadyDone)));
-    if lost_lock {
+    if report.lock_lost {
         bail!(
-            "job `{job}`: lost the run lock (its session ended or another run took it over); stopped delivering: {delivered_now} of {} items were delivered, the rest stay planned and the next run sends them with the same Idempotency-Key",
-            prepared.len()
+            "job `{job}`: lost the run lock (its session ended or another run took it over); stopped delivering: {delivered_now} of {total} items were delivered, the rest stay planned and the next run sends them with the same Idempotency-Key"
         );
     }
     if crate::interrupt::requested().is_some() {
         return Err(crate::interrupt::error(
             job,
             &format!(
-                "while delivering: stopped sending; {delivered_now} of {} items were delivered and recorded, the rest stay planned and the next run sends them with the same Idempotency-Key",
-                prepared.len()
+                "while delivering: stopped sending; {delivered_now} of {total} items were delivered and recorded, the rest stay planned and the next run sends them with the same Idempotency-Key"
             ),
         ));
     }
-    if let Some(m) = why.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        let unsure = count(&|e| matches!(e, Ended::Sent(Sent::Unsure(_)) | Ended::NotSent));
+    if let Some(m) = &report.trouble {
+        // Unsure, and not sent at all: recorded as planned.
+        let definite = count(&|e| {
+            matches!(
+                e,
+                Ended::Sent(Sent::Delivered(_) | Sent::AlreadyDone | Sent::Refused(..))
+            )
+        });
+        let unsure = to_send - definite;
         bail!(
-            "job `{job}`: the webhook endpoint {} kept failing ({m}); stopped delivering: {delivered_now} of {} items were delivered; {unsure} are recorded as planned and the next run sends them again with the same Idempotency-Key (the handler deduplicates). Check the endpoint, then run again",
+            "job `{job}`: the webhook endpoint {} kept failing ({m}); stopped delivering: {delivered_now} of {total} items were delivered; {unsure} are recorded as planned and the next run sends them again with the same Idempotency-Key (the handler deduplicates). Check the endpoint, then run again",
             crate::webhook::shown_url(wh.url.expose()),
-            prepared.len()
         );
     }
-    // Verification: this run's acknowledged items, the plan's items
-    // delivered earlier, and earlier deliveries not yet found.
-    let earlier = state.webhook_unverified(job).await?;
-    let in_plan: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    Ok(())
+}
+
+/// Waits `verify_after` (when this run delivered anything), looks up in
+/// the target the items acknowledged (now or earlier) and `earlier`
+/// deliveries, and records what it found; the keys found.
+async fn verify(
+    ledger: &Ledger<'_>,
+    wh: &Webhook,
+    target: &dyn Source,
+    ended: &EndedMap,
+    earlier: &[&DeliveryRow],
+) -> Result<HashSet<String>> {
+    let job = ledger.job;
     let mut check: Vec<String> = ended
         .iter()
         .filter(|(_, e)| {
@@ -420,14 +474,12 @@ pub async fn deliver(
         })
         .map(|(k, _)| k.clone())
         .collect();
-    check.extend(
-        earlier
-            .iter()
-            .filter(|r| !in_plan.contains(r.external_id.as_str()))
-            .map(|r| r.external_id.clone()),
-    );
+    check.extend(earlier.iter().map(|r| r.external_id.clone()));
     check.sort();
-    if delivered_now > 0 && !wh.verify_after.is_zero() {
+    let delivered_now = ended
+        .values()
+        .any(|e| matches!(e, Ended::Sent(Sent::Delivered(_) | Sent::AlreadyDone)));
+    if delivered_now && !wh.verify_after.is_zero() {
         tracing::info!(
             message = "Waiting before verifying webhook deliveries in the target.",
             job,
@@ -452,114 +504,128 @@ pub async fn deliver(
             .collect()
     };
     let verified: Vec<(String, Verified)> = check
-        .iter()
+        .into_iter()
         .map(|k| {
-            (
-                k.clone(),
-                if found.contains(k) {
-                    Verified::Created
-                } else {
-                    Verified::NotCreated
-                },
-            )
+            let v = if found.contains(&k) {
+                Verified::Created
+            } else {
+                Verified::NotCreated
+            };
+            (k, v)
         })
         .collect();
-    state.webhook_verify(job, &verified).await?;
-    let after = format!(
-        "after {}",
-        recon_core::http::human_duration(wh.verify_after)
-    );
-    let mut out = Delivered {
-        url: crate::webhook::shown_url(wh.url.expose()),
-        requests: stats.requests,
-        retries: stats.retries,
-        ..Delivered::default()
-    };
-    let not_created = |how: &str| {
-        format!("{how}, but no record with this key is in the target {after}: the handler did not create it; check the handler (recon will not send it again)")
-    };
-    for p in &prepared {
-        let id = &p.external_id;
-        let (outcome, error) = match ended.get(id) {
-            Some(Ended::Sent(Sent::Delivered(_))) if found.contains(id) => {
-                out.delivered += 1;
-                (BackfillOutcome::Delivered, String::new())
-            }
-            Some(Ended::Sent(Sent::AlreadyDone)) if found.contains(id) => {
-                out.already_done += 1;
-                (
-                    BackfillOutcome::AlreadyDone,
-                    "the endpoint answered 409: already done".to_string(),
-                )
-            }
-            Some(Ended::Sent(Sent::Delivered(s))) => {
-                out.not_created += 1;
-                (
-                    BackfillOutcome::DeliveredNotCreated,
-                    not_created(&format!("the endpoint answered {s}")),
-                )
-            }
-            Some(Ended::Sent(Sent::AlreadyDone)) => {
-                out.not_created += 1;
-                (
-                    BackfillOutcome::DeliveredNotCreated,
-                    not_created("the endpoint answered 409 (already done)"),
-                )
-            }
-            Some(Ended::Sent(Sent::Refused(s, m))) => {
-                out.failed += 1;
-                (BackfillOutcome::Failed, format!("HTTP {s}: {m}"))
-            }
-            Some(Ended::Earlier(status, run)) if found.contains(id) => {
-                out.verified_earlier += 1;
-                let o = if *status == DeliveryStatus::AlreadyDone {
-                    BackfillOutcome::AlreadyDone
-                } else {
-                    BackfillOutcome::Delivered
-                };
-                (o, format!("delivered by run {run}; not sent again"))
-            }
-            Some(Ended::Earlier(_, run)) => {
-                out.not_created += 1;
-                (
-                    BackfillOutcome::DeliveredNotCreated,
-                    not_created(&format!("delivered by run {run} (not sent again)")),
-                )
-            }
-            // Unsure and not sent end the run above.
-            Some(Ended::Sent(Sent::Unsure(_)) | Ended::NotSent) | None => continue,
+    ledger.state.webhook_verify(job, &verified).await?;
+    Ok(found)
+}
+
+/// Which count of [`Delivered`] an item adds to.
+#[derive(Clone, Copy)]
+enum Count {
+    Delivered,
+    AlreadyDone,
+    NotCreated,
+    Failed,
+    VerifiedEarlier,
+}
+
+impl Delivered {
+    fn add(&mut self, count: Count) {
+        let n = match count {
+            Count::Delivered => &mut self.delivered,
+            Count::AlreadyDone => &mut self.already_done,
+            Count::NotCreated => &mut self.not_created,
+            Count::Failed => &mut self.failed,
+            Count::VerifiedEarlier => &mut self.verified_earlier,
         };
-        out.rows.push(BackfillRow {
-            key: id.clone(),
-            action: Action::Insert,
-            outcome,
-            error,
-        });
+        *n += 1;
     }
-    for r in earlier
-        .iter()
-        .filter(|r| !in_plan.contains(r.external_id.as_str()))
-    {
-        let id = &r.external_id;
-        let (outcome, error) = if found.contains(id) {
-            out.verified_earlier += 1;
-            (
-                BackfillOutcome::Delivered,
-                format!("delivered by run {}; now in the target", r.plan_id),
-            )
-        } else {
-            out.not_created += 1;
-            (
-                BackfillOutcome::DeliveredNotCreated,
-                not_created(&format!("delivered by run {} (not sent again)", r.plan_id)),
-            )
+
+    /// `backfill.csv`'s rows and the counts: this run's items in plan
+    /// order, then the earlier deliveries checked again.
+    fn rows_of(
+        &mut self,
+        wh: &Webhook,
+        prepared: &[Prepared],
+        ended: &EndedMap,
+        earlier: &[&DeliveryRow],
+        found: &HashSet<String>,
+    ) {
+        let after = format!(
+            "after {}",
+            recon_core::http::human_duration(wh.verify_after)
+        );
+        let not_created = |how: &str| {
+            format!("{how}, but no record with this key is in the target {after}: the handler did not create it; check the handler (recon will not send it again)")
         };
-        out.rows.push(BackfillRow {
-            key: id.clone(),
-            action: Action::Insert,
-            outcome,
-            error,
+        let judged = prepared.iter().filter_map(|p| {
+            let id = &p.external_id;
+            let verdict = judge(ended.get(id)?, found.contains(id), &not_created)?;
+            Some((id, verdict))
         });
+        let again = earlier.iter().map(|r| {
+            let id = &r.external_id;
+            let verdict = if found.contains(id) {
+                let why = format!("delivered by run {}; now in the target", r.plan_id);
+                (Count::VerifiedEarlier, BackfillOutcome::Delivered, why)
+            } else {
+                let why = not_created(&format!("delivered by run {} (not sent again)", r.plan_id));
+                (Count::NotCreated, BackfillOutcome::DeliveredNotCreated, why)
+            };
+            (id, verdict)
+        });
+        let all: Vec<_> = judged.chain(again).collect();
+        for (id, (count, outcome, error)) in all {
+            self.add(count);
+            self.rows.push(BackfillRow {
+                key: id.clone(),
+                action: Action::Insert,
+                outcome,
+                error,
+            });
+        }
     }
-    Ok(out)
+}
+
+/// What one item of this run comes to once verified (`found`: its key is
+/// in the target). Unsure items end the run before, so have none.
+fn judge(
+    ended: &Ended,
+    found: bool,
+    not_created: &dyn Fn(&str) -> String,
+) -> Option<(Count, BackfillOutcome, String)> {
+    let missing = |how: &str| {
+        (
+            Count::NotCreated,
+            BackfillOutcome::DeliveredNotCreated,
+            not_created(how),
+        )
+    };
+    Some(match ended {
+        Ended::Sent(Sent::Delivered(_)) if found => {
+            (Count::Delivered, BackfillOutcome::Delivered, String::new())
+        }
+        Ended::Sent(Sent::AlreadyDone) if found => (
+            Count::AlreadyDone,
+            BackfillOutcome::AlreadyDone,
+            "the endpoint answered 409: already done".to_string(),
+        ),
+        Ended::Sent(Sent::Delivered(s)) => missing(&format!("the endpoint answered {s}")),
+        Ended::Sent(Sent::AlreadyDone) => missing("the endpoint answered 409 (already done)"),
+        Ended::Sent(Sent::Refused(s, m)) => (
+            Count::Failed,
+            BackfillOutcome::Failed,
+            format!("HTTP {s}: {m}"),
+        ),
+        Ended::Earlier(status, run) if found => {
+            let o = if *status == DeliveryStatus::AlreadyDone {
+                BackfillOutcome::AlreadyDone
+            } else {
+                BackfillOutcome::Delivered
+            };
+            let why = format!("delivered by run {run}; not sent again");
+            (Count::VerifiedEarlier, o, why)
+        }
+        Ended::Earlier(_, run) => missing(&format!("delivered by run {run} (not sent again)")),
+        Ended::Sent(Sent::Unsure(_)) => return None,
+    })
 }

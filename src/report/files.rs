@@ -9,8 +9,11 @@ use std::sync::Arc;
 use anyhow::Result;
 use jiff::Timestamp;
 use recon_core::{format_minor, Currency, FieldKind, Record, Schema, Value};
-use serde_json::json;
 
+use super::summary::{
+    Class as Count, Counts, RunFields, RunSummary, Timings, Total, Totals as SummaryTotals,
+    Webhook, WindowText,
+};
 use super::{CsvReport, ReportDir};
 use crate::diff::{DiffOutcome, Totals};
 use crate::state::{Class, DiscrepancyDelta};
@@ -111,7 +114,7 @@ pub struct RunExtras {
     pub unplaced: Vec<UnplacedRow>,
     /// `backfill.via = "webhook"`: the deliveries' counts (summary.json
     /// `webhook`, and `delivered_not_created` at the top level).
-    pub webhook: Option<serde_json::Value>,
+    pub webhook: Option<Webhook>,
 }
 
 /// A record that could not be placed in the window, with its side.
@@ -155,8 +158,22 @@ pub struct ResolvedRow {
     pub resolved_at: String,
 }
 
-/// What happened to one backfill item, as `backfill.csv` spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What happened to one backfill item, as `backfill.csv` spells it
+/// (snake case: `AlreadyDone` is `already_done`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum BackfillOutcome {
     /// The record was created.
     Created,
@@ -193,16 +210,17 @@ impl BackfillOutcome {
 
     /// Its `backfill.csv` spelling.
     pub fn as_str(self) -> &'static str {
-        match self {
-            BackfillOutcome::Created => "created",
-            BackfillOutcome::Updated => "updated",
-            BackfillOutcome::Unchanged => "unchanged",
-            BackfillOutcome::Failed => "failed",
-            BackfillOutcome::Skipped => "skipped",
-            BackfillOutcome::Delivered => "delivered",
-            BackfillOutcome::AlreadyDone => "already_done",
-            BackfillOutcome::DeliveredNotCreated => "delivered_not_created",
-        }
+        self.into()
+    }
+
+    /// Whether only a webhook route has it.
+    pub fn webhook_only(self) -> bool {
+        matches!(
+            self,
+            BackfillOutcome::Delivered
+                | BackfillOutcome::AlreadyDone
+                | BackfillOutcome::DeliveredNotCreated
+        )
     }
 
     /// Whether the target now holds the record as the source has it.
@@ -264,41 +282,100 @@ pub fn write_backfill_csv(dir: &mut ReportDir, rows: &[BackfillRow]) -> Result<(
     Ok(())
 }
 
-/// Counts for the contract's top-level integers.
-pub fn counts(outcome: &DiffOutcome) -> serde_json::Map<String, serde_json::Value> {
-    let mut m = serde_json::Map::new();
-    for (k, v) in [
-        ("source_records", outcome.source_records),
-        ("target_records", outcome.target_records),
-        ("matched", outcome.matched),
-        ("gaps", outcome.gaps.len() as u64),
-        ("orphans", outcome.orphans.len() as u64),
-        ("mismatches", outcome.mismatches.len() as u64),
-        ("duplicates", outcome.duplicates.len() as u64),
-        ("pending", 0),
-        ("backfilled", 0),
-        ("backfill_failed", 0),
-        ("source_rows", outcome.source_rows),
-        ("target_rows", outcome.target_rows),
-    ] {
-        m.insert(k.to_string(), json!(v));
-    }
-    m
-}
-
-fn totals_json(totals: &Totals) -> serde_json::Value {
+/// The per-currency totals of one side, as summary.json lists them.
+fn totals_of(totals: &Totals) -> Vec<Total> {
     totals
         .iter()
-        .map(|(cur, t)| {
-            json!({
-                "currency": cur.map(|c| c.code().to_string()),
-                "records": t.records,
-                "total": cur.map(|c| format_minor(t.minor, c)),
-                "total_minor": cur.map(|_| t.minor.to_string()),
-            })
+        .map(|(cur, t)| Total {
+            currency: cur.map(|c| c.code().to_string()),
+            records: t.records,
+            total: cur.map(|c| format_minor(t.minor, c)),
+            total_minor: cur.map(|_| t.minor.to_string()),
         })
-        .collect::<Vec<_>>()
-        .into()
+        .collect()
+}
+
+/// The summary of a diff (`recon diff`, `recon run`): what summary.json
+/// holds.
+pub fn summary_of(
+    schema: &Schema,
+    outcome: &DiffOutcome,
+    meta: &RunMeta,
+    extras: &RunExtras,
+    exit_status: u8,
+) -> RunSummary {
+    let mut counts = Counts::default();
+    for (class, n) in [
+        (Count::SourceRecords, outcome.source_records),
+        (Count::TargetRecords, outcome.target_records),
+        (Count::Matched, outcome.matched),
+        (Count::Gaps, outcome.gaps.len() as u64),
+        (Count::Orphans, outcome.orphans.len() as u64),
+        (Count::Mismatches, outcome.mismatches.len() as u64),
+        (Count::Duplicates, outcome.duplicates.len() as u64),
+        (Count::Pending, extras.pending.len() as u64),
+        (Count::Unplaced, extras.unplaced.len() as u64),
+        (Count::Backfilled, extras.backfilled),
+        (Count::BackfillFailed, extras.backfill_failed),
+        (Count::ConfirmedByLookup, extras.confirmed_by_lookup),
+        (Count::SourceRows, outcome.source_rows),
+        (Count::TargetRows, outcome.target_rows),
+    ] {
+        counts.set(class, n);
+    }
+    if let Some(w) = &extras.webhook {
+        counts.set(Count::DeliveredNotCreated, w.delivered_not_created);
+    }
+    if extras.history.is_some() {
+        counts.set(Count::Resolved, extras.resolved.len() as u64);
+    }
+    let ms = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    let run = RunFields {
+        job: meta.job.clone(),
+        source: Some(meta.source.clone()),
+        target: Some(meta.target.clone()),
+        window: meta.window.as_ref().map(|(s, e)| WindowText {
+            start: s.clone(),
+            end: e.clone(),
+        }),
+        webhook: extras.webhook.clone(),
+        run_id: extras.run_id.clone(),
+        dry_run: Some(extras.dry_run),
+        notes: Some(extras.notes.clone()),
+        exit_status: Some(exit_status),
+        compared_fields: Some(
+            schema
+                .fields
+                .iter()
+                .filter(|f| f.compared)
+                .map(|f| f.name.clone())
+                .collect(),
+        ),
+        totals: Some(SummaryTotals {
+            source: totals_of(&outcome.source_totals),
+            target: totals_of(&outcome.target_totals),
+        }),
+        timings: Some(Timings {
+            started_at: meta.started_at.clone(),
+            source_ms: ms(meta.source_ms),
+            target_ms: ms(meta.target_ms),
+            total_ms: ms(meta.total_ms),
+        }),
+        recon_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        ..RunFields::default()
+    };
+    let mut summary = RunSummary {
+        counts,
+        run,
+        ..RunSummary::default()
+    };
+    summary.count_backfill(extras.backfill.iter().flatten());
+    summary
+}
+
+/// Writes summary.json.
+pub fn write_summary(dir: &mut ReportDir, summary: &RunSummary) -> Result<()> {
+    dir.write_all("summary.json", &summary.to_file_bytes()?)
 }
 
 /// Writes every report of a diff into `dir` (not yet committed).
@@ -309,6 +386,18 @@ pub fn write_diff_reports(
     meta: &RunMeta,
     extras: &RunExtras,
     exit_status: u8,
+) -> Result<()> {
+    write_diff_files(dir, schema, outcome, extras)?;
+    write_summary(dir, &summary_of(schema, outcome, meta, extras, exit_status))
+}
+
+/// Writes the CSV (and JSON Lines) reports of a diff: every file but
+/// summary.json.
+pub fn write_diff_files(
+    dir: &mut ReportDir,
+    schema: &Schema,
+    outcome: &DiffOutcome,
+    extras: &RunExtras,
 ) -> Result<()> {
     let h = extras.history.as_ref();
     write_summary_csv(dir, outcome)?;
@@ -350,69 +439,7 @@ pub fn write_diff_reports(
         write_backfill_csv(dir, rows)?;
     }
 
-    let mut summary = serde_json::Map::new();
-    summary.insert("job".into(), json!(meta.job));
-    summary.insert("source".into(), json!(meta.source));
-    summary.insert("target".into(), json!(meta.target));
-    summary.insert(
-        "window".into(),
-        match &meta.window {
-            Some((s, e)) => json!({ "start": s, "end": e }),
-            None => serde_json::Value::Null,
-        },
-    );
-    summary.extend(counts(outcome));
-    summary.insert("pending".into(), json!(extras.pending.len()));
-    summary.insert("unplaced".into(), json!(extras.unplaced.len()));
-    summary.insert("backfilled".into(), json!(extras.backfilled));
-    summary.insert("backfill_failed".into(), json!(extras.backfill_failed));
-    if let Some(w) = &extras.webhook {
-        summary.insert(
-            "delivered_not_created".into(),
-            w["delivered_not_created"].clone(),
-        );
-        summary.insert("webhook".into(), w.clone());
-    }
-    if extras.history.is_some() {
-        summary.insert("resolved".into(), json!(extras.resolved.len()));
-    }
-    summary.insert(
-        "confirmed_by_lookup".into(),
-        json!(extras.confirmed_by_lookup),
-    );
-    summary.insert("run_id".into(), json!(extras.run_id));
-    summary.insert("dry_run".into(), json!(extras.dry_run));
-    summary.insert("notes".into(), json!(extras.notes));
-    summary.insert("exit_status".into(), json!(exit_status));
-    summary.insert(
-        "compared_fields".into(),
-        json!(schema
-            .fields
-            .iter()
-            .filter(|f| f.compared)
-            .map(|f| f.name.clone())
-            .collect::<Vec<_>>()),
-    );
-    summary.insert(
-        "totals".into(),
-        json!({
-            "source": totals_json(&outcome.source_totals),
-            "target": totals_json(&outcome.target_totals),
-        }),
-    );
-    summary.insert(
-        "timings".into(),
-        json!({
-            "started_at": meta.started_at,
-            "source_ms": meta.source_ms,
-            "target_ms": meta.target_ms,
-            "total_ms": meta.total_ms,
-        }),
-    );
-    summary.insert("recon_version".into(), json!(env!("CARGO_PKG_VERSION")));
-    let mut text = serde_json::to_vec_pretty(&serde_json::Value::Object(summary))?;
-    text.push(b'\n');
-    dir.write_all("summary.json", &text)
+    Ok(())
 }
 
 fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {

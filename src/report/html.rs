@@ -21,14 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::files::{HISTORY_COLUMNS, ID_COLUMN};
+use super::summary::{Class, Counts, RunSummary};
+use super::{neutralise, ReportDir};
+use crate::state::{DiscrepancyHistory, ReportReads};
+use crate::state::{RunRow, RunTotals, StateStore};
 use anyhow::{Context, Result};
 use jiff::Timestamp;
 use recon_core::{format_minor, Currency, Money};
-use serde_json::Value as Json;
-
-use super::files::{HISTORY_COLUMNS, ID_COLUMN};
-use super::{neutralise, ReportDir};
-use crate::state::{RunRow, RunTotals, StateStore};
 
 /// The page's file name in a run folder.
 pub const FILE: &str = "report.html";
@@ -38,9 +38,6 @@ pub const DEFAULT_RUNS: usize = 30;
 
 /// How many of the largest discrepancies are listed per currency.
 pub const TOP_PER_CURRENCY: usize = 10;
-
-/// Discrepancy classes as counted in summary.json, in display order.
-const CLASSES: [&str; 4] = ["gaps", "orphans", "mismatches", "duplicates"];
 
 /// One run as the charts show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,7 +86,7 @@ pub struct Backfill {
 #[derive(Clone, Debug, Default)]
 pub struct Page {
     /// The folder's summary.json.
-    pub summary: Json,
+    pub summary: RunSummary,
     /// The largest discrepancies, per currency, largest first.
     pub top: Vec<TopRow>,
     /// Backfill outcomes.
@@ -179,34 +176,20 @@ fn age(from: &str, to: &str) -> String {
     }
 }
 
-fn u64_of(v: &Json) -> Option<u64> {
-    v.as_u64()
-        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-}
-
 /// The totals of summary.json (`totals.source` / `totals.target`, exact
 /// `total_minor` text) as [`RunTotals`] per currency.
-pub fn summary_totals(summary: &Json) -> Result<Vec<RunTotals>> {
+pub fn summary_totals(summary: &RunSummary) -> Result<Vec<RunTotals>> {
     let mut by: BTreeMap<Option<Currency>, RunTotals> = BTreeMap::new();
-    for (side, is_source) in [("source", true), ("target", false)] {
-        let Some(list) = summary["totals"][side].as_array() else {
-            continue;
-        };
+    let Some(totals) = &summary.run.totals else {
+        return Ok(Vec::new());
+    };
+    for (side, list, is_source) in [
+        ("source", &totals.source, true),
+        ("target", &totals.target, false),
+    ] {
         for t in list {
-            let currency = match t["currency"].as_str() {
-                Some(c) => Some(
-                    Currency::parse(c)
-                        .with_context(|| format!("summary.json: currency `{c}` of the {side}"))?,
-                ),
-                None => None,
-            };
-            let records = u64_of(&t["records"]).unwrap_or(0);
-            let minor: i128 = match t["total_minor"].as_str() {
-                Some(m) => m.parse().with_context(|| {
-                    format!("summary.json: {side} total_minor `{m}` is not a whole number")
-                })?,
-                None => 0,
-            };
+            let currency = t.currency(side)?;
+            let (records, minor) = (t.records, t.minor(side)?);
             let e = by.entry(currency).or_insert(RunTotals {
                 currency,
                 source_records: 0,
@@ -231,10 +214,10 @@ pub fn chart_run(
     run_id: &str,
     started_at: &str,
     status: &str,
-    counts: Option<&Json>,
+    counts: Option<&Counts>,
     totals: &[RunTotals],
 ) -> ChartRun {
-    let classes = CLASSES.map(|c| counts.and_then(|j| u64_of(&j[c])));
+    let classes = Class::DISCREPANCIES.map(|c| counts.and_then(|k| k.present(c)));
     let deltas = totals
         .iter()
         .filter_map(|t| Some((t.currency?, t.target_minor - t.source_minor)))
@@ -249,13 +232,18 @@ pub fn chart_run(
 }
 
 /// The status a summary's exit status stands for.
-fn status_of(summary: &Json) -> &'static str {
-    match summary["exit_status"].as_u64() {
+fn status_of(summary: &RunSummary) -> &'static str {
+    match summary.run.exit_status {
         Some(0) => "clean",
         Some(1) => "discrepancies",
         Some(2) => "trouble",
         _ => "unknown",
     }
+}
+
+/// When the run started, RFC 3339 (summary.json's `timings.started_at`).
+fn started_at(summary: &RunSummary) -> Option<&str> {
+    summary.run.timings.as_ref().map(|t| t.started_at.as_str())
 }
 
 /// Keeps the `n` largest amounts per currency while rows stream past.
@@ -484,7 +472,11 @@ pub async fn chart_history(
     let earlier: Vec<RunRow> = all
         .into_iter()
         .skip(skip)
-        .filter(|r| r.counts.as_ref().is_some_and(|c| c.get("gaps").is_some()))
+        .filter(|r| {
+            r.counts
+                .as_ref()
+                .is_some_and(|c| Counts::of_json(c).present(Class::Gaps).is_some())
+        })
         .take(limit.saturating_sub(1))
         .collect();
     let ids: Vec<String> = earlier.iter().map(|r| r.id.clone()).collect();
@@ -497,7 +489,7 @@ pub async fn chart_history(
                 &r.id,
                 &recon_core::format_timestamp(r.started_at),
                 r.status.as_str(),
-                r.counts.as_ref(),
+                r.counts.as_ref().map(Counts::of_json).as_ref(),
                 totals.get(&r.id).map(Vec::as_slice).unwrap_or(&[]),
             )
         })
@@ -521,21 +513,42 @@ pub async fn render_folder(
     link_prefix: &str,
     record: bool,
 ) -> Result<String> {
-    let path = folder.join("summary.json");
-    let summary: Json = serde_json::from_slice(
-        &std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
+    let summary = RunSummary::read(&folder.join("summary.json"))?;
+    render_page(
+        folder,
+        state,
+        job,
+        money_field,
+        runs,
+        link_prefix,
+        record,
+        summary,
     )
-    .with_context(|| format!("{} is not JSON", path.display()))?;
+    .await
+}
+
+/// [`render_folder`] with the folder's summary given.
+#[allow(clippy::too_many_arguments)]
+async fn render_page(
+    folder: &Path,
+    state: &StateStore,
+    job: &str,
+    money_field: Option<&str>,
+    runs: usize,
+    link_prefix: &str,
+    record: bool,
+    summary: RunSummary,
+) -> Result<String> {
     let totals = summary_totals(&summary)?;
-    let run_id = summary["run_id"].as_str().unwrap_or("").to_string();
+    let run_id = summary.run.run_id.clone().unwrap_or_default();
     if record && !run_id.is_empty() {
         state.record_run_totals(&run_id, &totals).await?;
     }
     let this = chart_run(
         &run_id,
-        summary["timings"]["started_at"].as_str().unwrap_or(""),
+        started_at(&summary).unwrap_or(""),
         status_of(&summary),
-        Some(&summary),
+        Some(&summary.counts),
         &totals,
     );
     let history = chart_history(state, job, this, runs).await?;
@@ -559,15 +572,17 @@ pub async fn render_folder(
 /// The page is a view of files already staged: when it cannot be made,
 /// the run (or apply) is not failed for it. A warning is logged (scrubbed),
 /// the reason is added to summary.json's `notes`, and the folder is
-/// committed without the page (`recon report` can make it later). Only a
-/// summary.json that cannot be rewritten is an error.
+/// committed without the page (`recon report` can make it later); the
+/// note is added to `summary` too. Only a summary.json that cannot be
+/// rewritten is an error.
 pub async fn write_for_run(
     dir: &mut ReportDir,
     state: &StateStore,
     job: &str,
     money_field: Option<&str>,
+    summary: &mut RunSummary,
 ) -> Result<()> {
-    let Err(e) = try_write_for_run(dir, state, job, money_field).await else {
+    let Err(e) = try_write_for_run(dir, state, job, money_field, summary).await else {
         return Ok(());
     };
     let _ = std::fs::remove_file(dir.staged(FILE));
@@ -576,18 +591,8 @@ pub async fn write_for_run(
         "report.html was not written ({why}); the CSV files and summary.json are complete; `recon report --job {job}` makes the page again"
     );
     crate::logging::stderr_line("warning", &note);
-    let path = dir.staged("summary.json");
-    let mut summary: Json = serde_json::from_slice(
-        &std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
-    )
-    .with_context(|| format!("{} is not JSON", path.display()))?;
-    match summary.get_mut("notes").and_then(Json::as_array_mut) {
-        Some(notes) => notes.push(Json::String(note)),
-        None => summary["notes"] = Json::Array(vec![Json::String(note)]),
-    }
-    let mut text = serde_json::to_vec_pretty(&summary)?;
-    text.push(b'\n');
-    dir.write_all("summary.json", &text)
+    summary.add_note(note);
+    super::write_summary(dir, summary)
 }
 
 async fn try_write_for_run(
@@ -595,12 +600,14 @@ async fn try_write_for_run(
     state: &StateStore,
     job: &str,
     money_field: Option<&str>,
+    summary: &RunSummary,
 ) -> Result<()> {
     if crate::faults::html_fails() {
         anyhow::bail!("injected failure ({})", crate::faults::FAULT_HTML_FAILS);
     }
     let folder = dir.staged("");
-    let html = render_folder(&folder, state, job, money_field, DEFAULT_RUNS, "", true).await?;
+    let (runs, summary) = (DEFAULT_RUNS, summary.clone());
+    let html = render_page(&folder, state, job, money_field, runs, "", true, summary).await?;
     dir.write_all(FILE, html.as_bytes())
 }
 
@@ -620,12 +627,12 @@ table.wrap{table-layout:fixed;width:100%}table.wrap td{vertical-align:top}.w-cla
 /// Renders the page.
 pub fn render(page: &Page) -> String {
     let s = &page.summary;
-    let job = s["job"].as_str().unwrap_or("");
-    let run_id = s["run_id"].as_str().unwrap_or("");
+    let job = s.run.job.as_str();
+    let run_id = s.run.run_id.as_deref().unwrap_or("");
     let status = status_of(s);
-    let window = match (s["window"]["start"].as_str(), s["window"]["end"].as_str()) {
-        (Some(a), Some(b)) => format!("{a} .. {b}"),
-        _ => "whole files (no window)".into(),
+    let window = match &s.run.window {
+        Some(w) => format!("{} .. {}", w.start, w.end),
+        None => "whole files (no window)".into(),
     };
     let mut h = String::with_capacity(32 * 1024);
     h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
@@ -645,7 +652,7 @@ pub fn render(page: &Page) -> String {
         h,
         "<header><h1>recon: {}</h1>\n<p id=\"status\"><span class=\"badge {status}\" data-status=\"{status}\">{status}</span>{}</p>",
         text(job),
-        if s["dry_run"].as_bool() == Some(true) {
+        if s.run.dry_run == Some(true) {
             " <strong>dry run</strong>: nothing was written"
         } else {
             ""
@@ -658,24 +665,23 @@ pub fn render(page: &Page) -> String {
          <tr><th>started</th><td>{}</td></tr><tr><th>took</th><td>{}</td></tr></table></header>",
         escape(&window),
         text(run_id),
-        text(s["source"].as_str().unwrap_or("")),
-        text(s["target"].as_str().unwrap_or("")),
-        text(s["timings"]["started_at"].as_str().unwrap_or("")),
-        s["timings"]["total_ms"]
-            .as_u64()
-            .map(|ms| format!("{}.{:03} s", ms / 1000, ms % 1000))
+        text(s.run.source.as_deref().unwrap_or("")),
+        text(s.run.target.as_deref().unwrap_or("")),
+        text(started_at(s).unwrap_or("")),
+        s.run
+            .timings
+            .as_ref()
+            .map(|t| format!("{}.{:03} s", t.total_ms / 1000, t.total_ms % 1000))
             .unwrap_or_default(),
     );
-    for note in s["notes"].as_array().into_iter().flatten() {
-        if let Some(n) = note.as_str() {
-            let _ = writeln!(h, "<p class=\"note\">{}</p>", text(n));
-        }
+    for n in s.run.notes.iter().flatten() {
+        let _ = writeln!(h, "<p class=\"note\">{}</p>", text(n));
     }
 
     counts_section(&mut h, s);
     totals_section(&mut h, s);
     charts_section(&mut h, &page.history);
-    top_section(&mut h, &page.top, s["timings"]["started_at"].as_str());
+    top_section(&mut h, &page.top, started_at(s));
     backfill_section(&mut h, &page.backfill, s);
 
     h.push_str("<h2>Files</h2>\n<ul id=\"files\">\n");
@@ -694,30 +700,36 @@ pub fn render(page: &Page) -> String {
          would run as a formula starts with <code>'</code>, as in the CSV files. Characters that reorder or hide \
          text (bidirectional controls, zero-width characters) are shown escaped, as <code>\\u202e</code>; the CSV \
          files hold them as they are.</p></footer>\n</body>\n</html>",
-        escape(s["recon_version"].as_str().unwrap_or(env!("CARGO_PKG_VERSION")))
+        escape(
+            s.run
+                .recon_version
+                .as_deref()
+                .unwrap_or(env!("CARGO_PKG_VERSION"))
+        )
     );
     h
 }
 
-fn counts_section(h: &mut String, s: &Json) {
+fn counts_section(h: &mut String, s: &RunSummary) {
     h.push_str(
         "<h2>Counts</h2>\n<table id=\"counts\"><tr><th>class</th><th class=\"n\">IDs</th></tr>\n",
     );
-    for (key, label) in [
-        ("source_records", "source records"),
-        ("target_records", "target records"),
-        ("matched", "matched"),
-        ("gaps", "gaps (in the source, missing in the target)"),
-        ("orphans", "orphans (in the target only)"),
-        ("mismatches", "mismatches"),
-        ("duplicates", "duplicates"),
-        ("pending", "pending (too young to judge)"),
-        ("unplaced", "unplaced (no time to place them)"),
-        ("resolved", "resolved since the last run"),
-        ("backfilled", "backfilled"),
-        ("backfill_failed", "backfill failed"),
+    for (class, label) in [
+        (Class::SourceRecords, "source records"),
+        (Class::TargetRecords, "target records"),
+        (Class::Matched, "matched"),
+        (Class::Gaps, "gaps (in the source, missing in the target)"),
+        (Class::Orphans, "orphans (in the target only)"),
+        (Class::Mismatches, "mismatches"),
+        (Class::Duplicates, "duplicates"),
+        (Class::Pending, "pending (too young to judge)"),
+        (Class::Unplaced, "unplaced (no time to place them)"),
+        (Class::Resolved, "resolved since the last run"),
+        (Class::Backfilled, "backfilled"),
+        (Class::BackfillFailed, "backfill failed"),
     ] {
-        if let Some(n) = u64_of(&s[key]) {
+        if let Some(n) = s.counts.present(class) {
+            let key = class.key();
             let _ = writeln!(
                 h,
                 "<tr><td>{label}</td><td class=\"n\" data-count=\"{key}\">{n}</td></tr>"
@@ -727,7 +739,7 @@ fn counts_section(h: &mut String, s: &Json) {
     h.push_str("</table>\n");
 }
 
-fn totals_section(h: &mut String, s: &Json) {
+fn totals_section(h: &mut String, s: &RunSummary) {
     h.push_str("<h2>Totals per currency</h2>\n");
     let totals = match summary_totals(s) {
         Ok(t) => t,
@@ -896,9 +908,11 @@ fn charts_section(h: &mut String, runs: &[ChartRun]) {
         runs.len(),
         if runs.len() == 1 { "" } else { "s" }
     );
-    for (i, class) in CLASSES.iter().enumerate() {
+    for (i, class) in Class::DISCREPANCIES.iter().enumerate() {
         let values: Vec<Option<i128>> = runs.iter().map(|r| r.classes[i].map(i128::from)).collect();
-        bar_chart(h, class, class, runs, &values, &|v| v.to_string());
+        bar_chart(h, class.key(), class.key(), runs, &values, &|v| {
+            v.to_string()
+        });
     }
     let currencies: BTreeSet<Currency> =
         runs.iter().flat_map(|r| r.deltas.keys().copied()).collect();
@@ -947,14 +961,14 @@ fn top_section(h: &mut String, top: &[TopRow], started: Option<&str>) {
     h.push_str("</table>\n");
 }
 
-fn backfill_section(h: &mut String, b: &Backfill, s: &Json) {
+fn backfill_section(h: &mut String, b: &Backfill, s: &RunSummary) {
     h.push_str("<h2>Backfill</h2>\n<div id=\"backfill\">\n");
     if let Some(n) = b.planned {
         let _ = writeln!(
             h,
             "<p>{n} item{} planned in plan.jsonl{}.</p>",
             if n == 1 { "" } else { "s" },
-            if s["dry_run"].as_bool() == Some(true) {
+            if s.run.dry_run == Some(true) {
                 " (dry run: review it, then <code>recon apply --plan</code>)"
             } else {
                 ""
@@ -998,8 +1012,8 @@ mod tests {
         Currency::parse("USD").unwrap()
     }
 
-    fn summary() -> Json {
-        json!({
+    fn summary() -> RunSummary {
+        RunSummary::of_json(json!({
             "job": "charges",
             "run_id": "charges-1",
             "source": "file <b>x</b>",
@@ -1013,7 +1027,8 @@ mod tests {
                 "source": [{"currency": "USD", "records": 9, "total": "x", "total_minor": "9007199254740993"}],
                 "target": [{"currency": "USD", "records": 8, "total": "x", "total_minor": "9007199254740000"}]
             }
-        })
+        }))
+        .unwrap()
     }
 
     fn page(top: Vec<TopRow>) -> Page {
@@ -1024,7 +1039,7 @@ mod tests {
                 "charges-1",
                 "2026-11-30T06:00:00Z",
                 "discrepancies",
-                Some(&s),
+                Some(&s.counts),
                 &totals,
             )],
             summary: s,
@@ -1051,8 +1066,8 @@ mod tests {
             })
             .collect();
         let mut p = page(top);
-        p.summary["notes"] = json!(["<img src=x onerror=alert(1)>"]);
-        p.summary["job"] = json!("=cmd|' /C calc'!A0");
+        p.summary.run.notes = Some(vec!["<img src=x onerror=alert(1)>".into()]);
+        p.summary.run.job = "=cmd|' /C calc'!A0".into();
         p.backfill.failures = vec![("<script>".into(), "=HYPERLINK(\"x\")".into())];
         p.backfill.outcomes.insert("failed".into(), 1);
         p.files = vec![(href("", "a\"b<c>.csv"), "a\"b<c>.csv".into())];
@@ -1109,7 +1124,7 @@ mod tests {
             state: "new".into(),
             first_seen: "2026-11-30T06:00:00Z".into(),
         }]);
-        p.summary["source"] = json!("exports/\u{200b}a.csv");
+        p.summary.run.source = Some("exports/\u{200b}a.csv".into());
         let html = render(&p);
         assert!(html.contains(">ch_\\u2067evil\\u2069<"), "{html}");
         assert!(html.contains("exports/\\u200ba.csv"), "{html}");
@@ -1139,7 +1154,8 @@ mod tests {
         assert_eq!(totals[0].source_minor, 9_007_199_254_740_993);
         // Sums beyond 64 bits stay exact too.
         let mut s = summary();
-        s["totals"]["source"][0]["total_minor"] = json!("170141183460469231731687303715884105727");
+        s.run.totals.as_mut().unwrap().source[0].total_minor =
+            Some("170141183460469231731687303715884105727".into());
         let t = summary_totals(&s).unwrap();
         assert_eq!(t[0].source_minor, i128::MAX);
         let mut p = page(vec![]);

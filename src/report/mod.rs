@@ -7,12 +7,15 @@
 mod files;
 pub mod html;
 mod staging;
+pub mod summary;
 
 pub use files::{
-    counts, write_backfill_csv, write_diff_reports, BackfillOutcome, BackfillRow, HistoryMap,
-    PlanLines, ResolvedRow, RunExtras, RunMeta, UnplacedRow,
+    summary_of, write_backfill_csv, write_diff_files, write_diff_reports, write_summary,
+    BackfillOutcome, BackfillRow, HistoryMap, PlanLines, ResolvedRow, RunExtras, RunMeta,
+    UnplacedRow,
 };
 pub use staging::ReportDir;
+pub use summary::{Class, RunSummary};
 
 use std::borrow::Cow;
 

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use recon_core::http::{HttpClient, HttpError, HttpPolicy, Method, Provider, ProviderError};
-use recon_core::{format_timestamp, Record, Schema, Secret, Value};
+use recon_core::{format_timestamp, Delivery, Record, Schema, Secret, Signed, Value};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -50,13 +50,19 @@ pub const SIGNATURE_HEADER: &str = "Recon-Signature";
 /// The header carrying the idempotency key.
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
-/// Headers recon sets itself; a configured header may not replace them.
-const RESERVED: [&str; 4] = [
-    IDEMPOTENCY_HEADER,
-    SIGNATURE_HEADER,
-    "Content-Type",
-    "Stripe-Signature",
-];
+/// Headers recon sets itself; a configured header may not replace them,
+/// nor those an envelope reserves ([`recon_core::WebhookEnvelope::reserved_headers`]).
+const RESERVED: [&str; 3] = [IDEMPOTENCY_HEADER, SIGNATURE_HEADER, "Content-Type"];
+
+/// Whether a configured header may not be set: recon or an envelope sets it.
+fn reserved(header: &str) -> bool {
+    let envelopes = Envelope::ALL.iter().filter_map(|e| e.provider());
+    RESERVED
+        .iter()
+        .copied()
+        .chain(envelopes.flat_map(|e| e.reserved_headers().iter().copied()))
+        .any(|r| r.eq_ignore_ascii_case(header))
+}
 
 /// The default rate limit: conservative, a handler is often a small service.
 const DEFAULT_RATE: u32 = 5;
@@ -67,26 +73,13 @@ const DEFAULT_VERIFY_AFTER: &str = "2m";
 /// The default per-request timeout.
 const DEFAULT_TIMEOUT: &str = "30s";
 
+/// The event type of a job with `envelope = "none"` and no `event_type`.
+const DEFAULT_EVENT_TYPE: &str = "charge.succeeded";
+
 /// The default number of deliveries in flight (under the rate limit).
 const DEFAULT_CONCURRENCY: usize = 8;
 
-/// How a gap is wrapped for the handler.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Envelope {
-    /// The record itself.
-    #[default]
-    None,
-    /// A Stripe `event` object whose `data.object` is the record
-    /// (<https://docs.stripe.com/api/events/object>), as Stripe delivers
-    /// webhooks (<https://docs.stripe.com/webhooks>).
-    Stripe,
-    /// The order itself with Shopify's webhook headers (`X-Shopify-Topic:
-    /// orders/create`, `X-Shopify-Webhook-Id`, and `X-Shopify-Hmac-Sha256`
-    /// when signing), as Shopify delivers them
-    /// (<https://shopify.dev/docs/apps/build/webhooks>).
-    Shopify,
-}
+pub use crate::registry::Envelope;
 
 /// A rate limit as written: `5` (per second), `"5/s"` or `"300/m"`.
 #[derive(Clone, Debug, Deserialize)]
@@ -255,7 +248,7 @@ pub fn resolve(
     }
     let mut headers = Vec::new();
     for (h, value) in &cfg.headers {
-        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(h)) {
+        if reserved(h) {
             bail!(
                 "job `{name}`: backfill.webhook.headers sets `{h}`, which recon sets itself on every delivery; remove it"
             );
@@ -322,11 +315,10 @@ pub fn resolve(
         );
     }
     let event_type = cfg.event_type.clone().unwrap_or_else(|| {
-        match cfg.envelope {
-            Envelope::Shopify => "orders/create",
-            _ => "charge.succeeded",
-        }
-        .to_string()
+        let provider = cfg.envelope.provider();
+        provider
+            .map_or(DEFAULT_EVENT_TYPE, |e| e.default_event_type())
+            .to_string()
     });
     Ok(Some(Webhook {
         url: Secret::new(url),
@@ -458,28 +450,6 @@ fn hmac_sha256(secret: &str, message: &[u8]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-/// Base64 (standard alphabet, padded), for `X-Shopify-Hmac-Sha256`.
-fn base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 /// The typed record as JSON under the source's own names: `id` is the
 /// external ID; money is integer minor units (with its currency under
 /// `currency` when the job has no currency field); timestamps RFC 3339.
@@ -545,9 +515,8 @@ fn insert_path(
 }
 
 /// The body object of one delivery: `object` (the source record) wrapped
-/// by the envelope. The Stripe event's `id` is derived from the
-/// idempotency key (`evt_` + its first 24 hex digits), so the same gap is
-/// always the same event; `created` is the record's time (Unix seconds).
+/// by the envelope ([`recon_core::WebhookEnvelope::wrap`]); `created` is the record's
+/// time (Unix seconds).
 pub fn body_object(
     envelope: Envelope,
     event_type: &str,
@@ -555,26 +524,14 @@ pub fn body_object(
     created: Option<i64>,
     object: serde_json::Value,
 ) -> serde_json::Value {
-    match envelope {
-        Envelope::None | Envelope::Shopify => object,
-        Envelope::Stripe => {
-            let digest = key.trim_start_matches("recon-");
-            let livemode = object
-                .get("livemode")
-                .cloned()
-                .unwrap_or(serde_json::Value::Bool(false));
-            serde_json::json!({
-                "id": format!("evt_{}", &digest[..digest.len().min(24)]),
-                "object": "event",
-                "api_version": null,
-                "created": created.unwrap_or(0),
-                "data": { "object": object },
-                "livemode": livemode,
-                "pending_webhooks": 1,
-                "request": { "id": null, "idempotency_key": key },
-                "type": event_type,
-            })
-        }
+    let delivery = Delivery {
+        event_type,
+        key,
+        created,
+    };
+    match envelope.provider() {
+        Some(e) => e.wrap(object, &delivery),
+        None => object,
     }
 }
 
@@ -621,9 +578,14 @@ impl Webhook {
             ),
             (IDEMPOTENCY_HEADER.to_string(), p.key.clone(), false),
         ];
-        if self.envelope == Envelope::Shopify {
-            h.push(("X-Shopify-Topic".into(), self.event_type.clone(), false));
-            h.push(("X-Shopify-Webhook-Id".into(), p.key.clone(), false));
+        if let Some(e) = self.envelope.provider() {
+            let delivery = Delivery {
+                event_type: &self.event_type,
+                key: &p.key,
+                created: None,
+            };
+            let named = e.headers(&delivery).into_iter();
+            h.extend(named.map(|(name, value)| (name.to_string(), value, false)));
         }
         for c in &self.headers {
             h.push((c.name.clone(), c.value.expose().to_string(), c.masked));
@@ -640,14 +602,10 @@ impl Webhook {
             .collect();
         if self.signing_secret.is_some() {
             headers.insert(SIGNATURE_HEADER.into(), "t=<at send>,v1=***".into());
-            match self.envelope {
-                Envelope::Stripe => {
-                    headers.insert("Stripe-Signature".into(), "t=<at send>,v1=***".into());
+            if let Some(e) = self.envelope.provider() {
+                for (name, masked) in e.planned_signature_headers() {
+                    headers.insert(name.into(), masked.into());
                 }
-                Envelope::Shopify => {
-                    headers.insert("X-Shopify-Hmac-Sha256".into(), "***".into());
-                }
-                Envelope::None => {}
             }
         }
         PlanRequest {
@@ -725,13 +683,15 @@ impl Sender {
                 let t = jiff::Timestamp::now().as_second();
                 let sig = signature(secret.expose(), t, &p.body);
                 req = req.header(SIGNATURE_HEADER, sig.clone());
-                match w.envelope {
-                    Envelope::Stripe => req = req.header("Stripe-Signature", sig),
-                    Envelope::Shopify => {
-                        let mac = base64(&hmac_sha256(secret.expose(), p.body.as_bytes()));
-                        req = req.header("X-Shopify-Hmac-Sha256", mac);
+                if let Some(e) = w.envelope.provider() {
+                    let body_hmac = hmac_sha256(secret.expose(), p.body.as_bytes());
+                    let signed = Signed {
+                        recon: &sig,
+                        body_hmac: &body_hmac,
+                    };
+                    for (name, value) in e.signature_headers(&signed) {
+                        req = req.header(name, value);
                     }
-                    Envelope::None => {}
                 }
             }
             req.body(p.body.clone())
@@ -807,9 +767,19 @@ mod tests {
                 hex(&hmac_sha256("Jefe", b"1700000000.{}"))
             )
         );
-        assert_eq!(base64(b"any carnal pleas"), "YW55IGNhcm5hbCBwbGVhcw==");
-        assert_eq!(base64(b"any carnal pleasu"), "YW55IGNhcm5hbCBwbGVhc3U=");
-        assert_eq!(base64(b"any carnal pleasur"), "YW55IGNhcm5hbCBwbGVhc3Vy");
+    }
+
+    #[test]
+    fn recons_and_the_envelopes_reserved_headers_cannot_be_configured() {
+        for h in [
+            "Idempotency-Key",
+            "recon-signature",
+            "CONTENT-TYPE",
+            "Stripe-Signature",
+        ] {
+            assert!(reserved(h), "{h}");
+        }
+        assert!(!reserved("X-Source"));
     }
 
     #[test]

@@ -267,9 +267,9 @@ async fn process(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Respon
             return answer(StatusCode::BAD_REQUEST, &format!("body is not JSON: {e}"));
         }
     };
-    let object = match cfg.envelope {
-        Envelope::Stripe => value["data"]["object"].clone(),
-        _ => value,
+    let object = match cfg.envelope.provider() {
+        Some(e) => e.unwrap(value),
+        None => value,
     };
     if let Some(create) = &cfg.create {
         if let Err(e) = create(object).await {

@@ -123,6 +123,28 @@ pub trait Source: Send + Sync {
         let _ = keys;
         Ok(None)
     }
+
+    /// This source as a local file the run may read through its batched
+    /// feed (a reader thread, rows borrowed, no pages) instead of
+    /// [`Source::read`]; `None` (the default) for every other source.
+    fn as_file_feed(&self) -> Option<&dyn FileFeed> {
+        None
+    }
+}
+
+/// An optional capability of a [`Source`] that is a local file
+/// ([`Source::as_file_feed`]): the run's batched feed opens its reader once
+/// per read and drives it itself, so that each row costs no dynamic call
+/// and no owned record. The reader is the file connector's own type
+/// (`recon_file::FileReader`, typed again by `FileReader::from_feed`):
+/// this crate cannot name it, as the connector depends on this crate.
+pub trait FileFeed: Send + Sync {
+    /// Opens the file for one pass over its rows, in the schema's order.
+    fn open_reader(&self) -> Result<Box<dyn std::any::Any + Send>, ConnectorError>;
+
+    /// The column (or JSON path) that holds the job's time field, named on
+    /// the rows no window can hold; `None` without a time field.
+    fn time_column(&self) -> Option<String>;
 }
 
 /// How a backfill writes a record whose key may already exist.
@@ -183,4 +205,68 @@ pub trait Target: Source {
 
     /// This target as a [`Source`], to read and look up.
     fn as_source(&self) -> &dyn Source;
+}
+
+/// How a provider delivers its webhooks, for replaying gaps to the user's
+/// own handler as that provider would (`backfill.via = "webhook"`,
+/// `envelope = "stripe"`): the body around the record, the headers beside
+/// it and the signature headers. Implemented in the provider's connector
+/// crate and listed in the binary's registry, which never looks inside one.
+#[cfg(feature = "http")]
+pub trait WebhookEnvelope: Send + Sync {
+    /// The event type (Stripe) or topic (Shopify) when the job sets none.
+    fn default_event_type(&self) -> &'static str;
+
+    /// The body of one delivery: `object`, the source record, wrapped.
+    fn wrap(&self, object: serde_json::Value, delivery: &Delivery<'_>) -> serde_json::Value;
+
+    /// The record inside a delivered body, as a handler finds it (the
+    /// inverse of [`WebhookEnvelope::wrap`]). The default: the body itself.
+    fn unwrap(&self, body: serde_json::Value) -> serde_json::Value {
+        body
+    }
+
+    /// Headers the provider sends with every delivery, besides recon's own
+    /// and the signature: (name, value).
+    fn headers(&self, delivery: &Delivery<'_>) -> Vec<(&'static str, String)> {
+        let _ = delivery;
+        Vec::new()
+    }
+
+    /// The provider's signature headers of one signed delivery: (name,
+    /// value), made from what recon computes once per attempt.
+    fn signature_headers(&self, signed: &Signed<'_>) -> Vec<(&'static str, String)>;
+
+    /// The same headers as a plan shows them, their values masked.
+    fn planned_signature_headers(&self) -> Vec<(&'static str, &'static str)>;
+
+    /// Headers a job's configured headers may never set, whichever
+    /// envelope it uses (recon sets them itself).
+    fn reserved_headers(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// What one delivery is made of, besides the record.
+#[cfg(feature = "http")]
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery<'a> {
+    /// The event type or topic.
+    pub event_type: &'a str,
+    /// The delivery's `Idempotency-Key` (`recon-` + hex digest).
+    pub key: &'a str,
+    /// The record's time, Unix seconds, when the job has a time field.
+    pub created: Option<i64>,
+}
+
+/// What recon computes to sign one delivery attempt, with the job's
+/// `signing_secret`.
+#[cfg(feature = "http")]
+#[derive(Clone, Copy, Debug)]
+pub struct Signed<'a> {
+    /// recon's own signature, `t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
+    /// "<t>.<body>")>` (Stripe's scheme).
+    pub recon: &'a str,
+    /// HMAC-SHA256(secret, body), raw bytes.
+    pub body_hmac: &'a [u8],
 }

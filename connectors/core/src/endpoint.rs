@@ -85,4 +85,18 @@ pub trait ConnectorConfig: Send + Sync + std::fmt::Debug {
 
     /// A short name of the connector for messages (`Stripe`, `a SQL table`).
     fn kind(&self) -> &'static str;
+
+    /// The `type = "…"` a job selects this connector by (`stripe`, `sql`).
+    /// The registry lists it, for messages, and its test checks it against
+    /// the tag the config is parsed with.
+    fn type_name() -> &'static str
+    where
+        Self: Sized;
+
+    /// The setting that holds the address of the system the connector
+    /// calls (`base_url`, `shop_url`), named when the system cannot be
+    /// reached; `None` for an endpoint without one (a local file).
+    fn url_setting() -> Option<&'static str>
+    where
+        Self: Sized;
 }

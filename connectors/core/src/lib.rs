@@ -23,7 +23,9 @@ mod probe;
 mod record;
 mod redact;
 
-pub use connector::{Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome};
+#[cfg(feature = "http")]
+pub use connector::{Delivery, Signed, WebhookEnvelope};
+pub use connector::{FileFeed, Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome};
 pub use endpoint::{BuildContext, ConnectorConfig, Expand, TargetRole};
 pub use error::{ConnectorError, Location};
 pub use money::{format_minor, Currency, MinorUnits, Money, MoneyError};

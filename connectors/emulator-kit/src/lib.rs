@@ -1,5 +1,7 @@
-//! Plumbing shared by recon's API emulators (Stripe, HubSpot, Shopify):
-//! fault plans that decide which requests get which fault; an axum
+//! Plumbing shared by recon's API emulators (Stripe, HubSpot, Shopify,
+//! Salesforce): fault plans that decide which requests get which fault; the
+//! transport faults, counters and per-request fault sequence every emulator
+//! applies the same way ([`Transport`], [`TransportFault`], [`Stats`]); an axum
 //! listener whose connections a handler can drop without a response (the
 //! `DropConnection` fault), which axum's own `TcpListener` cannot do; the
 //! server task's start and shutdown; and the small codecs and mixers every
@@ -21,9 +23,11 @@
 
 mod codec;
 mod mix;
+mod transport;
 
 pub use codec::{base64_decode, base64_encode, percent_decode};
 pub use mix::{fnv1a64, splitmix64, uuid_v4, IdSeq};
+pub use transport::{AfterWork, Arrival, Injected, Stats, Transport, TransportFault};
 
 use std::io;
 use std::net::SocketAddr;

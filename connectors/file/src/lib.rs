@@ -187,76 +187,7 @@ impl FileReader {
             )));
         }
         let inner = match format {
-            Format::Csv => {
-                let mut scanner = scan::Scanner::new(file, spec.max_record_bytes);
-                let header_location = Location(format!("{display} line 1"));
-                let has_header = scanner.next_record().map_err(|e| scan_error(&display, e))?;
-                if !has_header {
-                    return Err(ConnectorError::Malformed {
-                        location: header_location,
-                        message: "file has no header row; expected a header row naming the columns"
-                            .into(),
-                    });
-                }
-                let fields = scanner.fields().map_err(|e| scan_error(&display, e))?;
-                let names: Vec<String> = (0..fields.len())
-                    .map(|i| {
-                        let h = fields.get(i);
-                        // Excel writes a byte-order mark before the first header.
-                        if i == 0 {
-                            h.trim_start_matches('\u{feff}').trim().to_string()
-                        } else {
-                            h.trim().to_string()
-                        }
-                    })
-                    .collect();
-                let find = |col: &str, role: &str| -> Result<usize, ConnectorError> {
-                    let mut at = names.iter().enumerate().filter(|(_, n)| *n == col);
-                    let Some((first, _)) = at.next() else {
-                        return Err(ConnectorError::MissingField {
-                            location: Location(format!("{display} line 1")),
-                            message: format!(
-                                "{role} column `{col}` not found in the header; columns are: {}",
-                                shown_names(&names)
-                            ),
-                        });
-                    };
-                    // Two columns of one name (after trimming): which one
-                    // holds the data is a guess recon does not make.
-                    if let Some((second, _)) = at.next() {
-                        return Err(ConnectorError::Malformed {
-                            location: Location(format!("{display} line 1")),
-                            message: format!(
-                                "{role} column `{col}` appears more than once in the header \
-                                 (columns {} and {}, counting from 1); rename or remove one \
-                                 so it is clear which to read",
-                                first + 1,
-                                second + 1
-                            ),
-                        });
-                    }
-                    Ok(first)
-                };
-                let key_idx = find(&spec.key_column, "key")?;
-                let mut idx = Vec::with_capacity(spec.columns.len());
-                for (col, field) in spec.columns.iter().zip(&schema.fields) {
-                    let role = if field.compared { "compare" } else { "amount" };
-                    idx.push(find(col, role)?);
-                }
-                let currency_idx = match (&spec.currency_column, needs_currency) {
-                    (Some(c), true) => Some(find(c, "currency")?),
-                    _ => None,
-                };
-                // A data row never needs more fields than the header has.
-                scanner.limit_fields(names.len());
-                Inner::Csv {
-                    width: names.len(),
-                    scanner,
-                    key_idx,
-                    idx,
-                    currency_idx,
-                }
-            }
+            Format::Csv => open_csv(file, &spec, schema, &display, needs_currency)?,
             Format::Jsonl => Inner::Jsonl {
                 reader: BufReader::with_capacity(BUFFER, file),
                 line_no: 0,
@@ -306,226 +237,391 @@ impl FileReader {
         &mut self,
         mut f: impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
     ) -> Result<bool, ReadError<E>> {
-        let display = self.display.clone();
-        let kinds = self.kinds.clone();
-        let amount_format = self.spec.amount_format;
-        // One allocation for the whole file, recycled between rows (the
-        // in-place collect keeps the buffer while changing its lifetime).
-        let mut recycled: Vec<ValueRef<'static>> = Vec::with_capacity(kinds.len());
-        let mut cache = CurrencyCache::default();
-        match &mut self.inner {
+        let FileReader {
+            spec,
+            kinds,
+            inner,
+            display,
+            ..
+        } = self;
+        let cx = RowCx {
+            display,
+            spec,
+            kinds,
+        };
+        match inner {
             Inner::Csv {
                 scanner,
                 width,
                 key_idx,
                 idx,
                 currency_idx,
-            } => loop {
-                match scanner.next_record() {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => return Err(ReadError::Connector(scan_error(&display, e))),
-                }
-                let line = scanner.record_line();
-                let location = || Location(format!("{display} line {line}"));
-                let row = scanner
-                    .fields()
-                    .map_err(|e| ReadError::Connector(scan_error(&display, e)))?;
-                if row.len() != *width {
-                    return Err(ReadError::Connector(ConnectorError::Malformed {
-                            location: location(),
-                            message: format!(
-                                "row has {} fields but the header has {width}; check for an unquoted comma or a missing field",
-                                row.len()
-                            ),
-                        }));
-                }
-                let text = |i: usize| -> &str { row.get(i) };
-                // Surrounding whitespace is never part of an external ID.
-                let key = text(*key_idx).trim();
-                if key.is_empty() {
-                    return Err(ReadError::Connector(ConnectorError::Malformed {
-                        location: location(),
-                        message: format!("empty key in column `{}`", self.spec.key_column),
-                    }));
-                }
-                let currency = currency_idx.map(text);
-                let mut values: Vec<ValueRef<'_>> = recycle(recycled);
-                for (k, (&i, &kind)) in idx.iter().zip(&kinds).enumerate() {
-                    let cell = Cell::Text(text(i));
-                    let v =
-                        convert(cell, kind, currency, amount_format, &mut cache).map_err(|m| {
-                            ReadError::Connector(m.at(
-                                location(),
-                                &self.spec.columns[k],
-                                self.spec.currency_column.as_deref(),
-                            ))
-                        })?;
-                    values.push(v);
-                }
-                let more = f(key, &values, &location).map_err(ReadError::Caller)?;
-                values.clear();
-                recycled = recycle(values);
-                if !more {
-                    return Ok(false);
-                }
-            },
+            } => {
+                let csv = CsvColumns {
+                    width: *width,
+                    key_idx: *key_idx,
+                    idx,
+                    currency_idx: *currency_idx,
+                };
+                csv_while(&cx, scanner, &csv, &mut f)
+            }
             Inner::Jsonl {
                 reader,
                 line_no,
                 checked_first,
                 bytes,
-            } => {
-                let mut raw: Vec<u8> = Vec::new();
-                loop {
-                    raw.clear();
-                    // At most one byte past the limit is read, however long
-                    // the line.
-                    let limit = self.spec.max_record_bytes;
-                    let n = std::io::Read::take(&mut *reader, limit.saturating_add(1) as u64)
-                        .read_until(b'\n', &mut raw)
-                        .map_err(|source| {
-                            ReadError::Connector(ConnectorError::Io {
-                                what: display.clone(),
-                                source,
-                            })
-                        })?;
-                    if raw.len() > limit && raw.last() != Some(&b'\n') {
-                        return Err(ReadError::Connector(ConnectorError::Malformed {
-                            location: Location(format!("{display} line {}", *line_no + 1)),
-                            message: too_long(limit),
-                        }));
-                    }
-                    if n == 0 {
-                        break;
-                    }
-                    *bytes += n as u64;
-                    *line_no += 1;
-                    let ln = *line_no;
-                    let location = || Location(format!("{display} line {ln}"));
-                    let line = std::str::from_utf8(&raw).map_err(|e| {
-                        ReadError::Connector(ConnectorError::Malformed {
-                            location: location(),
-                            message: format!(
-                                "not valid UTF-8 (byte {} of the line); save the export as UTF-8",
-                                e.valid_up_to() + 1
-                            ),
-                        })
-                    })?;
-                    let mut trimmed = line.trim();
-                    if ln == 1 {
-                        // Some Windows tools start UTF-8 files with a byte-order mark.
-                        trimmed = trimmed.trim_start_matches('\u{feff}');
-                    }
-                    if trimmed.is_empty() {
-                        continue;
-                    }
-                    let obj = json::parse_object(trimmed).map_err(|e| {
-                        let message = match e {
-                            json::JsonLineError::Syntax(e) => {
-                                // serde's message ends "at line 1 column N"; the line is ours.
-                                let what = e.to_string();
-                                let what = what.split(" at line ").next().unwrap_or_default();
-                                format!(
-                                    "malformed JSON at column {}: {what}; expected one JSON object per line",
-                                    e.column()
-                                )
-                            }
-                            json::JsonLineError::NotObject => "expected a JSON object".into(),
-                            json::JsonLineError::Duplicate(field) => format!(
-                                "field `{field}` appears more than once in this object; \
-                                 remove the repeated one so it is clear which value to read"
-                            ),
-                        };
-                        ReadError::Connector(ConnectorError::Malformed {
-                            location: location(),
-                            message,
-                        })
-                    })?;
-                    if !*checked_first {
-                        // Columns missing from the first object are a wrong
-                        // name, not sparse data: say so at once.
-                        let mut needed = vec![("key", &self.spec.key_column)];
-                        needed.extend(self.spec.columns.iter().map(|c| ("compare", c)));
-                        if let Some(c) = &self.spec.currency_column {
-                            if kinds.contains(&FieldKind::Money) {
-                                needed.push(("currency", c));
-                            }
-                        }
-                        for (role, col) in needed {
-                            if json_path(&obj, col).is_none() {
-                                let present = obj
-                                    .as_object()
-                                    .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
-                                    .unwrap_or_default();
-                                return Err(ReadError::Connector(ConnectorError::MissingField {
-                                    location: location(),
-                                    message: format!(
-                                        "{role} field `{col}` not found in the first object; fields are: {present}"
-                                    ),
-                                }));
-                            }
-                        }
-                        *checked_first = true;
-                    }
-                    let key = match json_path(&obj, &self.spec.key_column) {
-                        Some(serde_json::Value::String(s)) if !s.trim().is_empty() => {
-                            s.trim().to_string()
-                        }
-                        // Numbers arrive as their text from `json::parse_object`:
-                        // `3.0` stays `3.0`, IDs above 2^64 stay distinct.
-                        Some(serde_json::Value::Number(n)) => n.to_string(),
-                        _ => {
-                            return Err(ReadError::Connector(ConnectorError::Malformed {
-                                location: location(),
-                                message: format!(
-                                    "key `{}` is missing, empty or not a string or number",
-                                    self.spec.key_column
-                                ),
-                            }))
-                        }
-                    };
-                    let currency_owned = match &self.spec.currency_column {
-                        Some(c) if kinds.contains(&FieldKind::Money) => {
-                            json_text(json_path(&obj, c))
-                        }
-                        _ => None,
-                    };
-                    let currency = Some(currency_owned.as_deref().unwrap_or(""));
-                    let cells: Vec<Option<String>> = self
-                        .spec
-                        .columns
-                        .iter()
-                        .map(|c| json_text(json_path(&obj, c)))
-                        .collect();
-                    let mut values: Vec<ValueRef<'_>> = recycle(recycled);
-                    for (k, (cell, &kind)) in cells.iter().zip(&kinds).enumerate() {
-                        let cell = match cell {
-                            Some(s) => Cell::Text(s),
-                            None => Cell::Null,
-                        };
-                        let v = convert(cell, kind, currency, amount_format, &mut cache).map_err(
-                            |m| {
-                                ReadError::Connector(m.at(
-                                    location(),
-                                    &self.spec.columns[k],
-                                    self.spec.currency_column.as_deref(),
-                                ))
-                            },
-                        )?;
-                        values.push(v);
-                    }
-                    let more = f(&key, &values, &location).map_err(ReadError::Caller)?;
-                    values.clear();
-                    recycled = recycle(values);
-                    if !more {
-                        return Ok(false);
-                    }
-                }
-            }
+            } => jsonl_while(&cx, reader, (line_no, checked_first, bytes), &mut f),
         }
-        Ok(true)
     }
+}
+
+/// What every row of one file is read with: its name for messages, its
+/// spec and the kind of each field.
+struct RowCx<'r> {
+    display: &'r str,
+    spec: &'r FileSpec,
+    kinds: &'r [FieldKind],
+}
+
+/// Where a CSV file's key, fields and currency are among its columns.
+struct CsvColumns<'r> {
+    width: usize,
+    key_idx: usize,
+    idx: &'r [usize],
+    currency_idx: Option<usize>,
+}
+
+impl RowCx<'_> {
+    /// Converts one row's cells into `values`, in the schema's order; an
+    /// error names the location, column and currency column.
+    #[inline]
+    fn convert_row<'v, E>(
+        &self,
+        cells: impl Iterator<Item = Cell<'v>>,
+        currency: Option<&'v str>,
+        cache: &mut CurrencyCache,
+        location: &dyn Fn() -> Location,
+        values: &mut Vec<ValueRef<'v>>,
+    ) -> Result<(), ReadError<E>> {
+        let amount_format = self.spec.amount_format;
+        for (k, (cell, &kind)) in cells.zip(self.kinds).enumerate() {
+            let v = convert(cell, kind, currency, amount_format, cache).map_err(|m| {
+                ReadError::Connector(m.at(
+                    location(),
+                    &self.spec.columns[k],
+                    self.spec.currency_column.as_deref(),
+                ))
+            })?;
+            values.push(v);
+        }
+        Ok(())
+    }
+
+    fn malformed<E>(&self, location: Location, message: String) -> ReadError<E> {
+        ReadError::Connector(ConnectorError::Malformed { location, message })
+    }
+}
+
+/// [`FileReader::for_each_while`] over a CSV file: one scanned record at a
+/// time, its cells converted in place.
+fn csv_while<E>(
+    cx: &RowCx<'_>,
+    scanner: &mut scan::Scanner<File>,
+    csv: &CsvColumns<'_>,
+    f: &mut impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
+) -> Result<bool, ReadError<E>> {
+    let display = cx.display;
+    // One allocation for the whole file, recycled between rows (the
+    // in-place collect keeps the buffer while changing its lifetime).
+    let mut recycled: Vec<ValueRef<'static>> = Vec::with_capacity(cx.kinds.len());
+    let mut cache = CurrencyCache::default();
+    loop {
+        match scanner.next_record() {
+            Ok(true) => {}
+            Ok(false) => return Ok(true),
+            Err(e) => return Err(ReadError::Connector(scan_error(display, e))),
+        }
+        let line = scanner.record_line();
+        let location = || Location(format!("{display} line {line}"));
+        let row = scanner
+            .fields()
+            .map_err(|e| ReadError::Connector(scan_error(display, e)))?;
+        if row.len() != csv.width {
+            return Err(cx.malformed(
+                location(),
+                format!(
+                    "row has {} fields but the header has {}; check for an unquoted comma or a missing field",
+                    row.len(),
+                    csv.width
+                ),
+            ));
+        }
+        let text = |i: usize| -> &str { row.get(i) };
+        // Surrounding whitespace is never part of an external ID.
+        let key = text(csv.key_idx).trim();
+        if key.is_empty() {
+            return Err(cx.malformed(
+                location(),
+                format!("empty key in column `{}`", cx.spec.key_column),
+            ));
+        }
+        let currency = csv.currency_idx.map(text);
+        let mut values: Vec<ValueRef<'_>> = recycle(recycled);
+        let cells = csv.idx.iter().map(|&i| Cell::Text(text(i)));
+        cx.convert_row(cells, currency, &mut cache, &location, &mut values)?;
+        let more = f(key, &values, &location).map_err(ReadError::Caller)?;
+        values.clear();
+        recycled = recycle(values);
+        if !more {
+            return Ok(false);
+        }
+    }
+}
+
+/// [`FileReader::for_each_while`] over a JSON Lines file: one line, one
+/// object, at a time. `(line_no, checked_first, bytes)` carry on between
+/// calls.
+fn jsonl_while<E>(
+    cx: &RowCx<'_>,
+    reader: &mut BufReader<File>,
+    (line_no, checked_first, bytes): (&mut u64, &mut bool, &mut u64),
+    f: &mut impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
+) -> Result<bool, ReadError<E>> {
+    let display = cx.display;
+    let mut recycled: Vec<ValueRef<'static>> = Vec::with_capacity(cx.kinds.len());
+    let mut cache = CurrencyCache::default();
+    let mut raw: Vec<u8> = Vec::new();
+    loop {
+        let Some(n) = read_line(cx, reader, *line_no, &mut raw)? else {
+            return Ok(true);
+        };
+        *bytes += n as u64;
+        *line_no += 1;
+        let ln = *line_no;
+        let location = || Location(format!("{display} line {ln}"));
+        let line = std::str::from_utf8(&raw).map_err(|e| {
+            cx.malformed(
+                location(),
+                format!(
+                    "not valid UTF-8 (byte {} of the line); save the export as UTF-8",
+                    e.valid_up_to() + 1
+                ),
+            )
+        })?;
+        let mut trimmed = line.trim();
+        if ln == 1 {
+            // Some Windows tools start UTF-8 files with a byte-order mark.
+            trimmed = trimmed.trim_start_matches('\u{feff}');
+        }
+        if trimmed.is_empty() {
+            continue;
+        }
+        let obj = json::parse_object(trimmed)
+            .map_err(|e| cx.malformed(location(), json_line_message(e)))?;
+        if !*checked_first {
+            check_first_object(cx, &obj, &location)?;
+            *checked_first = true;
+        }
+        let key = json_key(cx, &obj, &location)?;
+        let currency_owned = match &cx.spec.currency_column {
+            Some(c) if cx.kinds.contains(&FieldKind::Money) => json_text(json_path(&obj, c)),
+            _ => None,
+        };
+        let currency = Some(currency_owned.as_deref().unwrap_or(""));
+        let texts: Vec<Option<String>> = (cx.spec.columns.iter())
+            .map(|c| json_text(json_path(&obj, c)))
+            .collect();
+        let mut values: Vec<ValueRef<'_>> = recycle(recycled);
+        let cells = texts.iter().map(|cell| match cell {
+            Some(s) => Cell::Text(s),
+            None => Cell::Null,
+        });
+        cx.convert_row(cells, currency, &mut cache, &location, &mut values)?;
+        let more = f(&key, &values, &location).map_err(ReadError::Caller)?;
+        values.clear();
+        recycled = recycle(values);
+        if !more {
+            return Ok(false);
+        }
+    }
+}
+
+/// Reads the next line into `raw`: its length in bytes, `None` at the end
+/// of the file. At most one byte past the record limit is read, however
+/// long the line.
+fn read_line<E>(
+    cx: &RowCx<'_>,
+    reader: &mut BufReader<File>,
+    line_no: u64,
+    raw: &mut Vec<u8>,
+) -> Result<Option<usize>, ReadError<E>> {
+    raw.clear();
+    let limit = cx.spec.max_record_bytes;
+    let n = std::io::Read::take(&mut *reader, limit.saturating_add(1) as u64)
+        .read_until(b'\n', raw)
+        .map_err(|source| {
+            ReadError::Connector(ConnectorError::Io {
+                what: cx.display.to_string(),
+                source,
+            })
+        })?;
+    if raw.len() > limit && raw.last() != Some(&b'\n') {
+        return Err(cx.malformed(
+            Location(format!("{} line {}", cx.display, line_no + 1)),
+            too_long(limit),
+        ));
+    }
+    Ok((n > 0).then_some(n))
+}
+
+/// What a JSON line that is not one object is told.
+fn json_line_message(e: json::JsonLineError) -> String {
+    match e {
+        json::JsonLineError::Syntax(e) => {
+            // serde's message ends "at line 1 column N"; the line is ours.
+            let what = e.to_string();
+            let what = what.split(" at line ").next().unwrap_or_default();
+            format!(
+                "malformed JSON at column {}: {what}; expected one JSON object per line",
+                e.column()
+            )
+        }
+        json::JsonLineError::NotObject => "expected a JSON object".into(),
+        json::JsonLineError::Duplicate(field) => format!(
+            "field `{field}` appears more than once in this object; \
+             remove the repeated one so it is clear which value to read"
+        ),
+    }
+}
+
+/// Columns missing from the first object are a wrong name, not sparse
+/// data: say so at once.
+fn check_first_object<E>(
+    cx: &RowCx<'_>,
+    obj: &serde_json::Value,
+    location: &dyn Fn() -> Location,
+) -> Result<(), ReadError<E>> {
+    let mut needed = vec![("key", &cx.spec.key_column)];
+    needed.extend(cx.spec.columns.iter().map(|c| ("compare", c)));
+    if let Some(c) = &cx.spec.currency_column {
+        if cx.kinds.contains(&FieldKind::Money) {
+            needed.push(("currency", c));
+        }
+    }
+    for (role, col) in needed {
+        if json_path(obj, col).is_none() {
+            let present = obj
+                .as_object()
+                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            return Err(ReadError::Connector(ConnectorError::MissingField {
+                location: location(),
+                message: format!(
+                    "{role} field `{col}` not found in the first object; fields are: {present}"
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// The object's external ID: a non-empty string (trimmed) or a number.
+fn json_key<E>(
+    cx: &RowCx<'_>,
+    obj: &serde_json::Value,
+    location: &dyn Fn() -> Location,
+) -> Result<String, ReadError<E>> {
+    match json_path(obj, &cx.spec.key_column) {
+        Some(serde_json::Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+        // Numbers arrive as their text from `json::parse_object`:
+        // `3.0` stays `3.0`, IDs above 2^64 stay distinct.
+        Some(serde_json::Value::Number(n)) => Ok(n.to_string()),
+        _ => Err(cx.malformed(
+            location(),
+            format!(
+                "key `{}` is missing, empty or not a string or number",
+                cx.spec.key_column
+            ),
+        )),
+    }
+}
+
+/// Reads a CSV file's header and finds the key, each field's column and
+/// the currency column in it.
+fn open_csv(
+    file: File,
+    spec: &FileSpec,
+    schema: &Schema,
+    display: &str,
+    needs_currency: bool,
+) -> Result<Inner, ConnectorError> {
+    let mut scanner = scan::Scanner::new(file, spec.max_record_bytes);
+    let header_location = Location(format!("{display} line 1"));
+    let has_header = scanner.next_record().map_err(|e| scan_error(display, e))?;
+    if !has_header {
+        return Err(ConnectorError::Malformed {
+            location: header_location,
+            message: "file has no header row; expected a header row naming the columns".into(),
+        });
+    }
+    let fields = scanner.fields().map_err(|e| scan_error(display, e))?;
+    let names: Vec<String> = (0..fields.len())
+        .map(|i| {
+            let h = fields.get(i);
+            // Excel writes a byte-order mark before the first header.
+            if i == 0 {
+                h.trim_start_matches('\u{feff}').trim().to_string()
+            } else {
+                h.trim().to_string()
+            }
+        })
+        .collect();
+    let find = |col: &str, role: &str| -> Result<usize, ConnectorError> {
+        let mut at = names.iter().enumerate().filter(|(_, n)| *n == col);
+        let Some((first, _)) = at.next() else {
+            return Err(ConnectorError::MissingField {
+                location: Location(format!("{display} line 1")),
+                message: format!(
+                    "{role} column `{col}` not found in the header; columns are: {}",
+                    shown_names(&names)
+                ),
+            });
+        };
+        // Two columns of one name (after trimming): which one
+        // holds the data is a guess recon does not make.
+        if let Some((second, _)) = at.next() {
+            return Err(ConnectorError::Malformed {
+                location: Location(format!("{display} line 1")),
+                message: format!(
+                    "{role} column `{col}` appears more than once in the header \
+                     (columns {} and {}, counting from 1); rename or remove one \
+                     so it is clear which to read",
+                    first + 1,
+                    second + 1
+                ),
+            });
+        }
+        Ok(first)
+    };
+    let key_idx = find(&spec.key_column, "key")?;
+    let mut idx = Vec::with_capacity(spec.columns.len());
+    for (col, field) in spec.columns.iter().zip(&schema.fields) {
+        let role = if field.compared { "compare" } else { "amount" };
+        idx.push(find(col, role)?);
+    }
+    let currency_idx = match (&spec.currency_column, needs_currency) {
+        (Some(c), true) => Some(find(c, "currency")?),
+        _ => None,
+    };
+    // A data row never needs more fields than the header has.
+    scanner.limit_fields(names.len());
+    Ok(Inner::Csv {
+        width: names.len(),
+        scanner,
+        key_idx,
+        idx,
+        currency_idx,
+    })
 }
 
 /// Empties a vector of borrowed values and returns its allocation with a

@@ -85,4 +85,12 @@ impl ConnectorConfig for FileSettings {
     fn kind(&self) -> &'static str {
         "an export file"
     }
+
+    fn type_name() -> &'static str {
+        "file"
+    }
+
+    fn url_setting() -> Option<&'static str> {
+        None
+    }
 }

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use futures_core::stream::BoxStream;
-use recon_core::{ConnectorError, Page, Record, Schema, Source, Unplaced, Value, Window};
+use recon_core::{ConnectorError, FileFeed, Page, Record, Schema, Source, Unplaced, Value, Window};
 
 use crate::{FileReader, FileSpec, ReadError};
 
@@ -90,20 +90,22 @@ impl<F: Fn(&Record) -> Keep + Unpin> futures_core::Stream for PageStream<F> {
 }
 
 impl FileSource {
+    /// The column that holds the time field.
+    fn time_column_name(&self) -> Option<String> {
+        self.time_field.map(|i| {
+            self.spec
+                .columns
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| self.schema.fields[i].name.clone())
+        })
+    }
+
     fn stream<'a>(
         &'a self,
         keep: impl Fn(&Record) -> Keep + Send + Sync + Unpin + 'a,
     ) -> BoxStream<'a, Result<Page, ConnectorError>> {
-        let time_column = self
-            .time_field
-            .map(|i| {
-                self.spec
-                    .columns
-                    .get(i)
-                    .cloned()
-                    .unwrap_or_else(|| self.schema.fields[i].name.clone())
-            })
-            .unwrap_or_default();
+        let time_column = self.time_column_name().unwrap_or_default();
         Box::pin(PageStream {
             state: Mutex::new(Some(FileReader::open(self.spec.clone(), &self.schema))),
             keep,
@@ -145,6 +147,10 @@ impl Source for FileSource {
         self.time_field.is_none()
     }
 
+    fn as_file_feed(&self) -> Option<&dyn FileFeed> {
+        Some(self)
+    }
+
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
         let wanted: std::collections::HashSet<String> = keys.iter().cloned().collect();
         let mut reader = FileReader::open(self.spec.clone(), &self.schema)?;
@@ -164,5 +170,74 @@ impl Source for FileSource {
                 ReadError::Caller(never) => match never {},
             })?;
         Ok(found)
+    }
+}
+
+impl FileFeed for FileSource {
+    fn open_reader(&self) -> Result<Box<dyn std::any::Any + Send>, ConnectorError> {
+        Ok(Box::new(FileReader::open(self.spec.clone(), &self.schema)?))
+    }
+
+    fn time_column(&self) -> Option<String> {
+        self.time_column_name()
+    }
+}
+
+impl FileReader {
+    /// Opens the reader of a [`Source::as_file_feed`] capability: the file
+    /// connector's own reader, typed again.
+    pub fn from_feed(feed: &dyn FileFeed) -> Result<FileReader, ConnectorError> {
+        match feed.open_reader()?.downcast::<FileReader>() {
+            Ok(reader) => Ok(*reader),
+            Err(_) => Err(ConnectorError::Config(
+                "a file feed opened a reader other than recon_file's FileReader; \
+                 implement FileFeed only for recon_file::FileSource"
+                    .into(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::{Field, FieldKind};
+
+    #[test]
+    fn a_file_source_is_a_file_feed_whose_reader_reads_its_rows() {
+        let path = std::env::temp_dir().join(format!("recon-file-feed-{}.csv", std::process::id()));
+        std::fs::write(&path, "id,at\nk1,2024-01-01T00:00:00Z\nk2,\n").unwrap();
+        let schema = Schema {
+            fields: vec![Field {
+                name: "at".into(),
+                kind: FieldKind::Timestamp,
+                compared: true,
+            }],
+        };
+        let source = FileSource {
+            spec: FileSpec {
+                path,
+                key_column: "id".into(),
+                columns: vec!["at".into()],
+                currency_column: None,
+                amount_format: Default::default(),
+                max_record_bytes: crate::DEFAULT_MAX_RECORD_BYTES,
+            },
+            schema,
+            time_field: Some(0),
+        };
+        let feed = source.as_file_feed().expect("a file source is a file feed");
+        assert_eq!(feed.time_column().as_deref(), Some("at"));
+        let mut reader = FileReader::from_feed(feed).unwrap();
+        let mut keys = Vec::new();
+        reader
+            .for_each(|key, _, _| {
+                keys.push(key.to_string());
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .map_err(|_| "read failed")
+            .unwrap();
+        std::fs::remove_file(&source.spec.path).unwrap();
+        assert_eq!(keys, ["k1", "k2"]);
     }
 }

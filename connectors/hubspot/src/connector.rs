@@ -46,7 +46,7 @@ use futures_core::stream::BoxStream;
 use futures_util::{stream, StreamExt};
 use recon_core::http::{
     default_error_body, HttpClient, HttpError, HttpPolicy, LimitHeaders, Provider, ProviderError,
-    ResponseMeta,
+    ResponseMeta, Throttle,
 };
 use recon_core::parse::{self, TimestampRules, ValueRules};
 use recon_core::{
@@ -62,14 +62,6 @@ pub const HUBSPOT: Provider = Provider {
     request_id_header: "X-HubSpot-Correlation-Id",
     should_retry_header: None,
     error_body: |body| hubspot_error_body(body, &["DAILY"]),
-};
-
-/// The search client's identity: a 429 of `TEN_SECONDLY_ROLLING` also comes
-/// back to the connector, which holds every request for the window's
-/// interval (search answers carry no rate-limit headers to say so).
-const HUBSPOT_SEARCH: Provider = Provider {
-    error_body: |body| hubspot_error_body(body, &["DAILY", "TEN_SECONDLY_ROLLING"]),
-    ..HUBSPOT
 };
 
 /// HubSpot's error body, `{"status": "error", "message", "category",
@@ -172,12 +164,29 @@ pub struct HubSpotObjects {
     interval_ms: Arc<AtomicU64>,
 }
 
-/// Whether a 429's message names the `TEN_SECONDLY_ROLLING` policy
-/// (HubSpot's documented "You have reached your ten_secondly_rolling
-/// limit."): once the policy hands the 429 back, its body's `policyName`
-/// reaches the connector only through the message.
-fn ten_secondly(message: &str) -> bool {
-    message.to_ascii_lowercase().contains("ten_secondly")
+/// The search client's throttle hint: a 429 of the `TEN_SECONDLY_ROLLING`
+/// policy (`policyName`, or HubSpot's documented "You have reached your
+/// ten_secondly_rolling limit." as the message) means the account's window
+/// is spent, by other apps too: the policy holds every request (search and
+/// general) for the window's interval, `interval_ms` (the last
+/// `X-HubSpot-RateLimit-Interval-Milliseconds` seen: search answers carry
+/// no rate-limit headers to say so), and retries under
+/// `rate_limit_patience`.
+fn ten_secondly(status: u16, body: &[u8], interval_ms: &AtomicU64) -> Option<Throttle> {
+    if status != 429 {
+        return None;
+    }
+    let json = serde_json::from_slice::<Json>(body).ok()?;
+    let text = |key: &str| json.get(key).and_then(Json::as_str).unwrap_or_default();
+    let named = text("policyName") == "TEN_SECONDLY_ROLLING"
+        || text("message")
+            .to_ascii_lowercase()
+            .contains("ten_secondly");
+    named.then(|| Throttle {
+        wait: Some(Duration::from_millis(interval_ms.load(Ordering::Relaxed))),
+        code: "429 TEN_SECONDLY_ROLLING".into(),
+        shared_window: true,
+    })
 }
 
 /// Unique `objectWriteTraceId`s: a per-process prefix and a counter.
@@ -263,8 +272,10 @@ impl HubSpotObjects {
         // second, so no second as HubSpot counts it holds more than the limit
         // unless arrivals bunch by a quarter of a second.
         // https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details
+        let interval_ms = Arc::new(AtomicU64::new(10_000));
+        let interval = interval_ms.clone();
         let search = HttpClient::new(
-            HUBSPOT_SEARCH,
+            HUBSPOT,
             policy(
                 cfg.search_per_second.max(1),
                 Duration::from_secs(1),
@@ -276,13 +287,14 @@ impl HubSpotObjects {
             vec![],
         )
         .map_err(http_error)?
-        .also_limited_by(&general);
+        .also_limited_by(&general)
+        .with_throttle_hint(move |status, body| ten_secondly(status, body, &interval));
         Ok(HubSpotObjects {
             general,
             search,
             cfg,
             schema: schema.clone(),
-            interval_ms: Arc::new(AtomicU64::new(10_000)),
+            interval_ms,
         })
     }
 
@@ -291,58 +303,21 @@ impl HubSpotObjects {
         (self.general.stats(), self.search.stats())
     }
 
-    /// `POST url` through the general client, or the search client: a
-    /// search 429 of `TEN_SECONDLY_ROLLING` (the account's window, spent by
-    /// other apps) holds every request for the window's interval and sends
-    /// the search again, until `rate_limit_patience` passed without a
-    /// successful search.
+    /// `POST url` through the general client, or the search client (whose
+    /// 429s of `TEN_SECONDLY_ROLLING` the policy waits out, see
+    /// [`ten_secondly`]).
     async fn post(
         &self,
         url: &str,
         body: &Json,
         search: bool,
     ) -> Result<(Json, ResponseMeta), HttpError> {
+        let client = if search { &self.search } else { &self.general };
+        let (v, meta) = client.post_json::<Json>(url, body).await?;
         if !search {
-            let (v, meta) = self.general.post_json::<Json>(url, body).await?;
             self.note_interval(&meta);
-            return Ok((v, meta));
         }
-        let started = std::time::Instant::now();
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            match self.search.post_json::<Json>(url, body).await {
-                Err(HttpError::Status {
-                    status: 429,
-                    message,
-                    request_id,
-                    endpoint,
-                    ..
-                }) if ten_secondly(&message) => {
-                    let patience = self.cfg.rate_limit_patience;
-                    let progress = self.search.last_progress().max(started);
-                    let wait = Duration::from_millis(self.interval_ms.load(Ordering::Relaxed));
-                    if progress.elapsed() + wait > patience {
-                        return Err(HttpError::RateLimited {
-                            provider: HUBSPOT.name,
-                            endpoint,
-                            attempts,
-                            last: "429 TEN_SECONDLY_ROLLING".into(),
-                            request_id,
-                            patience,
-                        });
-                    }
-                    tracing::warn!(
-                        message = "HubSpot's 10-second window is spent (other apps share it); holding requests for the interval.",
-                        wait_ms = wait.as_millis() as u64,
-                        request_id
-                    );
-                    // Every request waits: the general limiter is shared.
-                    self.general.report_remaining(0, wait);
-                }
-                other => return other,
-            }
-        }
+        Ok((v, meta))
     }
 
     /// `GET url` through the general client.
@@ -867,5 +842,37 @@ impl Target for HubSpotObjects {
 
     fn as_source(&self) -> &dyn Source {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ten_secondly_429_holds_every_request_for_the_interval_seen() {
+        let interval = AtomicU64::new(7_000);
+        let by_policy =
+            br#"{"status":"error","message":"limit","policyName":"TEN_SECONDLY_ROLLING"}"#;
+        let t = ten_secondly(429, by_policy, &interval).unwrap();
+        assert_eq!(t.wait, Some(Duration::from_secs(7)));
+        assert_eq!(t.code, "429 TEN_SECONDLY_ROLLING");
+        assert!(t.shared_window);
+        // HubSpot's documented message names it too.
+        let by_message =
+            br#"{"status":"error","message":"You have reached your ten_secondly_rolling limit."}"#;
+        assert!(ten_secondly(429, by_message, &interval).is_some());
+    }
+
+    #[test]
+    fn other_429s_are_left_to_the_policy() {
+        let interval = AtomicU64::new(10_000);
+        let secondly = br#"{"status":"error","message":"limit","policyName":"SECONDLY"}"#;
+        assert_eq!(ten_secondly(429, secondly, &interval), None);
+        let daily = br#"{"status":"error","message":"limit","policyName":"DAILY"}"#;
+        assert_eq!(ten_secondly(429, daily, &interval), None);
+        let ok = br#"{"policyName":"TEN_SECONDLY_ROLLING"}"#;
+        assert_eq!(ten_secondly(200, ok, &interval), None);
+        assert_eq!(ten_secondly(429, b"not json", &interval), None);
     }
 }

@@ -117,4 +117,12 @@ impl ConnectorConfig for HubSpotSettings {
     fn kind(&self) -> &'static str {
         "HubSpot"
     }
+
+    fn type_name() -> &'static str {
+        "hubspot"
+    }
+
+    fn url_setting() -> Option<&'static str> {
+        Some("base_url")
+    }
 }

@@ -2,7 +2,10 @@
 #![cfg(feature = "emulator")]
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The emulator's clock: on tokio's paused clock it is virtual time.
+use tokio::time::Instant;
 
 use recon_hubspot::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, PropertyType};
 use reqwest::header::HeaderMap;
@@ -759,7 +762,7 @@ async fn partial_failure_is_207_multi_status() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn search_lag_hides_fresh_upserts_from_search_only() {
     let emu = start(EmulatorConfig {
         search_lag: Duration::from_millis(400),
@@ -952,7 +955,7 @@ async fn searches_count_toward_the_ten_second_limit() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn search_secondly_limit() {
     let emu = start(EmulatorConfig::default()).await;
     let url = "/crm/v3/objects/deals/search";
@@ -1075,7 +1078,7 @@ async fn faults_error_statuses() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn faults_bodies_and_timing() {
     let emu = start(unlimited()).await;
     emu.insert("deals", deal(1, T0));
@@ -1207,7 +1210,7 @@ async fn fault_drop_connection() {
     emu.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn latency_is_concurrent() {
     let emu = start(EmulatorConfig {
         latency: Duration::from_millis(200),

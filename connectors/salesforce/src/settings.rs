@@ -263,6 +263,14 @@ impl ConnectorConfig for SalesforceSettings {
     fn kind(&self) -> &'static str {
         "Salesforce"
     }
+
+    fn type_name() -> &'static str {
+        "salesforce"
+    }
+
+    fn url_setting() -> Option<&'static str> {
+        Some("instance_url")
+    }
 }
 
 #[cfg(test)]

@@ -745,7 +745,7 @@ async fn faults_on_reads_and_writes_lose_nothing_and_write_nothing_twice() {
     assert_eq!(stored_keys.len(), 450, "each written once");
     assert_eq!(unique.len(), 450);
     // The faults did fire: two 429s, two 500s, one 503.
-    let by_status = emu.stats().by_status;
+    let by_status = emu.stats().transport.by_status;
     for (status, n) in [(429u16, 2u64), (500, 2), (503, 1)] {
         assert_eq!(by_status.get(&status).copied(), Some(n), "{by_status:?}");
     }

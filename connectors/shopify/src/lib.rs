@@ -14,6 +14,7 @@
 pub mod emulator;
 mod settings;
 mod source;
+pub mod webhook;
 
 pub use settings::{ShopifySettings, DEFAULT_BULK_THRESHOLD};
 pub use source::{BulkMode, OrderKey, ShopifyConfig, ShopifySource, TimeField, SHOPIFY};

@@ -99,4 +99,12 @@ impl ConnectorConfig for ShopifySettings {
     fn kind(&self) -> &'static str {
         "Shopify"
     }
+
+    fn type_name() -> &'static str {
+        "shopify"
+    }
+
+    fn url_setting() -> Option<&'static str> {
+        Some("shop_url")
+    }
 }

@@ -11,9 +11,11 @@
 //! from what the responses report (`currentlyAvailable`, and the restore
 //! rate actually seen between two reports, which is below `restoreRate`
 //! when another client of the same app spends part of it), not from the
-//! nominal rate. THROTTLED answers are retried until no query succeeded for
-//! `rate_limit_patience` (default 15 minutes). HTTP 429 and 5xx go through
-//! the shared HTTP policy.
+//! nominal rate. THROTTLED answers are the HTTP policy's "slow down"
+//! answers (its throttle hint), like 429s: retried with its backoff and
+//! counts until no query succeeded for `rate_limit_patience` (default 15
+//! minutes). Bulk results are downloaded through the policy too (retried on
+//! 5xx and cut-short bodies), by a client without the access token.
 //!
 //! **Access scopes.** Shopify shows an app only the last 60 days of orders
 //! unless it has `read_all_orders` ("Only the last 60 days' worth of orders
@@ -31,13 +33,17 @@
 //! `partialDataUrl`, CANCELED and EXPIRED are errors that say what happened.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_core::stream::BoxStream;
 use futures_util::{stream, StreamExt};
 use recon_core::http::{
-    default_error_body, HttpClient, HttpError, HttpPolicy, Provider, ProviderError,
+    default_error_body, BodyStream, HttpClient, HttpError, HttpPolicy, Provider, ProviderError,
+    Throttle,
 };
 use recon_core::parse::{self, TimestampRules};
 use recon_core::{
@@ -187,19 +193,111 @@ impl Bucket {
 /// Shopify orders as a [`Source`].
 #[derive(Debug)]
 pub struct ShopifySource {
+    /// GraphQL calls; its throttle hint reads `THROTTLED` ([`throttled`]).
     client: HttpClient,
-    download: reqwest::Client,
+    /// Bulk results: their signed URLs are on another host, so this client
+    /// sends no access token.
+    download: HttpClient,
     cfg: ShopifyConfig,
     schema: Schema,
     fields: Vec<usize>,
-    bucket: Mutex<Option<Bucket>>,
-    /// When a query last succeeded (not THROTTLED).
-    last_ok: Mutex<Option<Instant>>,
+    bucket: Arc<Mutex<Option<Bucket>>>,
     /// The app's access scopes, once asked.
     scopes: tokio::sync::OnceCell<Vec<String>>,
-    throttled: std::sync::atomic::AtomicU64,
+    throttled: Arc<AtomicU64>,
     /// Sum of `actualQueryCost` of page queries, for benchmarks.
-    spent: std::sync::atomic::AtomicU64,
+    spent: AtomicU64,
+}
+
+/// The GraphQL client's throttle hint: a 200 whose errors include
+/// `THROTTLED` is a "slow down" answer of the HTTP policy, retried after
+/// the wait until the bucket holds the query's cost at the restore rate
+/// actually seen (see [`record_cost`]), under `rate_limit_patience`.
+fn throttled(
+    status: u16,
+    body: &[u8],
+    bucket: &Mutex<Option<Bucket>>,
+    count: &AtomicU64,
+) -> Option<Throttle> {
+    // Most answers are pages of orders: look before parsing.
+    if status != 200 || !body.windows(9).any(|w| w == b"THROTTLED") {
+        return None;
+    }
+    let v = serde_json::from_slice::<Json>(body).ok()?;
+    let errors = v["errors"].as_array()?;
+    if !errors
+        .iter()
+        .any(|e| e["extensions"]["code"].as_str() == Some("THROTTLED"))
+    {
+        return None;
+    }
+    count.fetch_add(1, Ordering::Relaxed);
+    record_cost(bucket, &v, false);
+    let requested = v["extensions"]["cost"]["requestedQueryCost"].as_f64();
+    let bucket = bucket.lock().unwrap_or_else(|p| p.into_inner());
+    let wait = bucket.as_ref().map_or(Duration::from_secs(1), |b| {
+        let need = requested.unwrap_or(b.last_cost).min(b.max);
+        Duration::from_secs_f64(((need - b.estimate()).max(0.0) / b.rate()).min(600.0))
+    });
+    tracing::warn!(
+        message = "Shopify throttled the query; waiting for the cost bucket to restore.",
+        wait_ms = wait.as_millis() as u64
+    );
+    Some(Throttle {
+        wait: Some(wait),
+        code: "THROTTLED".into(),
+        shared_window: false,
+    })
+}
+
+/// Updates the cost bucket from an answer's `extensions.cost`.
+fn record_cost(bucket: &Mutex<Option<Bucket>>, v: &Json, page_query: bool) {
+    let cost = &v["extensions"]["cost"];
+    let status = &cost["throttleStatus"];
+    let (Some(max), Some(available), Some(restore)) = (
+        status["maximumAvailable"].as_f64(),
+        status["currentlyAvailable"].as_f64(),
+        status["restoreRate"].as_f64(),
+    ) else {
+        return;
+    };
+    let mut bucket = bucket.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    // What restored between the last report and this one: this report's
+    // level, less the last's, plus what this query spent (nothing when
+    // THROTTLED). Below `restoreRate` when another client of the app spends
+    // part of it. A full bucket says nothing.
+    let spent = cost["actualQueryCost"].as_f64().unwrap_or(0.0);
+    let observed = match bucket.as_ref() {
+        Some(b) => {
+            let dt = now.duration_since(b.at).as_secs_f64();
+            if dt >= 0.05 && available < max && b.available < b.max {
+                let seen = ((available - b.available + spent) / dt).clamp(0.0, restore);
+                Some(b.observed.map_or(seen, |o| 0.5 * o + 0.5 * seen))
+            } else {
+                b.observed
+            }
+        }
+        None => None,
+    };
+    let last_cost = match (
+        page_query,
+        cost["requestedQueryCost"].as_f64(),
+        bucket.as_ref(),
+    ) {
+        (true, Some(c), _) => c,
+        (_, _, Some(b)) => b.last_cost,
+        (_, Some(c), None) => c,
+        _ => 0.0,
+    };
+    *bucket = Some(Bucket {
+        max,
+        available,
+        restore,
+        observed,
+        at: now,
+        last_cost,
+    });
 }
 
 const TOKEN_HINT: &str =
@@ -246,21 +344,28 @@ impl ShopifySource {
             vec![],
         )
         .map_err(http_error)?;
-        let download = reqwest::Client::builder()
-            .timeout(Duration::from_secs(600))
-            .build()
-            .map_err(|e| ConnectorError::Config(format!("Shopify download client: {e}")))?;
+        let bucket = Arc::new(Mutex::new(None));
+        let count = Arc::new(AtomicU64::new(0));
+        let client = {
+            let (bucket, count) = (bucket.clone(), count.clone());
+            client.with_throttle_hint(move |status, body| throttled(status, body, &bucket, &count))
+        };
+        // A bulk result may take minutes to stream: the timeout covers it.
+        let mut download_policy = HttpPolicy::new(20);
+        download_policy.timeout = Duration::from_secs(600);
+        download_policy.rate_limit_patience = cfg.rate_limit_patience;
+        let download =
+            HttpClient::new(SHOPIFY, download_policy, vec![], vec![]).map_err(http_error)?;
         Ok(ShopifySource {
             client,
             download,
             cfg,
             schema: schema.clone(),
             fields,
-            bucket: Mutex::new(None),
-            last_ok: Mutex::new(None),
+            bucket,
             scopes: tokio::sync::OnceCell::new(),
-            throttled: std::sync::atomic::AtomicU64::new(0),
-            spent: std::sync::atomic::AtomicU64::new(0),
+            throttled: count,
+            spent: AtomicU64::new(0),
         })
     }
 
@@ -271,7 +376,7 @@ impl ShopifySource {
 
     /// THROTTLED answers received so far.
     pub fn throttled(&self) -> u64 {
-        self.throttled.load(std::sync::atomic::Ordering::Relaxed)
+        self.throttled.load(Ordering::Relaxed)
     }
 
     fn url(&self) -> String {
@@ -316,60 +421,16 @@ impl ShopifySource {
     }
 
     fn note_cost(&self, v: &Json, page_query: bool) {
-        let cost = &v["extensions"]["cost"];
         if page_query && v["errors"].is_null() {
-            if let Some(actual) = cost["actualQueryCost"].as_u64() {
-                self.spent
-                    .fetch_add(actual, std::sync::atomic::Ordering::Relaxed);
+            if let Some(actual) = v["extensions"]["cost"]["actualQueryCost"].as_u64() {
+                self.spent.fetch_add(actual, Ordering::Relaxed);
             }
         }
-        let status = &cost["throttleStatus"];
-        if let (Some(max), Some(available), Some(restore)) = (
-            status["maximumAvailable"].as_f64(),
-            status["currentlyAvailable"].as_f64(),
-            status["restoreRate"].as_f64(),
-        ) {
-            let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            // What restored between the last report and this one: this
-            // report's level, less the last's, plus what this query spent
-            // (nothing when THROTTLED). Below `restoreRate` when another
-            // client of the app spends part of it. A full bucket says nothing.
-            let spent = cost["actualQueryCost"].as_f64().unwrap_or(0.0);
-            let observed = match bucket.as_ref() {
-                Some(b) => {
-                    let dt = now.duration_since(b.at).as_secs_f64();
-                    if dt >= 0.05 && available < max && b.available < b.max {
-                        let seen = ((available - b.available + spent) / dt).clamp(0.0, restore);
-                        Some(b.observed.map_or(seen, |o| 0.5 * o + 0.5 * seen))
-                    } else {
-                        b.observed
-                    }
-                }
-                None => None,
-            };
-            let last_cost = match (
-                page_query,
-                cost["requestedQueryCost"].as_f64(),
-                bucket.as_ref(),
-            ) {
-                (true, Some(c), _) => c,
-                (_, _, Some(b)) => b.last_cost,
-                (_, Some(c), None) => c,
-                _ => 0.0,
-            };
-            *bucket = Some(Bucket {
-                max,
-                available,
-                restore,
-                observed,
-                at: now,
-                last_cost,
-            });
-        }
+        record_cost(&self.bucket, v, page_query);
     }
 
-    /// One GraphQL call, paced, retried on THROTTLED.
+    /// One GraphQL call, paced to the cost bucket; `THROTTLED` answers are
+    /// retried by the HTTP policy (see [`throttled`]).
     async fn graphql(
         &self,
         query: &str,
@@ -377,74 +438,32 @@ impl ShopifySource {
         page_query: bool,
     ) -> Result<Json, ConnectorError> {
         let body = json!({ "query": query, "variables": variables });
-        let started = Instant::now();
-        let mut throttled_attempts = 0u32;
-        loop {
-            self.pace(None).await;
-            let (v, meta) = self
-                .client
-                .post_json::<Json>(&self.url(), &body)
-                .await
-                .map_err(http_error)?;
-            self.note_cost(&v, page_query);
-            let errors = v["errors"].as_array().cloned().unwrap_or_default();
-            if errors.is_empty() {
-                *self.last_ok.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                return Ok(v["data"].clone());
-            }
-            let throttled = errors
-                .iter()
-                .any(|e| e["extensions"]["code"].as_str() == Some("THROTTLED"));
-            if throttled {
-                throttled_attempts += 1;
-                self.throttled
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let requested = v["extensions"]["cost"]["requestedQueryCost"].as_f64();
-                // The wait until the bucket holds the query's cost, at the
-                // restore rate actually seen (see `note_cost`).
-                let wait = {
-                    let bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-                    bucket.as_ref().map_or(Duration::from_secs(1), |b| {
-                        let need = requested.unwrap_or(b.last_cost).min(b.max);
-                        Duration::from_secs_f64(
-                            ((need - b.estimate()).max(0.0) / b.rate()).min(600.0),
-                        )
-                    })
-                };
-                let progress = self
-                    .last_ok
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .map_or(started, |t| t.max(started));
-                let patience = self.cfg.rate_limit_patience;
-                if progress.elapsed() + wait > patience {
-                    return Err(ConnectorError::Unreachable(format!(
-                        "Shopify kept answering THROTTLED for {} without a successful query ({throttled_attempts} attempts; request {}): another client of the app may be spending most of the shop's query cost budget. Raise the source's rate_limit_patience, or run when the shop is quieter",
-                        recon_core::http::human_duration(patience),
-                        meta.request_id.as_deref().unwrap_or("without ID"),
-                    )));
-                }
-                tracing::warn!(message = "Shopify throttled the query; waiting for the cost bucket to restore.", attempt = throttled_attempts, wait_ms = wait.as_millis() as u64, request_id = ?meta.request_id);
-                // Holds every request of the client for the wait.
-                self.client.slow_down(Some(wait));
-                continue;
-            }
-            let messages: Vec<String> = errors
-                .iter()
-                .map(|e| e["message"].as_str().unwrap_or("error").to_string())
-                .collect();
-            return Err(ConnectorError::Malformed {
-                location: Location(format!(
-                    "Shopify GraphQL {} (request {})",
-                    self.url()
-                        .rsplit("myshopify.com")
-                        .next()
-                        .unwrap_or_default(),
-                    meta.request_id.as_deref().unwrap_or("without ID")
-                )),
-                message: messages.join("; "),
-            });
+        self.pace(None).await;
+        let (v, meta) = self
+            .client
+            .post_json::<Json>(&self.url(), &body)
+            .await
+            .map_err(http_error)?;
+        self.note_cost(&v, page_query);
+        let errors = v["errors"].as_array().cloned().unwrap_or_default();
+        if errors.is_empty() {
+            return Ok(v["data"].clone());
         }
+        let messages: Vec<String> = errors
+            .iter()
+            .map(|e| e["message"].as_str().unwrap_or("error").to_string())
+            .collect();
+        Err(ConnectorError::Malformed {
+            location: Location(format!(
+                "Shopify GraphQL {} (request {})",
+                self.url()
+                    .rsplit("myshopify.com")
+                    .next()
+                    .unwrap_or_default(),
+                meta.request_id.as_deref().unwrap_or("without ID")
+            )),
+            message: messages.join("; "),
+        })
     }
 
     /// Refuses a window that starts more than 60 days ago when the app lacks
@@ -658,7 +677,7 @@ impl ShopifySource {
     /// Streams a bulk result, one JSON node per line.
     fn bulk_lines(&self, window: Window) -> BoxStream<'_, Result<Vec<Json>, ConnectorError>> {
         struct State {
-            response: Option<reqwest::Response>,
+            body: Option<BodyStream>,
             buffer: Vec<u8>,
             done: bool,
         }
@@ -666,25 +685,16 @@ impl ShopifySource {
             let url = self.bulk_url(window).await?;
             if url.is_empty() {
                 return Ok(State {
-                    response: None,
+                    body: None,
                     buffer: Vec::new(),
                     done: true,
                 });
             }
-            let response = self
-                .download
-                .get(&url)
-                .send()
-                .await
-                .and_then(|r| r.error_for_status())
-                .map_err(|e| {
-                    ConnectorError::Unreachable(format!(
-                        "downloading the Shopify bulk result: {}",
-                        e.without_url()
-                    ))
-                })?;
+            let body = self.download.get_stream(&url).await.map_err(|e| {
+                ConnectorError::Unreachable(format!("downloading the Shopify bulk result: {e}"))
+            })?;
             Ok(State {
-                response: Some(response),
+                body: Some(body),
                 buffer: Vec::new(),
                 done: false,
             })
@@ -696,11 +706,10 @@ impl ShopifySource {
                     if s.done {
                         return Ok(None);
                     }
-                    let chunk = match s.response.as_mut() {
-                        Some(r) => r.chunk().await.map_err(|e| {
+                    let chunk = match s.body.as_mut() {
+                        Some(body) => body.chunk().await.map_err(|e| {
                             ConnectorError::Unreachable(format!(
-                                "reading the Shopify bulk result: {}",
-                                e.without_url()
+                                "reading the Shopify bulk result: {e}"
                             ))
                         })?,
                         None => None,
@@ -913,5 +922,61 @@ impl Source for ShopifySource {
         } else {
             format!("no read_all_orders: windows within the last {DEFAULT_HORIZON_DAYS} days only")
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(code: &str, available: f64) -> Vec<u8> {
+        json!({
+            "errors": [{"message": "Throttled", "extensions": {"code": code}}],
+            "extensions": {"cost": {
+                "requestedQueryCost": 752,
+                "throttleStatus": {"maximumAvailable": 2000.0, "currentlyAvailable": available, "restoreRate": 100.0}
+            }}
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_is_read_as_a_wait_for_the_bucket_to_hold_the_cost() {
+        let bucket = Mutex::new(None);
+        let count = AtomicU64::new(0);
+        // 752 points needed, 152 there, 100 restored per second: 6 s.
+        let t = throttled(200, &answer("THROTTLED", 152.0), &bucket, &count).unwrap();
+        assert_eq!(t.wait, Some(Duration::from_secs(6)));
+        assert_eq!(t.code, "THROTTLED");
+        assert!(!t.shared_window);
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        // The bucket was updated from the answer.
+        let level = bucket.lock().unwrap().as_ref().map(|b| b.available);
+        assert_eq!(level, Some(152.0));
+        // Two seconds later, nothing restored: the wait follows the rate
+        // seen (0, so 1% of the nominal), not the nominal 100 points/s.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let t = throttled(200, &answer("THROTTLED", 152.0), &bucket, &count).unwrap();
+        assert_eq!(t.wait, Some(Duration::from_secs(600)));
+        assert_eq!(count.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn other_answers_are_not_throttled() {
+        let bucket = Mutex::new(None);
+        let count = AtomicU64::new(0);
+        // Another error, a 429 (the policy's own), a page of orders.
+        assert_eq!(
+            throttled(200, &answer("MAX_COST_EXCEEDED", 0.0), &bucket, &count),
+            None
+        );
+        assert_eq!(
+            throttled(429, &answer("THROTTLED", 0.0), &bucket, &count),
+            None
+        );
+        let page = br#"{"data":{"orders":{"nodes":[{"name":"THROTTLED"}]}}}"#;
+        assert_eq!(throttled(200, page, &bucket, &count), None);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
     }
 }

@@ -2,7 +2,10 @@
 #![cfg(feature = "emulator")]
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The emulator's clock: on tokio's paused clock it is virtual time.
+use tokio::time::Instant;
 
 use jiff::Timestamp;
 use recon_shopify::emulator::{BulkOutcome, Emulator, EmulatorConfig, Fault, FaultKind, OrderSpec};
@@ -186,7 +189,7 @@ fn expected_created_order(orders: &[OrderSpec]) -> Vec<u64> {
     v.into_iter().map(|(_, id)| id).collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn pages_600_orders_with_cursors_in_created_order() {
     let emu = start_with(fast_restore()).await;
     let orders = six_hundred();
@@ -252,7 +255,7 @@ async fn pages_600_orders_with_cursors_in_created_order() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn node_fields_are_serialized_like_shopify() {
     let emu = start().await;
     let amounts = ["29.99", "500.0", "0.100"];
@@ -296,7 +299,7 @@ async fn node_fields_are_serialized_like_shopify() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn search_filter_boundaries_on_created_at_and_updated_at() {
     let emu = start().await;
     let at = |id: u64, created: &str, updated: &str| {
@@ -412,7 +415,7 @@ async fn search_filter_boundaries_on_created_at_and_updated_at() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn literal_arguments_aliases_comments_and_escapes() {
     let emu = start().await;
     emu.insert_orders((1..=5).map(|i| {
@@ -461,7 +464,7 @@ async fn literal_arguments_aliases_comments_and_escapes() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unknown_field_is_a_graphql_error() {
     let emu = start().await;
     let query =
@@ -553,7 +556,7 @@ async fn unknown_field_is_a_graphql_error() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn first_must_be_between_1_and_250() {
     let emu = start().await;
     emu.insert_orders(six_hundred());
@@ -583,7 +586,7 @@ async fn first_must_be_between_1_and_250() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cost_extension_and_bucket_restore() {
     let emu = start().await;
     emu.insert_orders(
@@ -647,7 +650,7 @@ async fn cost_extension_and_bucket_restore() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn throttled_when_drained_then_recovers() {
     let emu = start().await;
     emu.insert_orders(six_hundred());
@@ -689,7 +692,7 @@ async fn throttled_when_drained_then_recovers() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn single_query_cost_limit() {
     let emu = start().await;
     // A node with presentmentMoney too costs 1 + (1 + 1 + 1) = 4:
@@ -739,7 +742,7 @@ fn jsonl(text: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bulk_operation_completes_with_the_paged_results() {
     // Long enough to observe RUNNING and the refusal on a busy machine.
     let emu = start_with(EmulatorConfig {
@@ -816,7 +819,7 @@ async fn bulk_operation_completes_with_the_paged_results() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bulk_operation_failure_outcomes() {
     let emu = start_with(EmulatorConfig {
         bulk_delay: Duration::from_millis(50),
@@ -883,7 +886,7 @@ async fn bulk_operation_failure_outcomes() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn invalid_bulk_queries_are_user_errors() {
     let emu = start().await;
     let with_code = "mutation Bulk($q: String!) { bulkOperationRunQuery(query: $q) { bulkOperation { id } userErrors { field message code } } }";
@@ -941,7 +944,7 @@ async fn invalid_bulk_queries_are_user_errors() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn auth_routing_and_request_ids() {
     let emu = start().await;
     let url = emu.graphql_url();
@@ -1014,7 +1017,7 @@ fn fault(kind: FaultKind, after: u64, times: u64) -> Vec<Fault> {
     vec![Fault { kind, after, times }]
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn faults_are_injected_in_arrival_order() {
     let emu = start().await;
     emu.insert_orders(six_hundred());
@@ -1135,7 +1138,7 @@ async fn faults_are_injected_in_arrival_order() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn latency_is_added_to_every_response() {
     let emu = start_with(EmulatorConfig {
         latency: Duration::from_millis(150),

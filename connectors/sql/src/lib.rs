@@ -128,99 +128,109 @@ fn db_error(context: &str, e: sqlx::Error) -> ConnectorError {
     ConnectorError::Database(format!("{context}: {e}"))
 }
 
-impl SqlTable {
-    /// Connects, introspects the table, and checks every configured column.
-    pub async fn connect(cfg: SqlTableConfig, schema: &Schema) -> Result<SqlTable, ConnectorError> {
-        sqlx::any::install_default_drivers();
-        let url = cfg.url.expose().to_string();
-        let dialect = Dialect::from_url(&url)?;
-        validate_identifier("table", &cfg.table, true)?;
-        validate_identifier("key column", &cfg.key_column, false)?;
-        for c in cfg.columns.iter().chain(cfg.currency_column.as_ref()) {
-            validate_identifier("column", c, false)?;
+/// The URL's dialect, after checking every identifier and that each field
+/// has a column.
+fn validate(cfg: &SqlTableConfig, schema: &Schema) -> Result<Dialect, ConnectorError> {
+    let dialect = Dialect::from_url(cfg.url.expose())?;
+    validate_identifier("table", &cfg.table, true)?;
+    validate_identifier("key column", &cfg.key_column, false)?;
+    for c in cfg.columns.iter().chain(cfg.currency_column.as_ref()) {
+        validate_identifier("column", c, false)?;
+    }
+    if cfg.columns.len() != schema.fields.len() {
+        return Err(ConnectorError::Config(format!(
+            "table {}: {} columns mapped for {} fields",
+            cfg.table,
+            cfg.columns.len(),
+            schema.fields.len()
+        )));
+    }
+    Ok(dialect)
+}
+
+/// One plain connection first: a refused or unknown server fails at once
+/// with its own error, instead of after the pool's retries. Then the pool,
+/// each of whose connections reads and writes times in UTC.
+async fn open_pool(
+    url: &str,
+    dialect: Dialect,
+    max_connections: u32,
+) -> Result<AnyPool, ConnectorError> {
+    let unreachable = |e: &dyn std::fmt::Display| {
+        ConnectorError::Unreachable(format!(
+            "cannot connect to {} ({}): {e}; check that the database is running and the URL is right",
+            redact_url(url),
+            dialect.name()
+        ))
+    };
+    match tokio::time::timeout(
+        Duration::from_secs(15),
+        <sqlx::AnyConnection as sqlx::Connection>::connect(url),
+    )
+    .await
+    {
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
         }
-        if cfg.columns.len() != schema.fields.len() {
-            return Err(ConnectorError::Config(format!(
-                "table {}: {} columns mapped for {} fields",
-                cfg.table,
-                cfg.columns.len(),
-                schema.fields.len()
-            )));
-        }
-        let display = format!("{} table {}", redact_url(&url), cfg.table);
-        // One plain connection first: a refused or unknown server fails at
-        // once with its own error, instead of after the pool's retries.
-        let unreachable = |e: &dyn std::fmt::Display| {
-            ConnectorError::Unreachable(format!(
-                "cannot connect to {} ({}): {e}; check that the database is running and the URL is right",
-                redact_url(&url),
-                dialect.name()
-            ))
-        };
-        match tokio::time::timeout(
-            Duration::from_secs(15),
-            <sqlx::AnyConnection as sqlx::Connection>::connect(&url),
-        )
-        .await
-        {
-            Ok(Ok(conn)) => {
-                let _ = sqlx::Connection::close(conn).await;
-            }
-            Ok(Err(e)) => return Err(unreachable(&e)),
-            Err(_) => return Err(unreachable(&"no answer within 15 s")),
-        }
-        let dialect_setup = dialect;
-        let pool = AnyPoolOptions::new()
-            .max_connections(cfg.max_connections.max(1))
-            .acquire_timeout(Duration::from_secs(10))
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    // Timestamps without zone are read and written as UTC.
-                    let sql = match dialect_setup {
-                        Dialect::Postgres => Some("SET TIME ZONE 'UTC'"),
-                        Dialect::MySql => Some("SET time_zone = '+00:00'"),
-                        Dialect::Sqlite => None,
-                    };
-                    if let Some(sql) = sql {
-                        sqlx::query(sql).execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                })
+        Ok(Err(e)) => return Err(unreachable(&e)),
+        Err(_) => return Err(unreachable(&"no answer within 15 s")),
+    }
+    AnyPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(Duration::from_secs(10))
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                // Timestamps without zone are read and written as UTC.
+                let sql = match dialect {
+                    Dialect::Postgres => Some("SET TIME ZONE 'UTC'"),
+                    Dialect::MySql => Some("SET time_zone = '+00:00'"),
+                    Dialect::Sqlite => None,
+                };
+                if let Some(sql) = sql {
+                    sqlx::query(sql).execute(&mut *conn).await?;
+                }
+                Ok(())
             })
-            .connect(&url)
-            .await
-            .map_err(|e| unreachable(&e))?;
-        let columns = introspect(&pool, dialect, &cfg.table).await?;
-        if columns.is_empty() {
-            return Err(ConnectorError::Config(format!(
-                "{display}: the table does not exist (or has no columns); check `table` in the job config"
-            )));
-        }
+        })
+        .connect(url)
+        .await
+        .map_err(|e| unreachable(&e))
+}
+
+/// How the table stores the key, each field's column and the currency.
+struct ColumnStorage {
+    key: Storage,
+    fields: Vec<Storage>,
+    currency: Option<Storage>,
+}
+
+impl ColumnStorage {
+    /// Looks each configured column up among the table's; a missing one
+    /// is named with the columns there are.
+    fn of(
+        columns: &HashMap<String, Storage>,
+        cfg: &SqlTableConfig,
+        schema: &Schema,
+        display: &str,
+    ) -> Result<ColumnStorage, ConnectorError> {
         let lookup = |col: &str| -> Result<Storage, ConnectorError> {
             columns.get(col).copied().ok_or_else(|| {
-                let mut names: Vec<&String> = columns.keys().collect();
+                let mut names: Vec<&str> = columns.keys().map(|s| s.as_str()).collect();
                 names.sort();
                 ConnectorError::MissingField {
-                    location: recon_core::Location(display.clone()),
-                    message: format!(
-                        "no column `{col}`; columns are: {}",
-                        names
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    location: recon_core::Location(display.to_string()),
+                    message: format!("no column `{col}`; columns are: {}", names.join(", ")),
                 }
             })
         };
-        let key_storage = lookup(&cfg.key_column)?;
-        let storage = cfg
+        let key = lookup(&cfg.key_column)?;
+        let fields = cfg
             .columns
             .iter()
             .map(|c| lookup(c))
             .collect::<Result<Vec<_>, _>>()?;
         let has_money = schema.fields.iter().any(|f| f.kind == FieldKind::Money);
-        let currency_storage = match (&cfg.currency_column, has_money) {
+        let currency = match (&cfg.currency_column, has_money) {
             (Some(c), true) => Some(lookup(c)?),
             (None, true) => {
                 return Err(ConnectorError::Config(format!(
@@ -229,65 +239,117 @@ impl SqlTable {
             }
             _ => None,
         };
-        let amount_format = cfg.amount_format.unwrap_or_else(|| {
-            match schema
-                .money_field()
-                .map(|i| storage[i])
-                .unwrap_or(Storage::Integer)
-            {
-                Storage::Decimal | Storage::Text => AmountFormat::Major,
-                _ => AmountFormat::Minor,
-            }
+        Ok(ColumnStorage {
+            key,
+            fields,
+            currency,
+        })
+    }
+}
+
+/// Amounts in a decimal or text column are major units, else minor.
+fn default_amount_format(schema: &Schema, storage: &[Storage]) -> AmountFormat {
+    match schema
+        .money_field()
+        .map(|i| storage[i])
+        .unwrap_or(Storage::Integer)
+    {
+        Storage::Decimal | Storage::Text => AmountFormat::Major,
+        _ => AmountFormat::Minor,
+    }
+}
+
+/// The key, each field (times as the window compares them) and the
+/// currency, as the SELECT list of every read.
+fn select_list(
+    dialect: Dialect,
+    cfg: &SqlTableConfig,
+    schema: &Schema,
+    storage: &[Storage],
+) -> String {
+    let mut select = vec![dialect.as_text(&dialect.quote(&cfg.key_column))];
+    for (i, field) in schema.fields.iter().enumerate() {
+        let col = dialect.quote(&cfg.columns[i]);
+        select.push(match (field.kind, storage[i], dialect) {
+            // SQLite may store a time in any column type: read it as
+            // the window compares it.
+            (FieldKind::Timestamp, _, Dialect::Sqlite) => dialect.epoch_text(&col),
+            (FieldKind::Timestamp, Storage::Timestamp, _) => dialect.epoch_text(&col),
+            _ => dialect.as_text(&col),
         });
-        let mut select = vec![dialect.as_text(&dialect.quote(&cfg.key_column))];
-        for (i, field) in schema.fields.iter().enumerate() {
-            let col = dialect.quote(&cfg.columns[i]);
-            select.push(match (field.kind, storage[i], dialect) {
-                // SQLite may store a time in any column type: read it as
-                // the window compares it.
-                (FieldKind::Timestamp, _, Dialect::Sqlite) => dialect.epoch_text(&col),
-                (FieldKind::Timestamp, Storage::Timestamp, _) => dialect.epoch_text(&col),
-                _ => dialect.as_text(&col),
-            });
+    }
+    let has_money = schema.fields.iter().any(|f| f.kind == FieldKind::Money);
+    if let (Some(c), true) = (&cfg.currency_column, has_money) {
+        select.push(dialect.as_text(&dialect.quote(c)));
+    }
+    select.join(", ")
+}
+
+/// The window read: every row without a time field, else the rows inside
+/// the window and those no window holds, after checking that the time
+/// column can be compared.
+async fn read_sql(
+    pool: &AnyPool,
+    dialect: Dialect,
+    cfg: &SqlTableConfig,
+    storage: &[Storage],
+    select_list: &str,
+    display: &str,
+) -> Result<String, ConnectorError> {
+    let table_sql = dialect.quote_table(&cfg.table);
+    let Some(i) = cfg.time_field else {
+        return Ok(format!("SELECT {select_list} FROM {table_sql}"));
+    };
+    let column = &cfg.columns[i];
+    let col = dialect.quote(column);
+    let (e, lo, hi) = match dialect.window_compare(&col, storage[i], "") {
+        Ok(parts) => parts,
+        Err(_) => {
+            let declared = declared_type(pool, dialect, &cfg.table, column).await?;
+            let why = dialect
+                .window_compare(&col, storage[i], &declared)
+                .err()
+                .unwrap_or_default();
+            return Err(ConnectorError::Config(format!(
+                "{display}: the time column `{column}` {why}"
+            )));
         }
-        if let (Some(c), true) = (&cfg.currency_column, has_money) {
-            select.push(dialect.as_text(&dialect.quote(c)));
+    };
+    if dialect == Dialect::Sqlite {
+        check_sqlite_times(pool, &table_sql, &col, column, display).await?;
+    }
+    // The rows no window holds come in the same read, flagged by a last
+    // column, so that they are listed without a second pass over the table.
+    let unplaceable = dialect.unplaceable(&col);
+    let raw = dialect.as_text(&col);
+    Ok(format!(
+        "SELECT {select_list}, CASE WHEN {unplaceable} THEN 1 ELSE 0 END, \
+         CASE WHEN {unplaceable} THEN {raw} END FROM {table_sql} \
+         WHERE ({e} >= {lo} AND {e} < {hi}) OR {unplaceable}"
+    ))
+}
+
+impl SqlTable {
+    /// Connects, introspects the table, and checks every configured column.
+    pub async fn connect(cfg: SqlTableConfig, schema: &Schema) -> Result<SqlTable, ConnectorError> {
+        sqlx::any::install_default_drivers();
+        let dialect = validate(&cfg, schema)?;
+        let url = cfg.url.expose().to_string();
+        let display = format!("{} table {}", redact_url(&url), cfg.table);
+        let pool = open_pool(&url, dialect, cfg.max_connections).await?;
+        let columns = introspect(&pool, dialect, &cfg.table).await?;
+        if columns.is_empty() {
+            return Err(ConnectorError::Config(format!(
+                "{display}: the table does not exist (or has no columns); check `table` in the job config"
+            )));
         }
-        let select_list = select.join(", ");
-        let table_sql = dialect.quote_table(&cfg.table);
-        let read_sql = match cfg.time_field {
-            Some(i) => {
-                let column = &cfg.columns[i];
-                let col = dialect.quote(column);
-                let (e, lo, hi) = match dialect.window_compare(&col, storage[i], "") {
-                    Ok(parts) => parts,
-                    Err(_) => {
-                        let declared = declared_type(&pool, dialect, &cfg.table, column).await?;
-                        let why = dialect
-                            .window_compare(&col, storage[i], &declared)
-                            .err()
-                            .unwrap_or_default();
-                        return Err(ConnectorError::Config(format!(
-                            "{display}: the time column `{column}` {why}"
-                        )));
-                    }
-                };
-                if dialect == Dialect::Sqlite {
-                    check_sqlite_times(&pool, &table_sql, &col, column, &display).await?;
-                }
-                // The rows no window holds come in the same read, flagged
-                // by a last column, so that they are listed without a
-                // second pass over the table.
-                let unplaceable = dialect.unplaceable(&col);
-                let raw = dialect.as_text(&col);
-                format!(
-                    "SELECT {select_list}, CASE WHEN {unplaceable} THEN 1 ELSE 0 END, \
-                     CASE WHEN {unplaceable} THEN {raw} END FROM {table_sql} \
-                     WHERE ({e} >= {lo} AND {e} < {hi}) OR {unplaceable}"
-                )
-            }
-            None => format!("SELECT {select_list} FROM {table_sql}"),
-        };
+        let found = ColumnStorage::of(&columns, &cfg, schema, &display)?;
+        let amount_format = cfg
+            .amount_format
+            .unwrap_or_else(|| default_amount_format(schema, &found.fields));
+        let select_list = select_list(dialect, &cfg, schema, &found.fields);
+        let read_sql =
+            read_sql(&pool, dialect, &cfg, &found.fields, &select_list, &display).await?;
         Ok(SqlTable {
             pool,
             dialect,
@@ -295,9 +357,9 @@ impl SqlTable {
             read_sql,
             cfg,
             schema: schema.clone(),
-            storage,
-            key_storage,
-            currency_storage,
+            storage: found.fields,
+            key_storage: found.key,
+            currency_storage: found.currency,
             amount_format,
             display,
             style: tokio::sync::OnceCell::new(),

@@ -117,4 +117,12 @@ impl ConnectorConfig for SqlSettings {
     fn kind(&self) -> &'static str {
         "a SQL table"
     }
+
+    fn type_name() -> &'static str {
+        "sql"
+    }
+
+    fn url_setting() -> Option<&'static str> {
+        Some("url")
+    }
 }

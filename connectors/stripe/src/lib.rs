@@ -16,6 +16,7 @@ pub mod emulator;
 mod models;
 mod settings;
 mod source;
+pub mod webhook;
 
 pub use models::{FieldPaths, StripeObject};
 pub use settings::StripeSettings;

@@ -89,4 +89,12 @@ impl ConnectorConfig for StripeSettings {
     fn kind(&self) -> &'static str {
         "Stripe"
     }
+
+    fn type_name() -> &'static str {
+        "stripe"
+    }
+
+    fn url_setting() -> Option<&'static str> {
+        Some("base_url")
+    }
 }

@@ -2,9 +2,12 @@
 #![cfg(feature = "emulator")]
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind};
+// The emulator's clock: on tokio's paused clock it is virtual time.
+use tokio::time::Instant;
+
+use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind, StripeFault};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -578,7 +581,7 @@ async fn request_ids_and_content_type() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limit() {
     let emu = Emulator::start(EmulatorConfig {
         rate_limit_per_sec: Some(10),
@@ -622,7 +625,7 @@ async fn rate_limit() {
     emu.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_client_pacing_at_the_limit_is_never_throttled() {
     // A token-bucket client of the same rate and burst (like `governor`): a
     // burst of 50, then one request per 1/50 s.
@@ -693,7 +696,7 @@ async fn faults_error_statuses() {
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_error(&body, "invalid_request_error", Some("rate_limit"), None);
 
-    emu.set_faults(fault(FaultKind::LockTimeout, 0, 1));
+    emu.set_faults(fault(FaultKind::Provider(StripeFault::LockTimeout), 0, 1));
     let (status, headers, body) = get_raw(&emu, "/v1/charges").await;
     assert_eq!(status, 429);
     assert_eq!(headers["stripe-should-retry"], "true");
@@ -758,7 +761,7 @@ async fn faults_error_statuses() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn faults_bodies_and_timing() {
     let emu = start().await;
     insert_charges(&emu, &[("ch_1", T0), ("ch_2", T0 + 1)]);
@@ -865,7 +868,7 @@ async fn fault_drop_connection() {
     emu.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn latency_is_concurrent() {
     let emu = Emulator::start(EmulatorConfig {
         latency: Duration::from_millis(150),

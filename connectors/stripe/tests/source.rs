@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use recon_core::{Field, FieldKind, Schema, Secret, Source, Window};
-use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind};
+use recon_stripe::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, ObjectKind, StripeFault};
 use recon_stripe::{StripeConfig, StripeObject, StripeSource};
 
 fn schema() -> Schema {
@@ -135,7 +135,7 @@ async fn lookups_find_what_exists_and_treat_404_and_deleted_as_missing() {
 async fn every_fault_is_survived_with_exact_counts() {
     let faults = [
         FaultKind::RateLimited,
-        FaultKind::LockTimeout,
+        FaultKind::Provider(StripeFault::LockTimeout),
         FaultKind::ServerError,
         FaultKind::Unavailable,
         FaultKind::Slow(Duration::from_secs(3)),

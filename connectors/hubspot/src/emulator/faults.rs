@@ -1,18 +1,13 @@
-//! Fault plans and HubSpot's rate-limit policies.
+//! HubSpot's rate-limit policies. (Fault plans are `recon_emulator_kit`'s,
+//! with the same rules as the other emulators'.)
 //!
-//! A fault plan is consulted once per request, in arrival order. Request number
-//! `n` (0-based, counted from the last [`set_faults`](super::Emulator::set_faults))
-//! gets the first fault of the plan with `after <= n < after + times`; requests
-//! that no fault covers are served normally (the same rules as the Stripe
-//! emulator's plans).
+//! Time is `tokio::time::Instant`, so a test on tokio's paused clock drives
+//! the windows.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::FaultKind;
-
-/// The shared fault plan (see `recon_emulator_kit::FaultPlan`).
-pub(crate) type FaultPlan = recon_emulator_kit::FaultPlan<FaultKind>;
+use tokio::time::Instant;
 
 /// A rolling window: at most `limit` admissions in any `span`. HubSpot names
 /// its burst policy `TEN_SECONDLY_ROLLING`, i.e. a sliding window rather than

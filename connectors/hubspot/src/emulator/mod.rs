@@ -77,12 +77,12 @@ mod search;
 mod server;
 mod store;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use recon_emulator_kit::Server;
+use recon_emulator_kit::{Server, Stats, TransportFault};
 use serde_json::{Map, Value};
 use tokio::task::JoinHandle;
 
@@ -215,50 +215,39 @@ impl PropertyType {
     }
 }
 
-/// A fault to inject instead of (or on top of) the normal response.
-#[derive(Clone, Debug)]
-pub enum FaultKind {
-    /// `429` with HubSpot's `TEN_SECONDLY_ROLLING` rate-limit body (and
-    /// `X-HubSpot-RateLimit-Remaining: 0`).
-    RateLimited,
-    /// `500`, category `INTERNAL_ERROR`.
-    ServerError,
-    /// `503`, category `SERVICE_UNAVAILABLE`.
-    Unavailable,
-    /// The normal response, sent after this extra delay (on top of `latency`).
-    Slow(Duration),
-    /// `200` whose body is the first half of the normal response's JSON, with a
-    /// `Content-Length` matching the truncated body. The request is processed.
-    TruncatedJson,
-    /// `200` with `Content-Type: application/json` and an HTML body. The
-    /// request is not processed.
-    MalformedJson,
-    /// The TCP connection is closed without any HTTP response; the request is
-    /// not processed.
-    DropConnection,
-}
+/// A fault to inject instead of (or on top of) the normal response: the
+/// kit's transport faults, answered with HubSpot's bodies — `RateLimited` a
+/// `429` with the `TEN_SECONDLY_ROLLING` body (and
+/// `X-HubSpot-RateLimit-Remaining: 0`), `ServerError` a `500`
+/// `INTERNAL_ERROR`, `Unavailable` a `503` `SERVICE_UNAVAILABLE`.
+pub type FaultKind = TransportFault;
 
 /// One entry of a fault plan: requests number `after .. after + times` (counted
 /// from 0 since [`Emulator::set_faults`]) get `kind`. When entries overlap, the
 /// first in the plan wins.
 pub type Fault = recon_emulator_kit::Fault<FaultKind>;
 
-/// Counters since [`Emulator::start`].
+/// Counters since [`Emulator::start`]: the kit's [`Stats`] (`requests`,
+/// `throttled`, `by_status`, `max_in_flight`, read through `Deref` or
+/// `transport`) and HubSpot's own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EmulatorStats {
-    /// Every HTTP request received (including dropped connections).
-    pub requests: u64,
-    /// `429` responses sent, from the rate limiters or from faults.
-    pub throttled: u64,
-    /// Responses sent, by status. Dropped connections send none and are absent.
-    pub by_status: BTreeMap<u16, u64>,
+    /// Every emulator's counters (`throttled`: `429`s of the rate limiters
+    /// and of faults).
+    pub transport: Stats,
     /// Requests received on a search endpoint (whatever their outcome).
     pub search_requests: u64,
-    /// The most requests ever being handled at once.
-    pub max_in_flight: u64,
     /// Requests of the other apps (see [`EmulatorConfig::others_share`])
     /// admitted into the 10-second window.
     pub other_requests: u64,
+}
+
+impl std::ops::Deref for EmulatorStats {
+    type Target = Stats;
+
+    fn deref(&self) -> &Stats {
+        &self.transport
+    }
 }
 
 /// A running emulator. Dropping it stops the server too (without waiting).
@@ -403,7 +392,7 @@ impl Emulator {
 
     /// Replaces the fault plan; the next request is request number 0 of it.
     pub fn set_faults(&self, faults: Vec<Fault>) {
-        *self.shared.faults.lock().unwrap() = faults::FaultPlan::new(faults);
+        self.shared.transport.set_faults(faults);
     }
 
     /// `batch/upsert` inputs whose `id` (the idProperty value) is in `ids` fail
@@ -414,7 +403,9 @@ impl Emulator {
     }
 
     pub fn stats(&self) -> EmulatorStats {
-        self.shared.stats.lock().unwrap().clone()
+        let mut stats = self.shared.stats.lock().unwrap().clone();
+        stats.transport = self.shared.transport.stats();
+        stats
     }
 
     /// Stops accepting connections, lets requests in flight finish (for up to
@@ -443,7 +434,7 @@ async fn other_apps(shared: Arc<Shared>, per_10s: u32) {
         let mut admitted = 0;
         {
             let mut limits = shared.limits.lock().unwrap();
-            while pending > 0 && limits.admit_other(now.into_std()) {
+            while pending > 0 && limits.admit_other(now) {
                 pending -= 1;
                 admitted += 1;
             }

@@ -33,7 +33,7 @@
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde_json::Value;
 

@@ -5,9 +5,11 @@
 //! `recon_emulator_kit`'s, shared by the three emulators.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicU64;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
@@ -15,13 +17,12 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 
-use super::faults::{FaultPlan, Limits, Policy, RateHeaders};
+use super::faults::{Limits, Policy, RateHeaders};
 use super::search::{self, QueryCache, MAX_RESULTS};
 use super::store::{self, canonical_type, iso_ms, Record, Store, TypeStore, ALWAYS};
-use super::{EmulatorConfig, EmulatorStats, Exchange, FaultKind};
+use super::{EmulatorConfig, EmulatorStats, Exchange};
 use recon_emulator_kit::{
-    dropped_response, percent_decode, splitmix64, uuid_v4, ConnHandle, IdSeq, InFlight,
-    MALFORMED_JSON_BODY,
+    percent_decode, splitmix64, uuid_v4, AfterWork, IdSeq, Injected, Transport, MALFORMED_JSON_BODY,
 };
 
 /// HubSpot's batch endpoints take at most 100 inputs.
@@ -35,10 +36,10 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 
 pub(crate) struct Shared {
     pub token: String,
-    pub latency: Duration,
     pub search_lag: Duration,
     pub store: RwLock<Store>,
-    pub faults: Mutex<FaultPlan>,
+    /// The fault plan, latency and the kit's stats.
+    pub transport: Transport,
     pub limits: Mutex<Limits>,
     /// For the `RateLimited` fault's `X-HubSpot-RateLimit-Max`.
     limit_per_10s: Option<u32>,
@@ -51,8 +52,8 @@ pub(crate) struct Shared {
     record: bool,
     pub exchanges: Mutex<Vec<Exchange>>,
     pub cache: Mutex<QueryCache>,
+    /// HubSpot's own counters (`transport` is filled in by `stats()`).
     pub stats: Mutex<EmulatorStats>,
-    in_flight: AtomicU64,
     ids: IdSeq,
 }
 
@@ -60,10 +61,9 @@ impl Shared {
     pub fn new(config: EmulatorConfig) -> Self {
         Shared {
             token: config.token,
-            latency: config.latency,
             search_lag: config.search_lag,
             store: RwLock::new(Store::default()),
-            faults: Mutex::new(FaultPlan::default()),
+            transport: Transport::new(config.latency),
             limits: Mutex::new(Limits::new(
                 config.limit_per_10s,
                 config.search_per_sec,
@@ -78,7 +78,6 @@ impl Shared {
             exchanges: Mutex::new(Vec::new()),
             cache: Mutex::new(QueryCache::default()),
             stats: Mutex::new(EmulatorStats::default()),
-            in_flight: AtomicU64::new(0),
             ids: IdSeq::new(),
         }
     }
@@ -276,92 +275,28 @@ impl Route {
 }
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let (_in_flight, in_flight) = InFlight::enter(&shared.in_flight);
-    {
-        let mut stats = shared.stats.lock().unwrap();
-        stats.requests += 1;
-        stats.max_in_flight = stats.max_in_flight.max(in_flight);
-    }
+    // Everything that depends on arrival order is decided now.
+    let arrival = shared.transport.arrive(&req);
     let cid = shared.next_uuid();
-    let conn = ConnHandle::of(&req);
     let (parts, body) = req.into_parts();
     let route = Route::parse(&parts.method, parts.uri.path());
     let is_search = matches!(route, Route::Search(_));
     if is_search {
         shared.stats.lock().unwrap().search_requests += 1;
     }
-
-    // Everything that depends on arrival order is decided now.
-    let fault = shared.faults.lock().unwrap().next();
-    let mut delay = shared.latency;
-    enum Plan {
-        Serve(Option<RateHeaders>),
-        Reply(Reply),
-    }
-    let plan = match &fault {
-        Some(FaultKind::RateLimited) => {
-            let mut r = rate_limited(Policy::TenSecondly, &cid, &shared.next_uuid());
-            let mut h = shared.limits.lock().unwrap().headers();
-            h.ten = Some((shared.limit_per_10s.unwrap_or(100), 0));
-            r.rate = Some(h);
-            Plan::Reply(r)
-        }
-        Some(FaultKind::ServerError) => {
-            Plan::Reply(error(500, "INTERNAL_ERROR", "internal error", &cid))
-        }
-        Some(FaultKind::Unavailable) => Plan::Reply(error(
-            503,
-            "SERVICE_UNAVAILABLE",
-            "The service is temporarily unavailable. Please try again later.",
-            &cid,
-        )),
-        Some(FaultKind::MalformedJson) => Plan::Reply(Reply {
-            status: 200,
-            body: MALFORMED_JSON_BODY.to_vec(),
-            rate: None,
-        }),
-        Some(FaultKind::Slow(extra)) => {
-            delay += *extra;
-            Plan::Serve(None)
-        }
-        Some(FaultKind::DropConnection) | Some(FaultKind::TruncatedJson) | None => {
-            Plan::Serve(None)
-        }
+    let admitted = match arrival.injected() {
+        Some(injected) => Err(fault_reply(&shared, injected, &cid)),
+        None if !authorized(&shared, &parts.headers) => Err(unauthenticated(&cid)),
+        None => admit(&shared, is_search, &cid),
     };
-    let plan = match plan {
-        Plan::Serve(_) if !authorized(&shared, &parts.headers) => {
-            Plan::Reply(unauthenticated(&cid))
-        }
-        Plan::Serve(_) => {
-            let mut limits = shared.limits.lock().unwrap();
-            // HubSpot's search guide: search responses do not include the
-            // X-HubSpot-RateLimit headers (the search endpoints have their
-            // own limit); every other authenticated response does.
-            let headers = |l: &Limits| (!is_search).then(|| l.headers());
-            match limits.admit(Instant::now(), is_search) {
-                Ok(()) => Plan::Serve(headers(&limits)),
-                Err(policy) => {
-                    let mut r = rate_limited(policy, &cid, &shared.next_uuid());
-                    r.rate = headers(&limits);
-                    Plan::Reply(r)
-                }
-            }
-        }
-        other => other,
-    };
-
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-
-    if matches!(fault, Some(FaultKind::DropConnection)) {
+    if let Err(dropped) = arrival.wait().await {
         // Never written: the connection's I/O now fails. Not counted in by_status.
-        return dropped_response(conn);
+        return dropped;
     }
 
-    let mut reply = match plan {
-        Plan::Reply(r) => r,
-        Plan::Serve(rate) => {
+    let mut reply = match admitted {
+        Err(r) => r,
+        Ok(rate) => {
             let mut r = match axum::body::to_bytes(body, MAX_BODY).await {
                 Ok(bytes) => {
                     let r = serve(&shared, &cid, route, &parts.uri, &bytes);
@@ -381,19 +316,56 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             r
         }
     };
-    if matches!(fault, Some(FaultKind::TruncatedJson)) {
-        reply.status = 200;
-        reply.body.truncate(reply.body.len() / 2);
+    match arrival.after_work(&mut reply.status, &mut reply.body) {
+        AfterWork::Send => {}
+        AfterWork::ServerError => reply = fault_reply(&shared, Injected::ServerError, &cid),
+        AfterWork::Dropped(dropped) => return dropped,
     }
+    arrival.sent(reply.status, false);
+    build(reply, &cid)
+}
 
-    {
-        let mut stats = shared.stats.lock().unwrap();
-        *stats.by_status.entry(reply.status).or_insert(0) += 1;
-        if reply.status == 429 {
-            stats.throttled += 1;
+/// HubSpot's answer to an injected error fault.
+fn fault_reply(shared: &Shared, injected: Injected<'_, Infallible>, cid: &str) -> Reply {
+    match injected {
+        Injected::RateLimited => {
+            let mut r = rate_limited(Policy::TenSecondly, cid, &shared.next_uuid());
+            let mut h = shared.limits.lock().unwrap().headers();
+            h.ten = Some((shared.limit_per_10s.unwrap_or(100), 0));
+            r.rate = Some(h);
+            r
+        }
+        Injected::ServerError => error(500, "INTERNAL_ERROR", "internal error", cid),
+        Injected::Unavailable => error(
+            503,
+            "SERVICE_UNAVAILABLE",
+            "The service is temporarily unavailable. Please try again later.",
+            cid,
+        ),
+        Injected::MalformedJson => Reply {
+            status: 200,
+            body: MALFORMED_JSON_BODY.to_vec(),
+            rate: None,
+        },
+        Injected::Provider(never) => match *never {},
+    }
+}
+
+/// The rate limits' decision on an authorized request arriving now: the
+/// rate headers to send (none on searches: HubSpot's search guide says
+/// search responses do not include the X-HubSpot-RateLimit headers, the
+/// search endpoints have their own limit), or the `429`.
+fn admit(shared: &Shared, is_search: bool, cid: &str) -> Result<Option<RateHeaders>, Reply> {
+    let mut limits = shared.limits.lock().unwrap();
+    let headers = |l: &Limits| (!is_search).then(|| l.headers());
+    match limits.admit(Instant::now(), is_search) {
+        Ok(()) => Ok(headers(&limits)),
+        Err(policy) => {
+            let mut r = rate_limited(policy, cid, &shared.next_uuid());
+            r.rate = headers(&limits);
+            Err(r)
         }
     }
-    build(reply, &cid)
 }
 
 fn parse_body(bytes: &[u8], cid: &str) -> Result<Value, Reply> {

@@ -19,7 +19,9 @@
 //! over tens of thousands of records never parse dates.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use serde_json::{Map, Value};
 

@@ -40,7 +40,7 @@
 //! of an aborted job).
 
 use std::collections::HashMap;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde_json::{json, Map, Value};
 

@@ -266,7 +266,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use recon_emulator_kit::{FaultPlan, Server};
+use recon_emulator_kit::{FaultPlan, Server, Stats, TransportFault};
 use serde_json::Value;
 
 use server::Shared;
@@ -485,41 +485,22 @@ impl FieldDef {
     }
 }
 
-/// A fault to inject instead of (or on top of) the normal response; see the
-/// module docs.
-#[derive(Clone, Debug)]
-pub enum FaultKind {
-    /// `429` with `Retry-After: 1`.
-    RateLimited,
-    /// `500 UNKNOWN_EXCEPTION`.
-    ServerError,
-    /// `503 SERVER_UNAVAILABLE`.
-    Unavailable,
-    /// The normal response, after this extra delay.
-    Slow(Duration),
-    /// `200` with the first half of the normal body; the request is processed.
-    TruncatedJson,
-    /// `200` with an HTML body; the request is not processed.
-    MalformedJson,
-    /// The connection closes without a response; the request is not processed.
-    DropConnection,
-    /// The request is processed, then answered `500 UNKNOWN_EXCEPTION`
-    /// instead: the work is done, its answer lost.
-    ServerErrorAfterWork,
-    /// The request is processed, then the connection closes without a
-    /// response: the work is done, its answer lost.
-    DropAfterWork,
-}
+/// A fault to inject instead of (or on top of) the normal response: the
+/// kit's transport faults, answered with Salesforce's bodies; see the module
+/// docs.
+pub type FaultKind = TransportFault;
 
 /// One entry of a fault plan: requests number `after .. after + times`
 /// (counted from 0 since [`Emulator::set_faults`]) get `kind`.
 pub type Fault = recon_emulator_kit::Fault<FaultKind>;
 
-/// Counters since [`Emulator::start`].
+/// Counters since [`Emulator::start`]: the kit's [`Stats`] (`requests`,
+/// dropped connections included; `throttled`; `by_status`; `max_in_flight`;
+/// read through `Deref` or `transport`) and Salesforce's own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EmulatorStats {
-    /// Every HTTP request received (dropped connections included).
-    pub requests: u64,
+    /// Every emulator's counters.
+    pub transport: Stats,
     /// Calls counted against the daily allowance (see the module docs).
     pub api_calls: u64,
     /// Requests received per route (whatever their outcome), by the names
@@ -527,10 +508,14 @@ pub struct EmulatorStats {
     pub by_route: BTreeMap<String, u64>,
     /// Requests to the token endpoint.
     pub token_requests: u64,
-    /// Responses sent, by status (dropped connections send none).
-    pub by_status: BTreeMap<u16, u64>,
-    /// The most requests ever being handled at once.
-    pub max_in_flight: u64,
+}
+
+impl std::ops::Deref for EmulatorStats {
+    type Target = Stats;
+
+    fn deref(&self) -> &Stats {
+        &self.transport
+    }
 }
 
 /// A running emulator. Dropping it stops the server too (without waiting).
@@ -646,7 +631,7 @@ impl Emulator {
 
     /// Replaces the fault plan; the next request is request number 0 of it.
     pub fn set_faults(&self, faults: Vec<Fault>) {
-        *self.shared.faults.lock().unwrap() = FaultPlan::new(faults);
+        self.shared.transport.set_faults(faults);
     }
 
     /// Replaces the fault plan of one route (`"composite_create"`,
@@ -661,7 +646,9 @@ impl Emulator {
     }
 
     pub fn stats(&self) -> EmulatorStats {
-        self.shared.stats.lock().unwrap().clone()
+        let mut stats = self.shared.stats.lock().unwrap().clone();
+        stats.transport = self.shared.transport.stats();
+        stats
     }
 
     /// Stops accepting connections, lets requests in flight finish (for up to

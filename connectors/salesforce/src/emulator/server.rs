@@ -7,9 +7,12 @@
 //! `recon_emulator_kit`'s, shared by every emulator.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
@@ -23,8 +26,8 @@ use super::store::{RecErr, Store, WriteOp};
 use super::values::{now_ms, rest_datetime, sf_id, Val};
 use super::{EmulatorConfig, EmulatorStats, FaultKind, FieldType};
 use recon_emulator_kit::{
-    base64_decode, base64_encode, dropped_response, fnv1a64, percent_decode, splitmix64,
-    ConnHandle, FaultPlan, IdSeq, InFlight, MALFORMED_JSON_BODY,
+    base64_decode, base64_encode, fnv1a64, percent_decode, splitmix64, AfterWork, FaultPlan, IdSeq,
+    Injected, Transport, MALFORMED_JSON_BODY,
 };
 
 /// "In each REST call, the maximum length for the combined URI and headers
@@ -87,15 +90,16 @@ pub(crate) struct Shared {
     pub org_id: String,
     pub user_id: String,
     pub store: RwLock<Store>,
-    pub faults: Mutex<FaultPlan<FaultKind>>,
+    /// The shared fault plan, latency and the kit's stats.
+    pub transport: Transport,
     /// Fault plans of single routes, by route name.
     pub route_faults: Mutex<HashMap<String, FaultPlan<FaultKind>>>,
     pub tokens: Mutex<Tokens>,
     pub usage: Mutex<Usage>,
     cursors: Mutex<HashMap<String, Cursor>>,
     pub jobs: Mutex<Jobs>,
+    /// Salesforce's own counters (`transport` is filled in by `stats()`).
     pub stats: Mutex<EmulatorStats>,
-    in_flight: AtomicU64,
     ids: IdSeq,
     seq: AtomicU64,
 }
@@ -107,19 +111,18 @@ impl Shared {
             max: cfg.daily_api_limit,
         };
         Shared {
+            transport: Transport::new(cfg.latency),
             cfg,
             base_url,
             org_id: sf_id("00D", 1),
             user_id: sf_id("005", 1),
             store: RwLock::new(Store::default()),
-            faults: Mutex::new(FaultPlan::default()),
             route_faults: Mutex::new(HashMap::new()),
             tokens: Mutex::new(Tokens::default()),
             usage: Mutex::new(usage),
             cursors: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Jobs::default()),
             stats: Mutex::new(EmulatorStats::default()),
-            in_flight: AtomicU64::new(0),
             ids: IdSeq::new(),
             seq: AtomicU64::new(1),
         }
@@ -406,97 +409,76 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .then(|| token.trim())
 }
 
-fn fault_reply(kind: &FaultKind) -> Option<Reply> {
-    Some(match kind {
+/// Salesforce's answer to an injected error fault.
+fn fault_reply(injected: Injected<'_, Infallible>) -> Reply {
+    match injected {
         // Not a documented Salesforce response: what a proxy or the edge in
         // front of the org sends when it sheds load.
-        FaultKind::RateLimited => {
+        Injected::RateLimited => {
             let mut r = Reply::error(429, "TOO_MANY_REQUESTS", "Too many requests; retry later.");
             r.headers.push(("retry-after", "1".into()));
             r
         }
-        FaultKind::ServerError => Reply::error(
+        Injected::ServerError => Reply::error(
             500,
             "UNKNOWN_EXCEPTION",
             "An unexpected error occurred. Please include this ErrorId if you contact support: 1234567890-12345 (-1234567890)",
         ),
-        FaultKind::Unavailable => Reply::error(
+        Injected::Unavailable => Reply::error(
             503,
             "SERVER_UNAVAILABLE",
             "Server temporarily unavailable. Please try again later.",
         ),
-        FaultKind::MalformedJson => Reply {
+        Injected::MalformedJson => Reply {
             status: 200,
             body: MALFORMED_JSON_BODY.to_vec(),
             content_type: JSON,
             headers: Vec::new(),
             limit: None,
         },
-        FaultKind::Slow(_)
-        | FaultKind::TruncatedJson
-        | FaultKind::DropConnection
-        | FaultKind::ServerErrorAfterWork
-        | FaultKind::DropAfterWork => return None,
-    })
+        Injected::Provider(never) => match *never {},
+    }
 }
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let (_in_flight, in_flight) = InFlight::enter(&shared.in_flight);
-    let conn = ConnHandle::of(&req);
-    let (parts, body) = req.into_parts();
-    let route = Route::parse(&parts.method, parts.uri.path(), |v| {
+    let route = Route::parse(req.method(), req.uri().path(), |v| {
         shared.cfg.serves_version(v)
     });
     super::bulk::process_due(&shared);
+    // Everything that depends on arrival order is decided now.
+    let arrival = shared.transport.arrive_with(&req, || {
+        let mut plans = shared.route_faults.lock().unwrap();
+        plans.get_mut(route.name()).and_then(FaultPlan::next)
+    });
     {
         let mut stats = shared.stats.lock().unwrap();
-        stats.requests += 1;
-        stats.max_in_flight = stats.max_in_flight.max(in_flight);
         *stats.by_route.entry(route.name().to_owned()).or_insert(0) += 1;
         if matches!(route, Route::Token) {
             stats.token_requests += 1;
         }
     }
-
-    // Everything that depends on arrival order is decided now.
-    let shared_fault = shared.faults.lock().unwrap().next();
-    let route_fault = shared
-        .route_faults
-        .lock()
-        .unwrap()
-        .get_mut(route.name())
-        .and_then(FaultPlan::next);
-    let fault = shared_fault.or(route_fault);
-    let mut delay = shared.cfg.latency;
-    if let Some(FaultKind::Slow(extra)) = &fault {
-        delay += *extra;
-    }
+    let (parts, body) = req.into_parts();
     let uri_len = parts.uri.to_string().len();
     let header_len: usize = parts
         .headers
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len() + 4)
         .sum();
-    let admitted: Result<Option<(u64, u64)>, Reply> =
-        if let Some(r) = fault.as_ref().and_then(fault_reply) {
-            Err(r)
-        } else if uri_len > MAX_URI_AND_HEADERS {
-            Err(edge(414, "URI Too Long"))
-        } else if uri_len + header_len > MAX_URI_AND_HEADERS {
-            Err(edge(431, "Request Header Fields Too Large"))
-        } else if route.is_data() && !matches!(fault, Some(FaultKind::DropConnection)) {
-            // A dropped request is never processed, so never counted.
-            admit(&shared, &parts.headers)
-        } else {
-            Ok(None)
-        };
-
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    if matches!(fault, Some(FaultKind::DropConnection)) {
+    let admitted: Result<Option<(u64, u64)>, Reply> = if let Some(i) = arrival.injected() {
+        Err(fault_reply(i))
+    } else if uri_len > MAX_URI_AND_HEADERS {
+        Err(edge(414, "URI Too Long"))
+    } else if uri_len + header_len > MAX_URI_AND_HEADERS {
+        Err(edge(431, "Request Header Fields Too Large"))
+    } else if route.is_data() && !arrival.drops() {
+        // A dropped request is never processed, so never counted.
+        admit(&shared, &parts.headers)
+    } else {
+        Ok(None)
+    };
+    if let Err(dropped) = arrival.wait().await {
         // Never written: the connection's I/O now fails. Not processed.
-        return dropped_response(conn);
+        return dropped;
     }
 
     let mut reply = match admitted {
@@ -510,24 +492,17 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             r
         }
     };
-    match fault {
-        Some(FaultKind::TruncatedJson) => {
-            reply.status = 200;
-            reply.body.truncate(reply.body.len() / 2);
-        }
+    match arrival.after_work(&mut reply.status, &mut reply.body) {
+        AfterWork::Send => {}
         // Done; its answer never arrives.
-        Some(FaultKind::DropAfterWork) => return dropped_response(conn),
-        Some(FaultKind::ServerErrorAfterWork) => {
+        AfterWork::Dropped(dropped) => return dropped,
+        AfterWork::ServerError => {
             let limit = reply.limit;
-            reply = fault_reply(&FaultKind::ServerError).expect("an error reply");
+            reply = fault_reply(Injected::ServerError);
             reply.limit = limit;
         }
-        _ => {}
     }
-    {
-        let mut stats = shared.stats.lock().unwrap();
-        *stats.by_status.entry(reply.status).or_insert(0) += 1;
-    }
+    arrival.sent(reply.status, false);
     build(reply)
 }
 

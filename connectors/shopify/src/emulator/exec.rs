@@ -47,7 +47,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use recon_emulator_kit::{base64_decode, base64_encode};
 use serde_json::{json, Map, Value as Json};

@@ -1,18 +1,10 @@
-//! Fault plans and the cost bucket.
+//! The cost bucket. (Fault plans are `recon_emulator_kit`'s, with the same
+//! rules as the other emulators'.)
 //!
-//! A fault plan is consulted once per request, in arrival order. Request number
-//! `n` (0-based, counted from the last [`set_faults`](super::Emulator::set_faults))
-//! gets the first fault of the plan with `after <= n < after + times`; requests
-//! that no fault covers are served normally. Each fault therefore counts from the
-//! same origin, so `[{after: 0, times: 2}, {after: 5, times: 1}]` hits requests
-//! 0, 1 and 5. (Same semantics as the Stripe and HubSpot emulators.)
+//! Time is `tokio::time::Instant`, so a test on tokio's paused clock drives
+//! the bucket's refill.
 
-use std::time::Instant;
-
-use super::FaultKind;
-
-/// The shared fault plan (see `recon_emulator_kit::FaultPlan`).
-pub(crate) type FaultPlan = recon_emulator_kit::FaultPlan<FaultKind>;
+use tokio::time::Instant;
 
 /// One point, in the bucket's internal units (nano-points).
 const UNIT: u128 = 1_000_000_000;

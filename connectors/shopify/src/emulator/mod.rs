@@ -55,12 +55,12 @@ mod search;
 mod server;
 mod store;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
-use recon_emulator_kit::Server;
+use recon_emulator_kit::{Server, Stats, TransportFault};
+use tokio::time::Instant;
 
 use server::Shared;
 
@@ -110,27 +110,14 @@ impl Default for EmulatorConfig {
     }
 }
 
-/// A fault to inject instead of (or on top of) the normal response.
-#[derive(Clone, Debug)]
-pub enum FaultKind {
-    /// HTTP `429` with `Retry-After: 1.0` and a `THROTTLED` error body.
-    RateLimited,
-    /// HTTP `500` with Shopify's "Internal error. Looks like something went
-    /// wrong on our end." body (code `INTERNAL_SERVER_ERROR`, the request id).
-    ServerError,
-    /// HTTP `503`, `{"errors": "Service Unavailable"}`.
-    Unavailable,
-    /// The normal response, sent after this extra delay (on top of `latency`).
-    Slow(Duration),
-    /// `200` whose body is the first half of the normal response's JSON, with a
-    /// `Content-Length` matching the truncated body.
-    TruncatedJson,
-    /// `200` with `Content-Type: application/json` and an HTML body.
-    MalformedJson,
-    /// The TCP connection is closed without any HTTP response (and the request
-    /// has no effect).
-    DropConnection,
-}
+/// A fault to inject instead of (or on top of) the normal response: the
+/// kit's transport faults, answered with Shopify's bodies — `RateLimited` an
+/// HTTP `429` with `Retry-After: 1.0` and a `THROTTLED` error body,
+/// `ServerError` a `500` with Shopify's "Internal error. Looks like
+/// something went wrong on our end." body (code `INTERNAL_SERVER_ERROR`, the
+/// request id), `Unavailable` a `503` `{"errors": "Service Unavailable"}`.
+/// `DropConnection` has no effect on the shop.
+pub type FaultKind = TransportFault;
 
 /// One entry of a fault plan: requests number `after .. after + times` (counted
 /// from 0 since [`Emulator::set_faults`], every HTTP request including bulk
@@ -196,21 +183,27 @@ impl OrderSpec {
     }
 }
 
-/// Counters since [`Emulator::start`].
+/// Counters since [`Emulator::start`]: the kit's [`Stats`] (`requests`,
+/// every HTTP request including dropped connections and bulk downloads;
+/// `throttled`, `THROTTLED` GraphQL errors plus HTTP `429`s; `by_status`;
+/// `max_in_flight`; read through `Deref` or `transport`) and Shopify's own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EmulatorStats {
-    /// Every HTTP request received (including dropped connections and bulk
-    /// downloads).
-    pub requests: u64,
-    /// `THROTTLED` GraphQL errors plus HTTP `429`s.
-    pub throttled: u64,
+    /// Every emulator's counters.
+    pub transport: Stats,
     /// GraphQL operations executed (admitted by the bucket; not counting
     /// invalid, throttled or faulted requests).
     pub queries: u64,
     /// Bulk operations created.
     pub bulk_operations: u64,
-    /// Responses sent, by status. Dropped connections send none and are absent.
-    pub by_status: BTreeMap<u16, u64>,
+}
+
+impl std::ops::Deref for EmulatorStats {
+    type Target = Stats;
+
+    fn deref(&self) -> &Stats {
+        &self.transport
+    }
 }
 
 /// A running emulator. Dropping it stops the server too (without waiting).
@@ -279,7 +272,7 @@ impl Emulator {
 
     /// Replaces the fault plan; the next request is request number 0 of it.
     pub fn set_faults(&self, faults: Vec<Fault>) {
-        *self.shared.faults.lock().unwrap() = faults::FaultPlan::new(faults);
+        self.shared.transport.set_faults(faults);
     }
 
     /// How the next bulk operation created will end (afterwards the outcome
@@ -289,7 +282,9 @@ impl Emulator {
     }
 
     pub fn stats(&self) -> EmulatorStats {
-        self.shared.stats.lock().unwrap().clone()
+        let mut stats = self.shared.stats.lock().unwrap().clone();
+        stats.transport = self.shared.transport.stats();
+        stats
     }
 
     /// Stops accepting connections, lets requests in flight finish (for up to

@@ -4,8 +4,11 @@
 //! The listener, the server task and the `DropConnection` mechanism are
 //! `recon_emulator_kit`'s, shared by the three emulators.
 
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -14,12 +17,12 @@ use axum::response::Response;
 use serde_json::{json, Map, Value as Json};
 
 use super::exec::{self, gql_error, MAX_QUERY_COST};
-use super::faults::{CostBucket, FaultPlan};
+use super::faults::CostBucket;
 use super::graphql;
 use super::store::{Bulk, Store};
-use super::{BulkOutcome, EmulatorConfig, EmulatorStats, FaultKind};
+use super::{BulkOutcome, EmulatorConfig, EmulatorStats};
 use recon_emulator_kit::{
-    dropped_response, splitmix64, uuid_v4, ConnHandle, IdSeq, MALFORMED_JSON_BODY,
+    splitmix64, uuid_v4, AfterWork, IdSeq, Injected, Transport, MALFORMED_JSON_BODY,
 };
 
 // ---------------------------------------------------------------------------
@@ -27,16 +30,17 @@ use recon_emulator_kit::{
 
 pub(crate) struct Shared {
     pub token: String,
-    pub latency: Duration,
     pub bulk_delay: Duration,
     /// `http://127.0.0.1:PORT`, for bulk result URLs.
     pub base_url: String,
     pub store: RwLock<Store>,
     pub bulk: Mutex<Bulk>,
-    pub faults: Mutex<FaultPlan>,
+    /// The fault plan, latency and the kit's stats.
+    pub transport: Transport,
     pub bucket: Mutex<CostBucket>,
     /// See `EmulatorConfig::access_scopes`.
     pub access_scopes: Vec<String>,
+    /// Shopify's own counters (`transport` is filled in by `stats()`).
     pub stats: Mutex<EmulatorStats>,
     request_ids: IdSeq,
 }
@@ -45,7 +49,6 @@ impl Shared {
     pub fn new(config: &EmulatorConfig, base_url: String) -> Self {
         Shared {
             token: config.token.clone(),
-            latency: config.latency,
             bulk_delay: config.bulk_delay,
             base_url,
             store: RwLock::new(Store::default()),
@@ -53,7 +56,7 @@ impl Shared {
                 next_outcome: BulkOutcome::Completed,
                 ..Bulk::default()
             }),
-            faults: Mutex::new(FaultPlan::default()),
+            transport: Transport::new(config.latency),
             bucket: Mutex::new({
                 let now = Instant::now();
                 let mut b = CostBucket::new(config.max_available, config.restore_rate, now);
@@ -182,35 +185,15 @@ fn missing_query() -> Reply {
 // Handler
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    shared.stats.lock().unwrap().requests += 1;
-    let request_id = shared.next_request_id();
-    let conn = ConnHandle::of(&req);
-
     // The fault is decided on arrival, in arrival order.
-    let fault = shared.faults.lock().unwrap().next();
-    let mut delay = shared.latency;
-    let injected = match &fault {
-        Some(FaultKind::RateLimited) => Some(rate_limited()),
-        Some(FaultKind::ServerError) => Some(server_error(&request_id)),
-        Some(FaultKind::Unavailable) => Some(unavailable()),
-        Some(FaultKind::MalformedJson) => Some(Reply {
-            body: MALFORMED_JSON_BODY.to_vec(),
-            ..Reply::json(200, &Json::Null)
-        }),
-        Some(FaultKind::Slow(extra)) => {
-            delay += *extra;
-            None
-        }
-        Some(FaultKind::DropConnection) | Some(FaultKind::TruncatedJson) | None => None,
-    };
-    let dropping = matches!(fault, Some(FaultKind::DropConnection));
-
+    let arrival = shared.transport.arrive(&req);
+    let request_id = shared.next_request_id();
     let (parts, body) = req.into_parts();
     // A dropped request has no effect (it is never routed); an injected error
     // answers without auth or throttling.
-    let reply = match injected {
-        Some(r) => Some(r),
-        None if dropping => None,
+    let reply = match arrival.injected() {
+        Some(injected) => Some(fault_reply(injected, &request_id)),
+        None if arrival.drops() => None,
         None => {
             let body = axum::body::to_bytes(body, 16 << 20)
                 .await
@@ -224,27 +207,32 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             ))
         }
     };
-
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-
-    let Some(mut reply) = reply else {
+    if let Err(dropped) = arrival.wait().await {
         // Never written: the connection's I/O now fails. Not counted in by_status.
-        return dropped_response(conn);
-    };
-    if matches!(fault, Some(FaultKind::TruncatedJson)) {
-        reply.status = 200;
-        reply.body.truncate(reply.body.len() / 2);
+        return dropped;
     }
-    {
-        let mut stats = shared.stats.lock().unwrap();
-        *stats.by_status.entry(reply.status).or_insert(0) += 1;
-        if reply.status == 429 || reply.throttled {
-            stats.throttled += 1;
-        }
+    let mut reply = reply.expect("a reply unless dropped");
+    match arrival.after_work(&mut reply.status, &mut reply.body) {
+        AfterWork::Send => {}
+        AfterWork::ServerError => reply = server_error(&request_id),
+        AfterWork::Dropped(dropped) => return dropped,
     }
+    arrival.sent(reply.status, reply.throttled);
     build(reply, &request_id)
+}
+
+/// Shopify's answer to an injected error fault.
+fn fault_reply(injected: Injected<'_, Infallible>, request_id: &str) -> Reply {
+    match injected {
+        Injected::RateLimited => rate_limited(),
+        Injected::ServerError => server_error(request_id),
+        Injected::Unavailable => unavailable(),
+        Injected::MalformedJson => Reply {
+            body: MALFORMED_JSON_BODY.to_vec(),
+            ..Reply::json(200, &Json::Null)
+        },
+        Injected::Provider(never) => match *never {},
+    }
 }
 
 fn build(reply: Reply, request_id: &str) -> Response {

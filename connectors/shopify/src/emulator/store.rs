@@ -10,7 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::search::{Field, Search};
 use super::{BulkOutcome, OrderSpec};

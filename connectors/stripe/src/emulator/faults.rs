@@ -1,19 +1,15 @@
-//! Fault plans and the rate limiter.
+//! The rate limiters. (Fault plans are `recon_emulator_kit`'s: request number
+//! `n`, 0-based, counted from the last
+//! [`set_faults`](super::Emulator::set_faults), gets the first fault of the
+//! plan with `after <= n < after + times`.)
 //!
-//! A fault plan is consulted once per request, in arrival order. Request number
-//! `n` (0-based, counted from the last [`set_faults`](super::Emulator::set_faults))
-//! gets the first fault of the plan with `after <= n < after + times`; requests
-//! that no fault covers are served normally. Each fault therefore counts from the
-//! same origin, so `[{after: 0, times: 2}, {after: 5, times: 1}]` hits requests
-//! 0, 1 and 5.
+//! Time is `tokio::time::Instant`, so a test on tokio's paused clock drives
+//! the windows.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::FaultKind;
-
-/// The shared fault plan (see `recon_emulator_kit::FaultPlan`).
-pub(crate) type FaultPlan = recon_emulator_kit::FaultPlan<FaultKind>;
+use tokio::time::Instant;
 
 /// A token bucket of capacity `per_sec`, refilled continuously at `per_sec`
 /// tokens per second; each admitted request takes one token.

@@ -45,12 +45,11 @@ mod faults;
 mod server;
 mod store;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use recon_emulator_kit::Server;
+use recon_emulator_kit::{Server, TransportFault};
 use serde_json::Value;
 
 use server::Shared;
@@ -156,27 +155,18 @@ impl ObjectKind {
     }
 }
 
-/// A fault to inject instead of (or on top of) the normal response.
-#[derive(Clone, Debug)]
-pub enum FaultKind {
-    /// `429`, code `rate_limit`, Stripe's rate-limit body.
-    RateLimited,
+/// Stripe's own fault, beyond the transport faults every emulator has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StripeFault {
     /// `429`, code `lock_timeout`, with `Stripe-Should-Retry: true`.
     LockTimeout,
-    /// `500`, type `api_error`.
-    ServerError,
-    /// `503`, type `api_error`.
-    Unavailable,
-    /// The normal response, sent after this extra delay (on top of `latency`).
-    Slow(Duration),
-    /// `200` whose body is the first half of the normal response's JSON, with a
-    /// `Content-Length` matching the truncated body.
-    TruncatedJson,
-    /// `200` with `Content-Type: application/json` and an HTML body.
-    MalformedJson,
-    /// The TCP connection is closed without any HTTP response.
-    DropConnection,
 }
+
+/// A fault to inject instead of (or on top of) the normal response: the
+/// kit's transport faults, answered with Stripe's bodies — `RateLimited` a
+/// `429` with code `rate_limit`, `ServerError` a `500` and `Unavailable` a
+/// `503` of type `api_error` — plus [`StripeFault`]s as `Provider(..)`.
+pub type FaultKind = TransportFault<StripeFault>;
 
 /// One entry of a fault plan: requests number `after .. after + times` (counted
 /// from 0 since [`Emulator::set_faults`]) get `kind`. When entries overlap, the
@@ -193,18 +183,9 @@ pub struct Arrival {
     pub admitted: bool,
 }
 
-/// Counters since [`Emulator::start`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EmulatorStats {
-    /// Every HTTP request received (including dropped connections).
-    pub requests: u64,
-    /// `429` responses sent, from the rate limiter or from faults.
-    pub throttled: u64,
-    /// Responses sent, by status. Dropped connections send none and are absent.
-    pub by_status: BTreeMap<u16, u64>,
-    /// The most requests ever being handled at once.
-    pub max_in_flight: u64,
-}
+/// Counters since [`Emulator::start`]: the kit's (`throttled` counts the
+/// `429`s of the rate limiter and of faults).
+pub type EmulatorStats = recon_emulator_kit::Stats;
 
 /// A running emulator. Dropping it stops the server too (without waiting).
 pub struct Emulator {
@@ -271,11 +252,11 @@ impl Emulator {
 
     /// Replaces the fault plan; the next request is request number 0 of it.
     pub fn set_faults(&self, faults: Vec<Fault>) {
-        *self.shared.faults.lock().unwrap() = faults::FaultPlan::new(faults);
+        self.shared.transport.set_faults(faults);
     }
 
     pub fn stats(&self) -> EmulatorStats {
-        self.shared.stats.lock().unwrap().clone()
+        self.shared.transport.stats()
     }
 
     /// Every request the rate limiter decided on, in arrival order (empty

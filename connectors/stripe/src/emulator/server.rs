@@ -4,9 +4,9 @@
 //! The listener, the server task and the `DropConnection` mechanism are
 //! `recon_emulator_kit`'s, shared by the three emulators.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+
+use tokio::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
@@ -14,11 +14,11 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::faults::{FaultPlan, Limiter, RateLimiter, SlidingCounter, WindowCounter};
+use super::faults::{Limiter, RateLimiter, SlidingCounter, WindowCounter};
 use super::store::{Found, ListQuery, MissingCursor, Store};
-use super::{Arrival, EmulatorConfig, EmulatorStats, FaultKind, ObjectKind, RateLimitMode};
+use super::{Arrival, EmulatorConfig, ObjectKind, RateLimitMode, StripeFault};
 use recon_emulator_kit::{
-    base64_decode, dropped_response, percent_decode, splitmix64, ConnHandle, IdSeq, InFlight,
+    base64_decode, percent_decode, splitmix64, AfterWork, IdSeq, Injected, Transport,
     MALFORMED_JSON_BODY,
 };
 
@@ -27,16 +27,14 @@ use recon_emulator_kit::{
 
 pub(crate) struct Shared {
     pub api_key: String,
-    pub latency: Duration,
     pub store: RwLock<Store>,
-    pub faults: Mutex<FaultPlan>,
+    /// The fault plan, latency and stats.
+    pub transport: Transport<StripeFault>,
     pub limiter: Option<Mutex<Limiter>>,
     /// The origin of the limiter's windows and of `arrivals`.
     pub origin: Instant,
     /// Every request the limiter decided on.
     pub arrivals: Mutex<Vec<Arrival>>,
-    pub stats: Mutex<EmulatorStats>,
-    in_flight: AtomicU64,
     request_ids: IdSeq,
 }
 
@@ -45,9 +43,8 @@ impl Shared {
         let origin = Instant::now();
         Shared {
             api_key: config.api_key.clone(),
-            latency: config.latency,
             store: RwLock::new(Store::default()),
-            faults: Mutex::new(FaultPlan::default()),
+            transport: Transport::new(config.latency),
             limiter: config.rate_limit_per_sec.map(|n| {
                 Mutex::new(match config.rate_limit_mode {
                     RateLimitMode::TokenBucket => {
@@ -63,8 +60,6 @@ impl Shared {
             }),
             origin,
             arrivals: Mutex::new(Vec::new()),
-            stats: Mutex::new(EmulatorStats::default()),
-            in_flight: AtomicU64::new(0),
             request_ids: IdSeq::new(),
         }
     }
@@ -254,87 +249,53 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Option<Reply> {
 // Routing
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let (_in_flight, in_flight) = InFlight::enter(&shared.in_flight);
-    {
-        let mut stats = shared.stats.lock().unwrap();
-        stats.requests += 1;
-        stats.max_in_flight = stats.max_in_flight.max(in_flight);
-    }
-    let request_id = shared.next_request_id();
-    let conn = ConnHandle::of(&req);
-
     // Everything that depends on arrival order is decided now.
-    let fault = shared.faults.lock().unwrap().next();
-    let mut delay = shared.latency;
-    enum Plan {
-        Serve,
-        Reply(Reply),
+    let arrival = shared.transport.arrive(&req);
+    let request_id = shared.next_request_id();
+    let early = match arrival.injected() {
+        Some(injected) => Some(fault_reply(injected)),
+        None => authorize(&shared, req.headers()).or_else(|| throttle(&shared)),
+    };
+    if let Err(dropped) = arrival.wait().await {
+        // Never written: the connection's I/O now fails. Not counted in by_status.
+        return dropped;
     }
-    let plan = match &fault {
-        Some(FaultKind::RateLimited) => Plan::Reply(rate_limited()),
-        Some(FaultKind::LockTimeout) => Plan::Reply(lock_timeout()),
-        Some(FaultKind::ServerError) => Plan::Reply(server_error()),
-        Some(FaultKind::Unavailable) => Plan::Reply(unavailable()),
-        Some(FaultKind::MalformedJson) => Plan::Reply(Reply {
+    let mut reply = early.unwrap_or_else(|| route(&shared, req.method(), req.uri()));
+    match arrival.after_work(&mut reply.status, &mut reply.body) {
+        AfterWork::Send => {}
+        AfterWork::ServerError => reply = server_error(),
+        AfterWork::Dropped(dropped) => return dropped,
+    }
+    arrival.sent(reply.status, false);
+    build(reply, &request_id)
+}
+
+/// Stripe's answer to an injected error fault.
+fn fault_reply(injected: Injected<'_, StripeFault>) -> Reply {
+    match injected {
+        Injected::RateLimited => rate_limited(),
+        Injected::Provider(StripeFault::LockTimeout) => lock_timeout(),
+        Injected::ServerError => server_error(),
+        Injected::Unavailable => unavailable(),
+        Injected::MalformedJson => Reply {
             status: 200,
             body: MALFORMED_JSON_BODY.to_vec(),
             should_retry: false,
-        }),
-        Some(FaultKind::Slow(extra)) => {
-            delay += *extra;
-            Plan::Serve
-        }
-        Some(FaultKind::DropConnection) | Some(FaultKind::TruncatedJson) | None => Plan::Serve,
-    };
-    let plan = match plan {
-        Plan::Serve => match authorize(&shared, req.headers()) {
-            Some(denied) => Plan::Reply(denied),
-            None => match &shared.limiter {
-                Some(l) => {
-                    let now = Instant::now();
-                    let admitted = l.lock().unwrap().admit(now);
-                    shared.arrivals.lock().unwrap().push(Arrival {
-                        at: now.saturating_duration_since(shared.origin),
-                        admitted,
-                    });
-                    if admitted {
-                        Plan::Serve
-                    } else {
-                        Plan::Reply(rate_limited())
-                    }
-                }
-                None => Plan::Serve,
-            },
         },
-        other => other,
-    };
-
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
     }
+}
 
-    if matches!(fault, Some(FaultKind::DropConnection)) {
-        // Never written: the connection's I/O now fails. Not counted in by_status.
-        return dropped_response(conn);
-    }
-
-    let mut reply = match plan {
-        Plan::Reply(r) => r,
-        Plan::Serve => route(&shared, req.method(), req.uri()),
-    };
-    if matches!(fault, Some(FaultKind::TruncatedJson)) {
-        reply.status = 200;
-        reply.body.truncate(reply.body.len() / 2);
-    }
-
-    {
-        let mut stats = shared.stats.lock().unwrap();
-        *stats.by_status.entry(reply.status).or_insert(0) += 1;
-        if reply.status == 429 {
-            stats.throttled += 1;
-        }
-    }
-    build(reply, &request_id)
+/// The rate limiter's decision on an authorized request arriving now:
+/// `Some(429)` when refused. Every decision is logged in `arrivals`.
+fn throttle(shared: &Shared) -> Option<Reply> {
+    let limiter = shared.limiter.as_ref()?;
+    let now = Instant::now();
+    let admitted = limiter.lock().unwrap().admit(now);
+    shared.arrivals.lock().unwrap().push(Arrival {
+        at: now.saturating_duration_since(shared.origin),
+        admitted,
+    });
+    (!admitted).then(rate_limited)
 }
 
 fn build(reply: Reply, request_id: &str) -> Response {

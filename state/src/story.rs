@@ -10,8 +10,8 @@ use jiff::Timestamp;
 use recon_core::Currency;
 use sqlx::Row;
 
-use super::{json_text, Backend, Class, ItemStatus, RunRow, StateError};
-use super::{StateStore, JSON_BATCH};
+use crate::{json_text, Class, ItemStatus, RunRow, StateError};
+use crate::{StateStore, JSON_BATCH};
 
 /// One currency's totals of one run, both sides, in exact minor units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,98 +90,13 @@ pub struct IdRecords {
 }
 
 impl StateStore {
-    /// Records a run's totals per currency (again: replaced).
-    pub async fn record_run_totals(
+    /// The latest streak of each class `external_id` had in `job`.
+    pub(crate) async fn streaks_of(
         &self,
-        run_id: &str,
-        totals: &[RunTotals],
-    ) -> Result<(), StateError> {
-        let context = "recording a run's totals";
-        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let mut tx = self.begin_write(context).await?;
-        for t in totals {
-            sqlx::query(
-                "INSERT INTO recon_run_totals (run_id, currency, source_records, source_minor, \
-                 target_records, target_minor) VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (run_id, currency) DO UPDATE SET \
-                 source_records = excluded.source_records, source_minor = excluded.source_minor, \
-                 target_records = excluded.target_records, target_minor = excluded.target_minor",
-            )
-            .bind(run_id.to_string())
-            .bind(t.currency.map(|c| c.code().to_string()).unwrap_or_default())
-            .bind(count(t.source_records))
-            .bind(t.source_minor.to_string())
-            .bind(count(t.target_records))
-            .bind(t.target_minor.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(self.db(context))?;
-        }
-        tx.commit().await.map_err(self.db(context))
-    }
-
-    /// The recorded totals of these runs, by run id (runs without any are
-    /// absent: they ran before migration 7, or failed).
-    pub async fn run_totals(
-        &self,
-        run_ids: &[String],
-    ) -> Result<HashMap<String, Vec<RunTotals>>, StateError> {
-        let context = "reading runs' totals";
-        let mut out: HashMap<String, Vec<RunTotals>> = HashMap::new();
-        let sql = format!(
-            "SELECT run_id, currency, source_records, source_minor, target_records, target_minor \
-             FROM recon_run_totals WHERE run_id IN (SELECT v.run_id FROM {}) \
-             ORDER BY run_id, currency",
-            self.json_rows("$1", &["run_id"])
-        );
-        for chunk in run_ids.chunks(JSON_BATCH) {
-            let rows: Vec<[&str; 1]> = chunk.iter().map(|id| [id.as_str()]).collect();
-            let found = sqlx::query(&sql)
-                .bind(json_text(&rows))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(self.db(context))?;
-            for r in &found {
-                let run_id: String = r.try_get(0).map_err(self.db(context))?;
-                let code: String = r.try_get(1).map_err(self.db(context))?;
-                let currency = match code.as_str() {
-                    "" => None,
-                    c => Some(Currency::parse(c).map_err(|e| {
-                        self.corrupt(context, format!("currency `{c}` of run {run_id}: {e}"))
-                    })?),
-                };
-                let records = |i: usize| -> Result<u64, StateError> {
-                    let n: i64 = r.try_get(i).map_err(self.db(context))?;
-                    u64::try_from(n)
-                        .map_err(|_| self.corrupt(context, format!("negative count {n}")))
-                };
-                let minor = |i: usize| -> Result<i128, StateError> {
-                    let t: String = r.try_get(i).map_err(self.db(context))?;
-                    t.parse().map_err(|_| {
-                        self.corrupt(context, format!("`{t}` is not a sum in minor units"))
-                    })
-                };
-                out.entry(run_id).or_default().push(RunTotals {
-                    currency,
-                    source_records: records(2)?,
-                    source_minor: minor(3)?,
-                    target_records: records(4)?,
-                    target_minor: minor(5)?,
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    /// Everything the store holds about `external_id` in `job`: the job's
-    /// runs, the ID's latest streak per class, its closed streaks and its
-    /// ledger items. Every read goes through a primary key (ledger items
-    /// are probed by each run's id, never by scanning the ledger).
-    pub async fn id_records(&self, job: &str, external_id: &str) -> Result<IdRecords, StateError> {
+        job: &str,
+        external_id: &str,
+    ) -> Result<Vec<DiscrepancyStreak>, StateError> {
         let context = "reading an ID's history";
-        let mut runs = self.recent_runs(Some(job), usize::MAX).await?;
-        runs.reverse();
-
         let rows = sqlx::query(
             // An open row was last seen by the job's latest recording run
             // (migration 13), its own last sighting on an older store.
@@ -217,7 +132,16 @@ impl StateStore {
                 resolved_at: resolved.map(|t| self.parse_ts(context, &t)).transpose()?,
             });
         }
+        Ok(streaks)
+    }
 
+    /// The closed streaks of `external_id` in `job`, oldest first.
+    pub(crate) async fn closed_streaks_of(
+        &self,
+        job: &str,
+        external_id: &str,
+    ) -> Result<Vec<ClosedStreak>, StateError> {
+        let context = "reading an ID's history";
         // Closed streaks: the ones copied when the ID came back, and the
         // latest one, still in its history row (migration 12); a streak
         // resolved before then was copied when it was resolved.
@@ -248,18 +172,22 @@ impl StateStore {
                 resolved_at: self.parse_ts(context, &text(3)?)?,
             });
         }
+        Ok(closed)
+    }
 
+    /// The ledger items of `external_id` in the plans of `runs` (oldest
+    /// first), in run order.
+    pub(crate) async fn items_of(
+        &self,
+        runs: &[RunRow],
+        external_id: &str,
+    ) -> Result<Vec<ItemRecord>, StateError> {
+        let context = "reading an ID's history";
         // The item's own rows, and the batches that hold it (migration 10)
         // where it has none: a batch's keys are searched as text first
         // (the key as JSON, quotes included), then exactly.
         let plans = self.json_rows("$1", &["plan_id"]);
-        let (found_in, keys) = match self.backend {
-            Backend::Sqlite => ("instr(b.keys, $3) > 0", "json_each(b.keys) AS k"),
-            Backend::Postgres => (
-                "strpos(b.keys, $3) > 0",
-                "json_array_elements_text(CAST(b.keys AS json)) AS k(value)",
-            ),
-        };
+        let (found_in, keys) = self.dialect.key_in_batch();
         let sql = format!(
             "SELECT plan_id, action, status, attempts, last_error, updated_at \
              FROM recon_ledger_items WHERE external_id = $2 \
@@ -304,18 +232,14 @@ impl StateStore {
             }
         }
         items.sort_by_key(|i| order.get(i.plan_id.as_str()).copied());
-        Ok(IdRecords {
-            runs,
-            streaks,
-            closed,
-            items,
-        })
+        Ok(items)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prelude::*;
     use recon_core::Window;
     use recon_sql::testing::TestDb;
     use recon_sql::Dialect;
@@ -517,9 +441,9 @@ mod tests {
             "INSERT INTO recon_discrepancy_streaks (job, external_id, class, first_seen_at, \
              resolved_run, resolved_at) VALUES ('j', 'ch_1', 'gap', $1, $2, $3)",
         )
-        .bind(super::super::ts_text(at(1)))
+        .bind(crate::ts_text(at(1)))
         .bind(runs[1].clone())
-        .bind(super::super::ts_text(at(2)))
+        .bind(crate::ts_text(at(2)))
         .execute(&mut conn)
         .await
         .unwrap();

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use jiff::Timestamp;
 use sqlx::Row;
 
-use super::{json_text, ts_text, StateError, StateStore, JSON_BATCH};
+use crate::{json_text, ts_text, DeliveryLedger, StateError, StateStore, JSON_BATCH};
 
 /// Where a delivery stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,39 +118,8 @@ pub type DeliveryMark = (String, DeliveryStatus, Option<u16>, Option<String>);
 /// Outcomes recorded by one statement: status, HTTP status, error.
 type MarkGroup<'a> = (&'a str, Option<i64>, Option<&'a str>);
 
-impl StateStore {
-    /// Delivery rows of `job` for these keys (those that have one).
-    pub async fn webhook_rows(
-        &self,
-        job: &str,
-        keys: &[String],
-    ) -> Result<HashMap<String, DeliveryRow>, StateError> {
-        let context = "reading webhook deliveries";
-        let sql = format!(
-            "SELECT external_id, idempotency_key, plan_id, status, verified, http_status, \
-             attempts, last_error FROM recon_webhook_deliveries WHERE job = $1 AND external_id {}",
-            self.keys_in("$2")
-        );
-        let mut out = HashMap::new();
-        for chunk in keys.chunks(JSON_BATCH) {
-            let rows: Vec<[&str; 1]> = chunk.iter().map(|k| [k.as_str()]).collect();
-            let found = sqlx::query(&sql)
-                .bind(job.to_string())
-                .bind(json_text(&rows))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(self.db(context))?;
-            for r in &found {
-                let row = self.delivery_row(r, context)?;
-                out.insert(row.external_id.clone(), row);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Items of `job` that were delivered (2xx or 409) but not yet found in
-    /// the target: checked again by every run.
-    pub async fn webhook_unverified(&self, job: &str) -> Result<Vec<DeliveryRow>, StateError> {
+impl DeliveryLedger for StateStore {
+    async fn webhook_unverified(&self, job: &str) -> Result<Vec<DeliveryRow>, StateError> {
         let context = "reading unverified webhook deliveries";
         let rows = sqlx::query(
             "SELECT external_id, idempotency_key, plan_id, status, verified, http_status, \
@@ -165,35 +134,7 @@ impl StateStore {
         rows.iter().map(|r| self.delivery_row(r, context)).collect()
     }
 
-    fn delivery_row(
-        &self,
-        r: &sqlx::any::AnyRow,
-        context: &str,
-    ) -> Result<DeliveryRow, StateError> {
-        let status: String = r.try_get(3).map_err(self.db(context))?;
-        let verified: String = r.try_get(4).map_err(self.db(context))?;
-        Ok(DeliveryRow {
-            external_id: r.try_get(0).map_err(self.db(context))?,
-            idempotency_key: r.try_get(1).map_err(self.db(context))?,
-            plan_id: r.try_get(2).map_err(self.db(context))?,
-            status: DeliveryStatus::parse(&status).ok_or_else(|| {
-                self.corrupt(context, format!("unknown delivery status `{status}`"))
-            })?,
-            verified: Verified::parse(&verified).ok_or_else(|| {
-                self.corrupt(context, format!("unknown verification `{verified}`"))
-            })?,
-            http_status: r.try_get(5).map_err(self.db(context))?,
-            attempts: r.try_get(6).map_err(self.db(context))?,
-            last_error: r.try_get(7).map_err(self.db(context))?,
-        })
-    }
-
-    /// Records `(external ID, idempotency key)` pairs as `planned` under
-    /// `plan_id`, before anything is sent. A row already delivered or
-    /// already done under the same key is left as it is (callers never plan
-    /// those); under another key (the source record was replaced under its
-    /// ID) it is planned again.
-    pub async fn webhook_plan(
+    async fn webhook_plan(
         &self,
         plan_id: &str,
         job: &str,
@@ -233,21 +174,7 @@ impl StateStore {
         tx.commit().await.map_err(self.db(context))
     }
 
-    /// `IN (…)` over the keys of one bound JSON array `param`, probed
-    /// through the primary key (PostgreSQL probes it only for `= ANY`).
-    fn keys_in(&self, param: &str) -> String {
-        let rows = self.json_rows(param, &["external_id"]);
-        match self.backend {
-            super::Backend::Sqlite => format!("IN (SELECT v.external_id FROM {rows})"),
-            super::Backend::Postgres => {
-                format!("= ANY(ARRAY(SELECT v.external_id FROM {rows}))")
-            }
-        }
-    }
-
-    /// Records delivery outcomes (one more attempt each): one UPDATE per
-    /// (status, HTTP status, error) group, its keys in one bound JSON array.
-    pub async fn webhook_mark(&self, job: &str, marks: &[DeliveryMark]) -> Result<(), StateError> {
+    async fn webhook_mark(&self, job: &str, marks: &[DeliveryMark]) -> Result<(), StateError> {
         if marks.is_empty() {
             return Ok(());
         }
@@ -283,8 +210,7 @@ impl StateStore {
         tx.commit().await.map_err(self.db(context))
     }
 
-    /// Records what the target showed for delivered items.
-    pub async fn webhook_verify(
+    async fn webhook_verify(
         &self,
         job: &str,
         results: &[(String, Verified)],
@@ -320,9 +246,35 @@ impl StateStore {
     }
 }
 
+impl StateStore {
+    pub(crate) fn delivery_row(
+        &self,
+        r: &sqlx::any::AnyRow,
+        context: &str,
+    ) -> Result<DeliveryRow, StateError> {
+        let status: String = r.try_get(3).map_err(self.db(context))?;
+        let verified: String = r.try_get(4).map_err(self.db(context))?;
+        Ok(DeliveryRow {
+            external_id: r.try_get(0).map_err(self.db(context))?,
+            idempotency_key: r.try_get(1).map_err(self.db(context))?,
+            plan_id: r.try_get(2).map_err(self.db(context))?,
+            status: DeliveryStatus::parse(&status).ok_or_else(|| {
+                self.corrupt(context, format!("unknown delivery status `{status}`"))
+            })?,
+            verified: Verified::parse(&verified).ok_or_else(|| {
+                self.corrupt(context, format!("unknown verification `{verified}`"))
+            })?,
+            http_status: r.try_get(5).map_err(self.db(context))?,
+            attempts: r.try_get(6).map_err(self.db(context))?,
+            last_error: r.try_get(7).map_err(self.db(context))?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prelude::*;
 
     use recon_sql::testing::TestDb;
     use recon_sql::Dialect;

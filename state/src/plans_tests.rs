@@ -9,6 +9,9 @@ use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
 
 use super::*;
+use crate::migrate;
+use crate::store::normalize_url;
+use sqlx::{Connection, Row};
 
 fn plan(id: &str) -> PlanRecord {
     PlanRecord {
@@ -143,15 +146,11 @@ async fn postgres_holder_is_gone_when_nobody_holds_the_advisory_lock() {
     );
     // Killed: the session ends, the advisory lock with it; the row stays.
     lock.abandon();
-    let mut gone = false;
-    for _ in 0..50 {
-        if store.lock_holder_gone("charges").await.unwrap() {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(gone, "the advisory lock died with its session");
+    crate::tests::wait_until_free(&store, "charges").await;
+    assert!(
+        store.lock_holder_gone("charges").await.unwrap(),
+        "the advisory lock died with its session"
+    );
     let rows: i64 = sqlx::query("SELECT COUNT(*) FROM recon_locks")
         .fetch_one(&store.pool)
         .await

@@ -1,12 +1,12 @@
 //! The schema of the state database: sqlx migrations, one folder per
-//! backend (`migrations/state/sqlite/`, `migrations/state/postgres/`),
+//! backend (`state/migrations/sqlite/`, `state/migrations/postgres/`),
 //! embedded at build time by `sqlx::migrate!` and recorded in the store's
 //! `_sqlx_migrations` table with the SHA-384 checksum of each file.
 //!
 //! Adding to the schema: add `NNNN_what_it_does.sql` with the next number
 //! to *both* folders (a step one backend does not need is a file holding
 //! only a comment, so one number names one schema), then rebuild (the
-//! macro embeds the files it found; `touch src/state/migrate.rs` if cargo
+//! macro embeds the files it found; `touch state/src/migrate.rs` if cargo
 //! does not notice the new file). Never edit a released file: the store
 //! remembers its checksum, sqlx refuses to run against a changed one, and
 //! the test `released_migrations_are_unchanged` fails first.
@@ -47,37 +47,19 @@ pub(crate) use legacy::STEPS;
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
 use sqlx::{AnyConnection, AnyPool, Row};
 
-use super::{stable_hash, Backend, StateError};
-
-/// The SQLite migrations, without sqlx's lock (see the module docs).
-static SQLITE: Migrator = Migrator {
-    locking: false,
-    ..sqlx::migrate!("migrations/state/sqlite")
-};
-
-/// The PostgreSQL migrations, without sqlx's lock (see the module docs).
-static POSTGRES: Migrator = Migrator {
-    locking: false,
-    ..sqlx::migrate!("migrations/state/postgres")
-};
+use crate::{stable_hash, Backend, StateError};
 
 /// The table in which the old runner listed its steps.
 const LEGACY_TABLE: &str = "recon_schema_version";
 
 /// The migrations of `backend`.
 pub(crate) fn migrator(backend: Backend) -> &'static Migrator {
-    match backend {
-        Backend::Sqlite => &SQLITE,
-        Backend::Postgres => &POSTGRES,
-    }
+    backend.dialect().migrator()
 }
 
 /// The folder of `backend`'s migrations, relative to the repository root.
 pub(crate) fn folder(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Sqlite => "migrations/state/sqlite",
-        Backend::Postgres => "migrations/state/postgres",
-    }
+    backend.dialect().folder()
 }
 
 /// The newest schema version this build knows.
@@ -110,13 +92,14 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Resu
         url: display.to_string(),
         message,
     };
-    let mut tx = match backend {
-        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
-        Backend::Postgres => pool.begin().await,
+    let dialect = backend.dialect();
+    let mut tx = match dialect.begin_write() {
+        Some(begin) => pool.begin_with(begin).await,
+        None => pool.begin().await,
     }
     .map_err(|e| fail(format!("starting the migration transaction: {e}")))?;
-    if backend == Backend::Postgres {
-        sqlx::query("SELECT COUNT(*) FROM (SELECT pg_advisory_xact_lock($1)) AS l")
+    if let Some(lock) = dialect.migration_lock() {
+        sqlx::query(lock)
             .bind(stable_hash("recon:schema-migrations"))
             .execute(&mut *tx)
             .await
@@ -153,13 +136,7 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Resu
 /// the module docs). Nothing to do on other stores.
 async fn import_legacy(conn: &mut AnyConnection, backend: Backend) -> Result<(), String> {
     let context = format!("taking over the schema history in {LEGACY_TABLE}");
-    let exists = match backend {
-        Backend::Sqlite => {
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'recon_schema_version'"
-        }
-        Backend::Postgres => "SELECT COUNT(to_regclass('recon_schema_version'))",
-    };
-    let exists: i64 = sqlx::query(exists)
+    let exists: i64 = sqlx::query(backend.dialect().legacy_table_count())
         .fetch_one(&mut *conn)
         .await
         .and_then(|r| r.try_get(0))
@@ -192,18 +169,7 @@ async fn import_legacy(conn: &mut AnyConnection, backend: Backend) -> Result<(),
     conn.ensure_migrations_table()
         .await
         .map_err(|e| format!("{context}: {e}"))?;
-    let insert = match backend {
-        Backend::Sqlite => {
-            "INSERT INTO _sqlx_migrations \
-             (version, description, installed_on, success, checksum, execution_time) \
-             VALUES ($1, $2, $3, TRUE, $4, 0) ON CONFLICT (version) DO NOTHING"
-        }
-        Backend::Postgres => {
-            "INSERT INTO _sqlx_migrations \
-             (version, description, installed_on, success, checksum, execution_time) \
-             VALUES ($1, $2, CAST($3 AS TIMESTAMPTZ), TRUE, $4, 0) ON CONFLICT (version) DO NOTHING"
-        }
-    };
+    let insert = backend.dialect().legacy_import();
     for (version, applied_at) in &steps {
         let Some(m) = migrator.iter().find(|m| m.version == *version) else {
             return Err(newer_store(*version, backend));

@@ -19,12 +19,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use futures_util::future::BoxFuture;
+use jiff::Timestamp;
 use sqlx::{AnyConnection, AnyPool, Connection, Row};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::{friendly, random_u64, stable_hash, ts_text, Backend, StateError, StateStore};
+use crate::postgres::advisory_holders;
+use crate::{random_u64, ts_text, RunLocks, StateError, StateStore};
 
 /// Shortest heartbeat period, whatever `stale_after` is.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(50);
@@ -40,10 +42,13 @@ pub struct RunLock {
     /// PostgreSQL: the advisory lock key.
     advisory_key: Option<i64>,
     /// PostgreSQL: the backend PID of the session holding the lock.
-    backend_pid: Option<i32>,
+    pub(crate) backend_pid: Option<i32>,
     stop: Option<oneshot::Sender<()>>,
     /// The heartbeat; it hands back the PostgreSQL lock connection.
     task: Option<JoinHandle<Option<AnyConnection>>>,
+    /// How many beats the heartbeat has done; closed when it ends.
+    #[cfg_attr(not(test), allow(dead_code))]
+    beaten: watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for RunLock {
@@ -78,35 +83,6 @@ fn new_owner() -> String {
     )
 }
 
-/// The PostgreSQL advisory lock key of a job's run lock.
-pub(super) fn advisory_key(job: &str) -> i64 {
-    stable_hash(&format!("recon:run-lock:{job}"))
-}
-
-/// How many sessions of this database hold the advisory lock `key` (only
-/// session `pid`'s, when given). A bigint key shows in `pg_locks` as its
-/// high half (classid) and low half (objid), objsubid 1:
-/// https://www.postgresql.org/docs/current/view-pg-locks.html
-pub(super) async fn advisory_holders(
-    pool: &AnyPool,
-    key: i64,
-    pid: Option<i32>,
-) -> Result<i64, sqlx::Error> {
-    let key = key as u64;
-    sqlx::query(
-        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1 \
-         AND (CAST($3 AS INTEGER) IS NULL OR pid = CAST($3 AS INTEGER))",
-    )
-    .bind((key >> 32) as i64)
-    .bind((key & 0xffff_ffff) as i64)
-    .bind(pid)
-    .fetch_one(pool)
-    .await
-    .and_then(|r| r.try_get(0))
-}
-
 /// The PID of `owner` (`host:pid:random`) when it names a process of this
 /// machine and `/proc` can tell whether it lives; `None` otherwise.
 fn local_pid(owner: &str) -> Option<u32> {
@@ -125,51 +101,18 @@ fn process_exists(pid: u32) -> bool {
 
 /// Whether `owner` (`host:pid:random`) names a process on this machine
 /// that no longer exists. Only decidable where `/proc` exists.
-pub(super) fn holder_is_dead(owner: &str) -> bool {
+pub(crate) fn holder_is_dead(owner: &str) -> bool {
     local_pid(owner).is_some_and(|pid| !process_exists(pid))
 }
 
 /// Whether `owner` (`host:pid:random`) names a process on this machine
 /// that still exists (and is not this process's own previous lock).
-pub(super) fn holder_is_alive_here(owner: &str) -> bool {
+pub(crate) fn holder_is_alive_here(owner: &str) -> bool {
     local_pid(owner).is_some_and(|pid| pid != std::process::id() && process_exists(pid))
 }
 
-/// A run killed on this machine (SIGKILL, OOM) leaves its row behind; when
-/// its process is gone the lock is taken over at once instead of after
-/// `stale_after`. Compare-and-swap on the owner, so two takers cannot both win.
-async fn take_over_dead_holder(
-    store: &StateStore,
-    job: &str,
-    owner: &str,
-    now: Timestamp,
-) -> Result<bool, StateError> {
-    let Some((holder, _, _)) = lock_row(store, job).await? else {
-        return Ok(false);
-    };
-    if !holder_is_dead(&holder) {
-        return Ok(false);
-    }
-    let swapped = sqlx::query(
-        "UPDATE recon_locks SET owner = $1, acquired_at = $2, heartbeat_at = $2 WHERE job = $3 AND owner = $4",
-    )
-    .bind(owner.to_string())
-    .bind(ts_text(now))
-    .bind(job.to_string())
-    .bind(holder.clone())
-    .execute(&store.pool)
-    .await
-    .map_err(store.db("taking over the run lock of a dead run"))?
-    .rows_affected()
-        == 1;
-    if swapped {
-        tracing::warn!(message = "Took over the run lock of a run whose process is gone.", job, previous_owner = %holder);
-    }
-    Ok(swapped)
-}
-
 /// The `recon_locks` row of a job: owner, acquired_at, heartbeat_at.
-async fn lock_row(
+pub(crate) async fn lock_row(
     store: &StateStore,
     job: &str,
 ) -> Result<Option<(String, String, String)>, StateError> {
@@ -190,219 +133,129 @@ async fn lock_row(
     }
 }
 
-pub(super) async fn acquire(
-    store: &StateStore,
-    job: &str,
-    stale_after: Duration,
-) -> Result<RunLock, StateError> {
-    if job.is_empty() {
-        return Err(StateError::Invalid("a run lock needs a job name".into()));
-    }
-    if stale_after.is_zero() {
-        return Err(StateError::Invalid(
-            "the run lock's stale_after must be longer than zero".into(),
-        ));
-    }
-    let owner = new_owner();
-    let every = (stale_after / 3).max(MIN_HEARTBEAT);
-    match store.backend {
-        Backend::Sqlite => acquire_sqlite(store, job, owner, stale_after, every).await,
-        Backend::Postgres => acquire_postgres(store, job, owner, every).await,
-    }
-}
-
-async fn acquire_sqlite(
-    store: &StateStore,
-    job: &str,
-    owner: String,
-    stale_after: Duration,
-    every: Duration,
-) -> Result<RunLock, StateError> {
-    let context = "acquiring the run lock";
-    let now = Timestamp::now();
-    let stale = SignedDuration::try_from(stale_after).unwrap_or(SignedDuration::MAX);
-    let cutoff = now.checked_sub(stale).unwrap_or(Timestamp::MIN);
-    let previous = lock_row(store, job).await?;
-    // One statement: insert, or take over a stale row; a live row stays.
-    let won = sqlx::query(
-        "INSERT INTO recon_locks (job, owner, acquired_at, heartbeat_at) VALUES ($1, $2, $3, $3) \
-         ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, \
-         acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at \
-         WHERE recon_locks.heartbeat_at < $4",
-    )
-    .bind(job.to_string())
-    .bind(owner.clone())
-    .bind(ts_text(now))
-    .bind(ts_text(cutoff))
-    .execute(&store.pool)
-    .await
-    .map_err(store.db(context))?
-    .rows_affected()
-        == 1;
-    let won = won || take_over_dead_holder(store, job, &owner, now).await?;
-    if !won {
-        let (holder, since, heartbeat) = match lock_row(store, job).await? {
-            Some(row) => row,
-            // Released between the two statements: let the caller retry.
-            None => ("unknown".into(), "an unknown time".into(), String::new()),
-        };
-        let expires = heartbeat
-            .parse::<Timestamp>()
-            .ok()
-            .and_then(|h| h.checked_add(stale).ok())
-            .map(|t| format!(" (at {t} unless it beats again)"))
-            .unwrap_or_default();
-        return Err(StateError::Locked {
-            job: job.to_string(),
-            owner: holder,
-            since,
-            hint: format!(
-                "if that run died, the lock expires {} after its last heartbeat{expires}; \
-                 then run again",
-                friendly(stale_after)
-            ),
-        });
-    }
-    if let Some((old_owner, since, heartbeat)) = previous {
-        tracing::warn!(
-            message = "Took over the run lock of a run that stopped beating; it probably died.",
-            job,
-            previous_owner = %old_owner,
-            previous_since = %since,
-            last_heartbeat = %heartbeat,
-            stale_after = %friendly(stale_after),
-        );
-    }
-    Ok(RunLock::start(store, job, owner, now, None, None, every))
-}
-
-async fn acquire_postgres(
-    store: &StateStore,
-    job: &str,
-    owner: String,
-    every: Duration,
-) -> Result<RunLock, StateError> {
-    let context = "acquiring the run lock";
-    let key = advisory_key(job);
-    let mut conn =
-        AnyConnection::connect(&store.url)
+impl RunLocks for StateStore {
+    async fn acquire_lock(&self, job: &str, stale_after: Duration) -> Result<RunLock, StateError> {
+        if job.is_empty() {
+            return Err(StateError::Invalid("a run lock needs a job name".into()));
+        }
+        if stale_after.is_zero() {
+            return Err(StateError::Invalid(
+                "the run lock's stale_after must be longer than zero".into(),
+            ));
+        }
+        let owner = new_owner();
+        self.dialect
+            .acquire_lock(self, job, owner, stale_after, period(stale_after))
             .await
-            .map_err(|source| StateError::Connect {
-                url: store.display.clone(),
-                hint: "check that PostgreSQL is running and accepts one more connection".into(),
-                source,
-            })?;
-    let got: bool = sqlx::query("SELECT pg_try_advisory_lock($1)")
-        .bind(key)
-        .fetch_one(&mut conn)
-        .await
-        .and_then(|r| r.try_get(0))
-        .map_err(store.db(context))?;
-    if !got {
-        let _ = conn.close().await;
-        let (holder, since) = match lock_row(store, job).await? {
-            Some((o, s, _)) => (o, s),
-            None => ("unknown".into(), "an unknown time".into()),
+    }
+}
+
+/// How often a lock that goes stale after `stale_after` beats: every third
+/// of it, never more often than [`MIN_HEARTBEAT`].
+fn period(stale_after: Duration) -> Duration {
+    (stale_after / 3).max(MIN_HEARTBEAT)
+}
+
+/// What one heartbeat found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Beat {
+    /// Still ours (or a failure worth retrying).
+    Held,
+    /// Lost: the run should stop; no more beats.
+    Lost,
+}
+
+/// Calls `beat` on `state` every `every` until told to stop or a beat
+/// finds the lock lost. The schedule alone, apart from the database, so
+/// that tests drive it on tokio's paused clock.
+pub(crate) async fn beat_loop<S>(
+    every: Duration,
+    mut stop: oneshot::Receiver<()>,
+    state: &mut S,
+    beat: impl for<'s> Fn(&'s mut S) -> BoxFuture<'s, Beat>,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        if beat(state).await == Beat::Lost {
+            return;
+        }
+    }
+}
+
+/// What the heartbeat needs: where to write and whose lock it is.
+struct Heart {
+    pool: AnyPool,
+    /// PostgreSQL: the connection holding the advisory lock.
+    conn: Option<AnyConnection>,
+    job: String,
+    owner: String,
+    held: Arc<AtomicBool>,
+    /// Counts beats done, for whoever waits for one.
+    beats: watch::Sender<u64>,
+}
+
+/// Refreshes `heartbeat_at` once.
+fn beat(h: &mut Heart) -> BoxFuture<'_, Beat> {
+    Box::pin(async move {
+        let sql = "UPDATE recon_locks SET heartbeat_at = $1 WHERE job = $2 AND owner = $3";
+        let postgres = h.conn.is_some();
+        let q = sqlx::query(sql)
+            .bind(ts_text(Timestamp::now()))
+            .bind(h.job.clone())
+            .bind(h.owner.clone());
+        let result = match h.conn.as_mut() {
+            Some(c) => q.execute(c).await,
+            None => q.execute(&h.pool).await,
         };
-        return Err(StateError::Locked {
-            job: job.to_string(),
-            owner: holder,
-            since,
-            hint: "if that run died, the lock expires as soon as its PostgreSQL session ends \
-                   (stop the process, or end its session with pg_terminate_backend); \
-                   then run again"
-                .into(),
-        });
-    }
-    let backend_pid: i32 = sqlx::query("SELECT pg_backend_pid()")
-        .fetch_one(&mut conn)
-        .await
-        .and_then(|r| r.try_get(0))
-        .map_err(store.db(context))?;
-    let now = Timestamp::now();
-    let previous = lock_row(store, job).await?;
-    sqlx::query(
-        "INSERT INTO recon_locks (job, owner, acquired_at, heartbeat_at) VALUES ($1, $2, $3, $3) \
-         ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, \
-         acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at",
-    )
-    .bind(job.to_string())
-    .bind(owner.clone())
-    .bind(ts_text(now))
-    .execute(&mut conn)
-    .await
-    .map_err(store.db(context))?;
-    if let Some((old_owner, since, heartbeat)) = previous {
-        tracing::warn!(
-            message = "The previous holder of this run lock ended without releasing it; it probably died.",
-            job,
-            previous_owner = %old_owner,
-            previous_since = %since,
-            last_heartbeat = %heartbeat,
-        );
-    }
-    let mut lock = RunLock::start(store, job, owner, now, Some(key), Some(conn), every);
-    lock.backend_pid = Some(backend_pid);
-    Ok(lock)
+        let found = match result {
+            Ok(r) if r.rows_affected() == 0 && !postgres => {
+                h.held.store(false, Ordering::SeqCst);
+                tracing::error!(
+                    message = "Another process took over this run's lock (our heartbeat was too late); this run should stop.",
+                    job = %h.job,
+                    owner = %h.owner,
+                );
+                Beat::Lost
+            }
+            Ok(_) => Beat::Held,
+            Err(e) if postgres => {
+                // The lock lives and dies with this session.
+                h.held.store(false, Ordering::SeqCst);
+                h.conn = None;
+                tracing::error!(
+                    message = "Lost the connection holding this run's lock; another run may start; this run should stop.",
+                    job = %h.job,
+                    error = %e,
+                );
+                Beat::Lost
+            }
+            Err(e) => {
+                tracing::warn!(message = "Run lock heartbeat failed; retrying.", job = %h.job, error = %e);
+                Beat::Held
+            }
+        };
+        h.beats.send_modify(|n| *n += 1);
+        found
+    })
 }
 
 /// Refreshes `heartbeat_at` every `every` until told to stop; returns the
 /// PostgreSQL lock connection, if it still has it.
 async fn heartbeat(
-    pool: AnyPool,
-    mut conn: Option<AnyConnection>,
-    job: String,
-    owner: String,
+    mut heart: Heart,
     every: Duration,
-    held: Arc<AtomicBool>,
-    mut stop: oneshot::Receiver<()>,
+    stop: oneshot::Receiver<()>,
 ) -> Option<AnyConnection> {
-    let sql = "UPDATE recon_locks SET heartbeat_at = $1 WHERE job = $2 AND owner = $3";
-    let postgres = conn.is_some();
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut stop => return conn,
-            _ = tokio::time::sleep(every) => {}
-        }
-        let q = sqlx::query(sql)
-            .bind(ts_text(Timestamp::now()))
-            .bind(job.clone())
-            .bind(owner.clone());
-        let result = match conn.as_mut() {
-            Some(c) => q.execute(c).await,
-            None => q.execute(&pool).await,
-        };
-        match result {
-            Ok(r) if r.rows_affected() == 0 && !postgres => {
-                held.store(false, Ordering::SeqCst);
-                tracing::error!(
-                    message = "Another process took over this run's lock (our heartbeat was too late); this run should stop.",
-                    job = %job,
-                    owner = %owner,
-                );
-                return None;
-            }
-            Ok(_) => {}
-            Err(e) if postgres => {
-                // The lock lives and dies with this session.
-                held.store(false, Ordering::SeqCst);
-                tracing::error!(
-                    message = "Lost the connection holding this run's lock; another run may start; this run should stop.",
-                    job = %job,
-                    error = %e,
-                );
-                return None;
-            }
-            Err(e) => {
-                tracing::warn!(message = "Run lock heartbeat failed; retrying.", job = %job, error = %e);
-            }
-        }
-    }
+    beat_loop(every, stop, &mut heart, beat).await;
+    heart.conn
 }
 
 impl RunLock {
-    fn start(
+    pub(crate) fn start(
         store: &StateStore,
         job: &str,
         owner: String,
@@ -413,15 +266,16 @@ impl RunLock {
     ) -> RunLock {
         let held = Arc::new(AtomicBool::new(true));
         let (stop_tx, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(heartbeat(
-            store.pool.clone(),
+        let (beats, beaten) = watch::channel(0);
+        let heart = Heart {
+            pool: store.pool.clone(),
             conn,
-            job.to_string(),
-            owner.clone(),
-            every,
-            held.clone(),
-            stop_rx,
-        ));
+            job: job.to_string(),
+            owner: owner.clone(),
+            held: held.clone(),
+            beats,
+        };
+        let task = tokio::spawn(heartbeat(heart, every, stop_rx));
         RunLock {
             job: job.to_string(),
             owner,
@@ -433,6 +287,7 @@ impl RunLock {
             backend_pid: None,
             stop: Some(stop_tx),
             task: Some(task),
+            beaten,
         }
     }
 
@@ -574,6 +429,15 @@ impl RunLock {
     }
 }
 
+#[cfg(test)]
+impl RunLock {
+    /// The heartbeat's count of beats (see [`beat`]); `changed` fails once
+    /// the heartbeat has ended.
+    pub(crate) fn beats(&self) -> watch::Receiver<u64> {
+        self.beaten.clone()
+    }
+}
+
 impl Drop for RunLock {
     fn drop(&mut self) {
         let Some(task) = self.task.take() else {
@@ -596,5 +460,84 @@ impl Drop for RunLock {
                     .await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    //! The heartbeat's schedule on tokio's paused clock: no database, no
+    //! wall time.
+
+    use super::*;
+    use tokio::time::Instant;
+
+    /// Beats recorded by a fake heartbeat: when, and what each found.
+    struct Fake {
+        at: Vec<Duration>,
+        start: Instant,
+        lose_at: Option<usize>,
+    }
+
+    fn fake_beat(f: &mut Fake) -> BoxFuture<'_, Beat> {
+        Box::pin(async move {
+            f.at.push(f.start.elapsed());
+            if Some(f.at.len()) == f.lose_at {
+                Beat::Lost
+            } else {
+                Beat::Held
+            }
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn beats_every_period_until_stopped() {
+        let (stop, stopped) = oneshot::channel();
+        let mut fake = Fake {
+            at: Vec::new(),
+            start: Instant::now(),
+            lose_at: None,
+        };
+        let every = period(Duration::from_secs(30));
+        assert_eq!(every, Duration::from_secs(10));
+        let stopper = async {
+            tokio::time::sleep(Duration::from_secs(35)).await;
+            stop.send(()).unwrap();
+        };
+        tokio::join!(beat_loop(every, stopped, &mut fake, fake_beat), stopper);
+        let s = Duration::from_secs;
+        assert_eq!(fake.at, [s(10), s(20), s(30)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lock_ends_the_heartbeat() {
+        let (_stop, stopped) = oneshot::channel::<()>();
+        let mut fake = Fake {
+            at: Vec::new(),
+            start: Instant::now(),
+            lose_at: Some(2),
+        };
+        beat_loop(Duration::from_secs(10), stopped, &mut fake, fake_beat).await;
+        let s = Duration::from_secs;
+        assert_eq!(fake.at, [s(10), s(20)], "no beat after the one that lost");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_before_the_first_beat_beats_never() {
+        let (stop, stopped) = oneshot::channel();
+        let mut fake = Fake {
+            at: Vec::new(),
+            start: Instant::now(),
+            lose_at: None,
+        };
+        stop.send(()).unwrap();
+        beat_loop(Duration::from_secs(10), stopped, &mut fake, fake_beat).await;
+        assert!(fake.at.is_empty());
+        assert_eq!(fake.start.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn short_locks_beat_no_faster_than_the_minimum() {
+        assert_eq!(period(Duration::from_millis(90)), MIN_HEARTBEAT);
+        assert_eq!(period(Duration::from_secs(600)), Duration::from_secs(200));
     }
 }

@@ -6,7 +6,8 @@
 
 use sqlx::{AnyConnection, Connection};
 
-use crate::state::{normalize_url, Backend};
+use crate::store::normalize_url;
+use crate::Backend;
 
 /// One schema step of the old runner.
 pub(crate) struct Step {
@@ -282,7 +283,7 @@ pub(crate) async fn create(url: &str, through: i64) -> AnyConnection {
 
 /// A plain connection to the store at `url`, outside [`StateStore`].
 ///
-/// [`StateStore`]: crate::state::StateStore
+/// [`StateStore`]: crate::StateStore
 pub(crate) async fn connect(url: &str) -> AnyConnection {
     sqlx::any::install_default_drivers();
     let (_, url) = normalize_url(url).expect("a state URL");

@@ -12,6 +12,8 @@ use recon_sql::Dialect;
 use serde_json::json;
 
 use super::*;
+use crate::migrate;
+use sqlx::{Connection, Row};
 
 /// Runs `body` on a fresh database of `dialect`, then drops it.
 async fn on<F, Fut>(dialect: Dialect, body: F)
@@ -55,6 +57,7 @@ both!(
     open_history_reads_every_row_once,
     last_success_end_ignores_dry_and_failed_runs,
     recent_runs_order_and_limit,
+    run_summaries_round_trip,
 );
 
 fn ts(s: &str) -> Timestamp {
@@ -169,12 +172,19 @@ async fn heartbeat_keeps_a_live_lock(url: String) {
     let store = StateStore::open(&url).await.unwrap();
     let stale = Duration::from_secs(1);
     let lock = store.acquire_lock("nightly", stale).await.unwrap();
-    let first: String = sqlx::query("SELECT heartbeat_at FROM recon_locks")
-        .fetch_one(&store.pool)
+    // What 1.5 s without a beat would leave: a heartbeat older than
+    // stale_after. Then the holder beats (two beats: one surely after).
+    let mut beats = lock.beats();
+    let seen = *beats.borrow_and_update();
+    let first = ts_text(Timestamp::now() - jiff::SignedDuration::from_millis(1500));
+    sqlx::query("UPDATE recon_locks SET heartbeat_at = $1")
+        .bind(first.clone())
+        .execute(&store.pool)
         .await
-        .unwrap()
-        .get(0);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+        .unwrap();
+    while *beats.borrow_and_update() < seen + 2 {
+        beats.changed().await.expect("the heartbeat is running");
+    }
     // Older than stale_after, but the holder is alive and beating.
     assert!(matches!(
         store.acquire_lock("nightly", stale).await,
@@ -205,7 +215,14 @@ async fn sqlite_stale_lock_is_taken_over() {
                 .contains("expires 1s after its last heartbeat"),
             "{e}"
         );
-        tokio::time::sleep(Duration::from_millis(1300)).await;
+        // What 1.3 s without a beat leaves: a heartbeat older than stale_after.
+        sqlx::query("UPDATE recon_locks SET heartbeat_at = $1")
+            .bind(ts_text(
+                Timestamp::now() - jiff::SignedDuration::from_millis(1300),
+            ))
+            .execute(&store.pool)
+            .await
+            .unwrap();
         let lock = store.acquire_lock("nightly", stale).await.unwrap();
         assert_ne!(lock.owner(), dead_owner);
         let owner: String = sqlx::query("SELECT owner FROM recon_locks WHERE job = 'nightly'")
@@ -240,7 +257,13 @@ async fn sqlite_overtaken_holder_notices_and_keeps_the_row() {
             .execute(&store.pool)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // Its next beat finds the row taken and ends the heartbeat.
+        let mut beats = lock2.beats();
+        while lock2.is_held() {
+            if beats.changed().await.is_err() {
+                break;
+            }
+        }
         assert!(!lock2.is_held());
         lock2.release().await.unwrap();
         lock.release().await.unwrap();
@@ -265,7 +288,7 @@ async fn postgres_lock_is_freed_when_its_connection_closes() {
             Err(StateError::Locked { .. })
         ));
         dead.abandon();
-        let lock = retry_acquire(&b, "nightly", stale).await;
+        let lock = acquire_once_free(&b, "nightly", stale).await;
         assert_ne!(lock.owner(), dead_owner);
         let owner: String = sqlx::query("SELECT owner FROM recon_locks WHERE job = 'nightly'")
             .fetch_one(&b.pool)
@@ -277,22 +300,36 @@ async fn postgres_lock_is_freed_when_its_connection_closes() {
         // Dropped without release, and the whole holding store closed.
         drop(lock);
         b.close().await;
-        let again = retry_acquire(&a, "nightly", stale).await;
+        let again = acquire_once_free(&a, "nightly", stale).await;
         again.release().await.unwrap();
     })
     .await;
 }
 
-/// The server notices a closed connection a moment later.
-async fn retry_acquire(store: &StateStore, job: &str, stale: Duration) -> RunLock {
-    for _ in 0..50 {
-        match store.acquire_lock(job, stale).await {
-            Ok(lock) => return lock,
-            Err(StateError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    panic!("the lock was never freed");
+/// Waits until no session holds `job`'s advisory lock: the server notices
+/// a closed connection a moment later. PostgreSQL itself waits (a blocking
+/// `pg_advisory_lock` on a connection of its own, released at once): no
+/// polling, no clock.
+pub(crate) async fn wait_until_free(store: &StateStore, job: &str) {
+    let key = crate::postgres::advisory_key(job);
+    let mut conn = sqlx::AnyConnection::connect(&store.url).await.unwrap();
+    sqlx::query("SELECT COUNT(*) FROM (SELECT pg_advisory_lock($1)) AS l")
+        .bind(key)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(key)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+}
+
+/// Acquires `job`'s lock once its dead holder's session has ended.
+async fn acquire_once_free(store: &StateStore, job: &str, stale: Duration) -> RunLock {
+    wait_until_free(store, job).await;
+    store.acquire_lock(job, stale).await.unwrap()
 }
 
 async fn start_run_marks_crashed_runs(url: String) {
@@ -840,6 +877,53 @@ async fn last_success_end_ignores_dry_and_failed_runs(url: String) {
     assert_eq!(store.last_success_end("monthly").await.unwrap(), None);
 }
 
+/// Migration 14: a run's summary is saved as JSON text and read back as
+/// saved; none before it is saved; not JSON, or an unknown run, is refused.
+async fn run_summaries_round_trip(url: String) {
+    let store = StateStore::open(&url).await.unwrap();
+    let run = store.start_run("nightly", day(), false).await.unwrap();
+    let other = store.start_run("weekly", day(), false).await.unwrap();
+    assert_eq!(store.summary(&run).await.unwrap(), None, "not saved yet");
+    let json = r#"{"status":"clean","counts":{"gap":0},"total":12345678901234567890}"#;
+    store.save_summary(&run, json).await.unwrap();
+    assert_eq!(store.summary(&run).await.unwrap().as_deref(), Some(json));
+    // Again: replaced.
+    store
+        .save_summary(&run, r#"{"status":"discrepancies"}"#)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.summary(&run).await.unwrap().as_deref(),
+        Some(r#"{"status":"discrepancies"}"#)
+    );
+    assert_eq!(store.summary(&other).await.unwrap(), None, "per run");
+    match store.save_summary(&other, "{not json").await {
+        Err(StateError::Invalid(m)) => assert!(m.contains("not JSON"), "{m}"),
+        r => panic!("expected Invalid, got {r:?}"),
+    }
+    assert_eq!(store.summary(&other).await.unwrap(), None);
+    assert!(matches!(
+        store.save_summary("no-such-run", "{}").await,
+        Err(StateError::UnknownRun(id)) if id == "no-such-run"
+    ));
+    assert_eq!(store.summary("no-such-run").await.unwrap(), None);
+    // Finishing the run keeps it.
+    store
+        .finish_run(
+            &run,
+            RunStatus::Discrepancies,
+            &json!({"gaps": 1}),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.summary(&run).await.unwrap().as_deref(),
+        Some(r#"{"status":"discrepancies"}"#)
+    );
+}
+
 async fn recent_runs_order_and_limit(url: String) {
     let store = StateStore::open(&url).await.unwrap();
     let w = window("2026-11-28T00:00:00.5Z", "2026-11-29T00:00:00Z");
@@ -1084,7 +1168,10 @@ fn migrations_are_paired_named_and_transactional() {
     // Every migration released before sqlx took over, plus what came since.
     assert!(migrate::latest(Backend::Sqlite) >= migrate::STEPS.len() as i64);
     for backend in [Backend::Sqlite, Backend::Postgres] {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        // Folders and files are named relative to the repository root.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap();
         let mut on_disk: Vec<String> = std::fs::read_dir(root.join(migrate::folder(backend)))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -1125,7 +1212,7 @@ fn dialect_of(url: &str) -> Dialect {
 /// without the migration bookkeeping: two stores with equal descriptions
 /// were built by equivalent DDL.
 async fn schema_of(store: &StateStore) -> Vec<String> {
-    let sql = match store.backend {
+    let sql = match store.backend() {
         Backend::Sqlite => {
             "SELECT type || ' ' || name || ' ' || tbl_name || ' ' || COALESCE(sql, '') \
              FROM sqlite_master WHERE name LIKE 'recon%' OR tbl_name LIKE 'recon%'"
@@ -1178,7 +1265,7 @@ async fn recorded(store: &StateStore) -> Vec<(i64, i64, bool)> {
 }
 
 async fn legacy_table_exists(store: &StateStore) -> bool {
-    let sql = match store.backend {
+    let sql = match store.backend() {
         Backend::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE name = 'recon_schema_version'",
         Backend::Postgres => "SELECT COUNT(to_regclass('recon_schema_version'))",
     };

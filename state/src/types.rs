@@ -1,0 +1,344 @@
+//! The values the store keeps: run, item and discrepancy statuses, ledger
+//! rows, runs as listed, reviewed plans and the open history of a job.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use recon_core::Window;
+
+use crate::StateError;
+
+/// Run statuses, in the order of a run's life.
+pub const RUN_STATUSES: [&str; 5] = ["running", "clean", "discrepancies", "failed", "crashed"];
+
+/// The status of a run in `recon_runs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    /// Started, not finished (or its process died: see [`RunStatus::Crashed`]).
+    Running,
+    /// Finished with nothing open.
+    Clean,
+    /// Finished with discrepancies left open.
+    Discrepancies,
+    /// Stopped by an error (exit 2).
+    Failed,
+    /// Its process ended without finishing it; found by a later run.
+    Crashed,
+}
+
+impl RunStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Clean => "clean",
+            RunStatus::Discrepancies => "discrepancies",
+            RunStatus::Failed => "failed",
+            RunStatus::Crashed => "crashed",
+        }
+    }
+
+    /// Whether a run may finish with this status.
+    pub fn is_final(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = StateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "running" => Ok(RunStatus::Running),
+            "clean" => Ok(RunStatus::Clean),
+            "discrepancies" => Ok(RunStatus::Discrepancies),
+            "failed" => Ok(RunStatus::Failed),
+            "crashed" => Ok(RunStatus::Crashed),
+            _ => Err(StateError::Invalid(format!(
+                "unknown run status `{s}`; expected one of {}",
+                RUN_STATUSES.join(", ")
+            ))),
+        }
+    }
+}
+
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Backfill actions.
+pub(crate) const ACTIONS: [&str; 2] = ["insert", "update"];
+
+/// Which database holds the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres,
+}
+
+impl Backend {
+    /// Name for messages.
+    pub fn name(self) -> &'static str {
+        self.dialect().name()
+    }
+}
+
+/// The status of one backfill item in the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ItemStatus {
+    /// In a plan, not yet written.
+    Planned,
+    /// Written to the target.
+    Applied,
+    /// The last write attempt failed.
+    Failed,
+    /// Its plan belonged to a run that crashed; a later run plans afresh.
+    Superseded,
+    /// The connection was lost while it was in flight: it may or may not
+    /// be in the target. The next run settles it by key lookup.
+    Unknown,
+}
+
+impl ItemStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Planned => "planned",
+            ItemStatus::Applied => "applied",
+            ItemStatus::Failed => "failed",
+            ItemStatus::Superseded => "superseded",
+            ItemStatus::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ItemStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ItemStatus {
+    type Err = StateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "planned" => Ok(ItemStatus::Planned),
+            "applied" => Ok(ItemStatus::Applied),
+            "failed" => Ok(ItemStatus::Failed),
+            "superseded" => Ok(ItemStatus::Superseded),
+            "unknown" => Ok(ItemStatus::Unknown),
+            _ => Err(StateError::Invalid(format!(
+                "unknown backfill item status `{s}`; expected planned, applied, failed, superseded or unknown"
+            ))),
+        }
+    }
+}
+
+/// The class of a discrepancy, as kept in its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// In the source, missing in the target.
+    Gap,
+    /// In the target, missing in the source.
+    Orphan,
+    /// In both, a compared field differs.
+    Mismatch,
+    /// The ID appears more than once on one side.
+    Duplicate,
+}
+
+impl Class {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Gap => "gap",
+            Class::Orphan => "orphan",
+            Class::Mismatch => "mismatch",
+            Class::Duplicate => "duplicate",
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Class {
+    type Err = StateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "gap" => Ok(Class::Gap),
+            "orphan" => Ok(Class::Orphan),
+            "mismatch" => Ok(Class::Mismatch),
+            "duplicate" => Ok(Class::Duplicate),
+            _ => Err(StateError::Invalid(format!(
+                "unknown discrepancy class `{s}`; expected gap, orphan, mismatch or duplicate"
+            ))),
+        }
+    }
+}
+
+/// The stable ID of a discrepancy across runs: `{job}:{class}:{external_id}`.
+pub fn discrepancy_id(job: &str, class: Class, external_id: &str) -> String {
+    format!("{job}:{class}:{external_id}")
+}
+
+/// One item of a backfill plan, as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerItem {
+    /// The record's external ID.
+    pub external_id: String,
+    /// `insert` or `update`.
+    pub action: String,
+    /// Where the item stands.
+    pub status: ItemStatus,
+    /// Write attempts so far.
+    pub attempts: i64,
+    /// The error of the last attempt, if it failed.
+    pub last_error: Option<String>,
+}
+
+/// One write batch of a backfill, as the ledger records it before the
+/// batch is written: one row for all its items (see migration 10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerBatch<'a> {
+    /// Its number within the plan, from 0, in the order written.
+    pub seq: u64,
+    /// `insert` or `update`: every item of a batch has the same.
+    pub action: &'static str,
+    /// The external IDs it writes.
+    pub keys: Vec<&'a str>,
+}
+
+/// The outcome of one write batch, as the ledger records it after the
+/// write: `status` for every item but the `exceptions`, which keep their
+/// own status and error (a row of their own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// The batch's number ([`LedgerBatch::seq`]).
+    pub seq: u64,
+    /// `insert` or `update`, as planned.
+    pub action: &'static str,
+    /// The status of its items (`applied` after a write that returned).
+    pub status: ItemStatus,
+    /// Items whose outcome differs: key, status, error.
+    pub exceptions: Vec<(String, ItemStatus, Option<String>)>,
+}
+
+/// One run, as [`StateStore::recent_runs`] lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    /// The run id.
+    pub id: String,
+    /// The job.
+    pub job: String,
+    /// First instant of the window.
+    pub window_start: Timestamp,
+    /// First instant after the window.
+    pub window_end: Timestamp,
+    /// When the run started.
+    pub started_at: Timestamp,
+    /// When it finished; `None` while running or if it crashed.
+    pub finished_at: Option<Timestamp>,
+    /// Its status.
+    pub status: RunStatus,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// The counts it finished with.
+    pub counts: Option<serde_json::Value>,
+    /// Where its reports are.
+    pub report_dir: Option<String>,
+    /// Why it failed or crashed.
+    pub error: Option<String>,
+}
+
+/// Every class, in the order of its discriminant.
+pub(crate) const CLASSES: [Class; 4] =
+    [Class::Gap, Class::Orphan, Class::Mismatch, Class::Duplicate];
+
+/// The open discrepancies of one class: external ID → first seen.
+pub(crate) type OpenIds = HashMap<String, Timestamp, foldhash::fast::RandomState>;
+
+/// How the open discrepancies of a job changed with one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiscrepancyDelta {
+    /// Seen for the first time (or again after having been resolved).
+    pub new: HashSet<(Class, String)>,
+    /// Still open, with when each was first seen.
+    pub persisting: HashMap<(Class, String), Timestamp>,
+    /// Open before, gone now, with when each was first seen; sorted.
+    pub resolved: Vec<(Class, String, Timestamp)>,
+}
+
+/// The open discrepancies of a job, by class: external ID → first seen
+/// ([`StateStore::open_history`]).
+#[derive(Debug, Default)]
+pub struct OpenHistory(pub(crate) [OpenIds; 4]);
+
+impl OpenHistory {
+    /// What `current` (the open discrepancies one run found) changes: the
+    /// ones open before persist (with their first sighting), every other
+    /// one is new, and the open ones not in `current` are resolved.
+    /// Duplicates in `current` count once.
+    pub fn delta(mut self, current: &[(Class, String)]) -> DiscrepancyDelta {
+        let mut delta = DiscrepancyDelta::default();
+        for (class, id) in current {
+            // The open row's own key moves into `persisting`: no copy.
+            if let Some((id, first)) = self.0[*class as usize].remove_entry(id.as_str()) {
+                delta.persisting.insert((*class, id), first);
+            } else {
+                // Listed twice in `current`: counted once.
+                let key = (*class, id.clone());
+                if !delta.persisting.contains_key(&key) {
+                    delta.new.insert(key);
+                }
+            }
+        }
+        delta.resolved = CLASSES
+            .into_iter()
+            .zip(self.0)
+            .flat_map(|(class, open)| open.into_iter().map(move |(id, first)| (class, id, first)))
+            .collect();
+        delta.resolved.sort();
+        delta
+    }
+}
+
+/// A reviewed backfill plan as the store knows it: what `recon run
+/// --dry-run` wrote, so that `recon apply --plan` can prove the file it is
+/// given is that plan, unedited (table `recon_plans`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanRecord {
+    /// The plan id: the id of the run that made it.
+    pub id: String,
+    /// The job.
+    pub job: String,
+    /// The window the plan was made over.
+    pub window: Window,
+    /// SHA-256 of the plan.jsonl file, lower-case hex.
+    pub sha256: String,
+    /// Lines in the plan.
+    pub items: u64,
+    /// Source records in the window when the plan was made (for `max_ratio`).
+    pub source_records: u64,
+    /// When the run that made the plan started reading.
+    pub read_at: Timestamp,
+    /// When the plan was recorded.
+    pub created_at: Timestamp,
+}
