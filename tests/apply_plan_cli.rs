@@ -15,7 +15,6 @@ use assert_cmd::Command;
 use recon::state::prelude::*;
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
-use sqlx::{Connection, Row};
 
 /// 2026-11-28T00:00:00-05:00 (New York midnight) in Unix seconds.
 const DAY_START: i64 = 1_795_842_000;
@@ -154,28 +153,13 @@ max_ratio = 0.5
 
     /// Every row of the target, sorted.
     async fn table(&self) -> Vec<String> {
-        let mut conn = sqlx::AnyConnection::connect(&self.db.url).await.unwrap();
-        let mut rows: Vec<String> = sqlx::query(
+        common::joined_rows(
+            &self.db.url,
             "SELECT CAST(stripe_charge_id AS TEXT), CAST(amount_cents AS TEXT), CAST(currency AS TEXT), \
              CAST(status AS TEXT), CAST(created_at AS TEXT) FROM payments",
+            5,
         )
-        .fetch_all(&mut conn)
         .await
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (0..5)
-                .map(|i| {
-                    r.try_get::<Option<String>, _>(i)
-                        .unwrap()
-                        .unwrap_or_default()
-                })
-                .collect::<Vec<_>>()
-                .join("|")
-        })
-        .collect();
-        rows.sort();
-        rows
     }
 
     async fn state(&self) -> recon::state::StateStore {

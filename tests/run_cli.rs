@@ -13,7 +13,6 @@ use assert_cmd::Command;
 use recon::state::prelude::*;
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
-use sqlx::{Connection, Row};
 
 /// 2026-11-28T00:00:00-05:00 (New York midnight) in Unix seconds.
 const DAY_START: i64 = 1_795_842_000;
@@ -162,7 +161,6 @@ max_ratio = 0.5
 
     /// Every row of the target, sorted: a checksum of the table.
     async fn table(&self) -> Vec<String> {
-        let mut conn = sqlx::AnyConnection::connect(&self.db.url).await.unwrap();
         let cast = match self.db.dialect {
             Dialect::MySql => "CHAR",
             _ => "TEXT",
@@ -170,24 +168,7 @@ max_ratio = 0.5
         let sql = format!(
             "SELECT CAST(stripe_charge_id AS {cast}), CAST(amount_cents AS {cast}), CAST(currency AS {cast}), CAST(status AS {cast}), CAST(created_at AS {cast}) FROM payments"
         );
-        let mut rows: Vec<String> = sqlx::query(&sql)
-            .fetch_all(&mut conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (0..5)
-                    .map(|i| {
-                        r.try_get::<Option<String>, _>(i)
-                            .unwrap()
-                            .unwrap_or_default()
-                    })
-                    .collect::<Vec<_>>()
-                    .join("|")
-            })
-            .collect();
-        rows.sort();
-        rows
+        common::joined_rows(&self.db.url, &sql, 5).await
     }
 }
 

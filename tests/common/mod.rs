@@ -409,3 +409,28 @@ max_ratio = 0.9
         ),
     )
 }
+
+/// Every row `sql` answers at `url`, its first `n` cells (NULL as empty)
+/// joined by `|`, sorted: a checksum of a table.
+pub async fn joined_rows(url: &str, sql: &str, n: usize) -> Vec<String> {
+    use sqlx::Row;
+    let mut conn = connect(url).await;
+    let mut rows: Vec<String> = sqlx::query(sql)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (0..n)
+                .map(|i| {
+                    r.try_get::<Option<String>, _>(i)
+                        .unwrap()
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect();
+    rows.sort();
+    rows
+}
