@@ -279,7 +279,10 @@ mod tests {
         assert_eq!(t.arrive(&req()).injected(), Some(Injected::Provider(&'x')));
         let (mut status, mut body) = (404, b"abcdef".to_vec());
         let a = t.arrive(&req());
-        assert!(matches!(a.after_work(&mut status, &mut body), AfterWork::Send));
+        assert!(matches!(
+            a.after_work(&mut status, &mut body),
+            AfterWork::Send
+        ));
         assert_eq!((status, body.as_slice()), (200, &b"abc"[..]));
         let a = t.arrive(&req());
         assert!(a.injected().is_none());

@@ -4,7 +4,10 @@
 #![cfg(feature = "emulator")]
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The emulator's clock: on tokio's paused clock it is virtual time.
+use tokio::time::Instant;
 
 use recon_salesforce::emulator::{Emulator, EmulatorConfig, Fault, FaultKind, FieldDef};
 use reqwest::header::HeaderMap;
@@ -234,7 +237,7 @@ async fn wait_for(emu: &Emulator, tok: &str, path: &str, state: &str) -> Value {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn token_endpoint_issues_bearer_tokens_for_the_client_credentials() {
     let emu = start(EmulatorConfig::default()).await;
     let form = |s: String| Some(("application/x-www-form-urlencoded", s.into_bytes()));
@@ -349,7 +352,7 @@ fn base64_std(s: &str) -> String {
     out
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn expired_and_revoked_tokens_get_invalid_session_id() {
     let emu = start(EmulatorConfig {
         token_ttl: Some(Duration::from_millis(300)),
@@ -379,7 +382,7 @@ async fn expired_and_revoked_tokens_get_invalid_session_id() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_data_response_carries_the_usage_and_the_allowance_runs_out() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
@@ -425,7 +428,7 @@ async fn every_data_response_carries_the_usage_and_the_allowance_runs_out() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn describe_shows_external_id_unique_scale_and_types() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
@@ -498,7 +501,7 @@ async fn describe_shows_external_id_unique_scale_and_types() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn soql_parses_escapes_operators_and_refuses_malformed_queries() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
@@ -682,7 +685,7 @@ async fn soql_parses_escapes_operators_and_refuses_malformed_queries() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn five_thousand_records_page_in_batches_each_exactly_once_in_order() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
@@ -745,7 +748,7 @@ async fn five_thousand_records_page_in_batches_each_exactly_once_in_order() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn composite_upsert_creates_updates_and_refuses_per_record() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
@@ -925,7 +928,7 @@ async fn composite_upsert_creates_updates_and_refuses_per_record() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bulk_query_results_are_the_rest_query_records() {
     let emu = start(slow_jobs()).await;
     let tok = token(&emu).await;
@@ -1053,7 +1056,7 @@ async fn bulk_query_results_are_the_rest_query_records() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bulk_ingest_upsert_reports_created_updated_and_failed_rows() {
     let emu = start(slow_jobs()).await;
     let tok = token(&emu).await;
@@ -1281,7 +1284,7 @@ async fn bulk_ingest_upsert_reports_created_updated_and_failed_rows() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn faults_answer_before_auth_and_processing() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
@@ -1363,7 +1366,7 @@ async fn faults_answer_before_auth_and_processing() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn versions_are_listed_and_others_are_not_found() {
     let emu = start(EmulatorConfig {
         oldest_api_version: "60.0".into(),
@@ -1408,7 +1411,7 @@ async fn versions_are_listed_and_others_are_not_found() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_field_the_user_cannot_edit_fails_its_record_as_documented() {
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
     emu.define_object(
@@ -1506,7 +1509,7 @@ async fn a_field_the_user_cannot_edit_fails_its_record_as_documented() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn after_work_faults_lose_the_answer_of_a_call_that_was_processed() {
     let emu = start(EmulatorConfig::default()).await;
     let tok = token(&emu).await;
