@@ -13,6 +13,10 @@
 //! piece of text is HTML-escaped and, as in the CSVs, neutralised against
 //! spreadsheet formulas.
 //!
+//! The markup is written as maud templates (`html!`), one function per
+//! section; text that may come from outside goes through [`escape`] (as
+//! `Shown`), which also shows hidden characters and escapes `'`.
+//!
 //! [`write_for_run`] writes the page into a run's staging folder (so it
 //! lands with the other files, whole); `recon report` renders it again
 //! with [`render_folder`].
@@ -848,7 +852,12 @@ fn bar_chart(
     let range = max_pos + max_neg;
     let zero_y = PAD_T + scale(max_pos, range, CHART_H);
     let slot = CHART_W / (values.len().max(1) as u128);
-    let bar = (slot * 7 / 10).max(1);
+    let bars = Bars {
+        slot,
+        bar: (slot * 7 / 10).max(1),
+        zero_y,
+        range,
+    };
     let (w, ht) = (PAD_L * 2 + CHART_W + 200, PAD_T + CHART_H + 30);
     let (right, bottom) = (PAD_L + CHART_W + 6, PAD_T + CHART_H + 20);
     html! {
@@ -859,7 +868,7 @@ fn bar_chart(
                 line x1=(PAD_L) y1=(zero_y) x2=(PAD_L + CHART_W) y2=(zero_y) stroke="#9aa5b1" {}
                 @for (i, (run, v)) in runs.iter().zip(values).enumerate() {
                     @if let Some(v) = *v {
-                        (bar_rect(run, v, i + 1 == runs.len(), PAD_L + i as u128 * slot + (slot - bar) / 2, bar, zero_y, range, label))
+                        (bars.rect(i, run, v, i + 1 == runs.len(), label))
                     }
                 }
                 @if max_pos > 0 {
@@ -878,30 +887,38 @@ fn bar_chart(
     }
 }
 
-/// One run's bar at `x`, `bar` wide, from the zero line at `zero_y`; the
-/// current run (`current`) outlined.
-#[allow(clippy::too_many_arguments)]
-fn bar_rect(
-    run: &ChartRun,
-    v: i128,
-    current: bool,
-    x: u128,
+/// Where a chart's bars go: `slot` px per run, bars `bar` wide, the
+/// zero line at `zero_y`, `range` the values' span (CHART_H px).
+struct Bars {
+    slot: u128,
     bar: u128,
     zero_y: u128,
     range: u128,
-    label: &dyn Fn(i128) -> String,
-) -> Markup {
-    let len = scale(v.unsigned_abs(), range, CHART_H).max(u128::from(v != 0));
-    let (y, color) = if v >= 0 {
-        (zero_y - len, "#3f6fb5")
-    } else {
-        (zero_y, "#c62828")
-    };
-    html! {
-        rect x=(x) y=(y) width=(bar) height=(len) fill=(color)
-            stroke=[current.then_some("#1d2430")] stroke-width=[current.then_some("1.5")]
-            data-run=(Shown(&run.run_id)) data-value=(v) {
-            title { (Shown(&run.started_at)) ": " (Shown(label(v))) " (" (Shown(&run.status)) ")" }
+}
+
+impl Bars {
+    /// The `i`-th run's bar for `v`; the current run (`current`) outlined.
+    fn rect(
+        &self,
+        i: usize,
+        run: &ChartRun,
+        v: i128,
+        current: bool,
+        label: &dyn Fn(i128) -> String,
+    ) -> Markup {
+        let x = PAD_L + i as u128 * self.slot + (self.slot - self.bar) / 2;
+        let len = scale(v.unsigned_abs(), self.range, CHART_H).max(u128::from(v != 0));
+        let (y, color) = if v >= 0 {
+            (self.zero_y - len, "#3f6fb5")
+        } else {
+            (self.zero_y, "#c62828")
+        };
+        html! {
+            rect x=(x) y=(y) width=(self.bar) height=(len) fill=(color)
+                stroke=[current.then_some("#1d2430")] stroke-width=[current.then_some("1.5")]
+                data-run=(Shown(&run.run_id)) data-value=(v) {
+                title { (Shown(&run.started_at)) ": " (Shown(label(v))) " (" (Shown(&run.status)) ")" }
+            }
         }
     }
 }
@@ -1195,6 +1212,26 @@ mod tests {
             "no bar for an unrecorded count"
         );
         assert!(html.contains("data-series=\"delta-USD\""));
+    }
+
+    #[test]
+    fn chart_attributes_are_escaped_and_svg_elements_closed() {
+        let mut p = page(vec![]);
+        p.history[0].run_id = "a\"b><\u{202e}c".into();
+        p.history[0].status = "<i>x</i>".into();
+        let html = render(&p);
+        assert!(
+            html.contains("data-run=\"a&quot;b&gt;&lt;\\u202ec\""),
+            "{html}"
+        );
+        assert!(html.contains("(&lt;i&gt;x&lt;/i&gt;)</title>"), "{html}");
+        // An SVG line written as a bare start tag would swallow the bars.
+        let lines = html.matches("<line ").count();
+        assert!(
+            lines > 0 && html.matches("</line>").count() == lines,
+            "{html}"
+        );
+        assert!(!html.chars().any(is_hidden), "{html}");
     }
 
     #[test]
