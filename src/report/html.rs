@@ -13,10 +13,15 @@
 //! piece of text is HTML-escaped and, as in the CSVs, neutralised against
 //! spreadsheet formulas.
 //!
+//! The markup is written as maud templates (`html!`), one function per
+//! section; text that may come from outside goes through [`escape`] (as
+//! `Shown`), which also shows hidden characters and escapes `'`.
+//!
 //! [`write_for_run`] writes the page into a run's staging folder (so it
 //! lands with the other files, whole); `recon report` renders it again
 //! with [`render_folder`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -28,6 +33,7 @@ use crate::state::{DiscrepancyHistory, ReportReads};
 use crate::state::{RunRow, RunTotals, StateStore};
 use anyhow::{Context, Result};
 use jiff::Timestamp;
+use maud::{html, Markup, PreEscaped, Render, DOCTYPE};
 use recon_core::{format_minor, Currency, Money};
 
 /// The page's file name in a run folder.
@@ -145,10 +151,22 @@ pub fn escape(text: &str) -> String {
     out
 }
 
+/// Text that may hold characters that [`is_hidden`], rendered through
+/// [`escape`]: maud's own escaping leaves those characters (and `'`) as
+/// they are, so every piece of text from a report, a source system or the
+/// store goes through this instead.
+struct Shown<T>(T);
+
+impl<T: AsRef<str>> Render for Shown<T> {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&escape(self.0.as_ref()));
+    }
+}
+
 /// Text from a report or a source system: formula-safe as in the CSVs
 /// (copied into a spreadsheet it stays text), then HTML-escaped.
-fn text(s: &str) -> String {
-    escape(&neutralise(s))
+fn text(s: &str) -> Shown<Cow<'_, str>> {
+    Shown(neutralise(s))
 }
 
 fn money(minor: i128, currency: Currency) -> String {
@@ -627,94 +645,99 @@ table.wrap{table-layout:fixed;width:100%}table.wrap td{vertical-align:top}.w-cla
 /// Renders the page.
 pub fn render(page: &Page) -> String {
     let s = &page.summary;
-    let job = s.run.job.as_str();
-    let run_id = s.run.run_id.as_deref().unwrap_or("");
-    let status = status_of(s);
     let window = match &s.run.window {
         Some(w) => format!("{} .. {}", w.start, w.end),
         None => "whole files (no window)".into(),
     };
-    let mut h = String::with_capacity(32 * 1024);
-    h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-    // Nothing may load or run: the page works offline and as an attachment.
-    h.push_str(
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n",
-    );
-    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
-    let _ = writeln!(
-        h,
-        "<title>recon {} {}: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>",
-        text(job),
-        escape(&window),
-        status
-    );
-    let _ = writeln!(
-        h,
-        "<header><h1>recon: {}</h1>\n<p id=\"status\"><span class=\"badge {status}\" data-status=\"{status}\">{status}</span>{}</p>",
-        text(job),
-        if s.run.dry_run == Some(true) {
-            " <strong>dry run</strong>: nothing was written"
-        } else {
-            ""
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(s, &window))
+            body {
+                (page_header(s, &window))
+                @for n in s.run.notes.iter().flatten() {
+                    p.note { (text(n)) }
+                }
+                (counts_section(s))
+                (totals_section(s))
+                (charts_section(&page.history))
+                (top_section(&page.top, started_at(s)))
+                (backfill_section(&page.backfill, s))
+                h2 { "Files" }
+                ul #files {
+                    @for (link, name) in &page.files {
+                        li { a href=(link) { (Shown(name)) } }
+                    }
+                }
+                (footer(s))
+            }
         }
-    );
-    let _ = writeln!(
-        h,
-        "<table class=\"meta\" id=\"run\"><tr><th>window</th><td id=\"window\">{}</td></tr>\
-         <tr><th>run</th><td>{}</td></tr><tr><th>source</th><td>{}</td></tr><tr><th>target</th><td>{}</td></tr>\
-         <tr><th>started</th><td>{}</td></tr><tr><th>took</th><td>{}</td></tr></table></header>",
-        escape(&window),
-        text(run_id),
-        text(s.run.source.as_deref().unwrap_or("")),
-        text(s.run.target.as_deref().unwrap_or("")),
-        text(started_at(s).unwrap_or("")),
-        s.run
-            .timings
-            .as_ref()
-            .map(|t| format!("{}.{:03} s", t.total_ms / 1000, t.total_ms % 1000))
-            .unwrap_or_default(),
-    );
-    for n in s.run.notes.iter().flatten() {
-        let _ = writeln!(h, "<p class=\"note\">{}</p>", text(n));
     }
-
-    counts_section(&mut h, s);
-    totals_section(&mut h, s);
-    charts_section(&mut h, &page.history);
-    top_section(&mut h, &page.top, started_at(s));
-    backfill_section(&mut h, &page.backfill, s);
-
-    h.push_str("<h2>Files</h2>\n<ul id=\"files\">\n");
-    for (link, name) in &page.files {
-        let _ = writeln!(
-            h,
-            "<li><a href=\"{}\">{}</a></li>",
-            escape(link),
-            escape(name)
-        );
-    }
-    h.push_str("</ul>\n");
-    let _ = writeln!(
-        h,
-        "<footer class=\"meta\"><p>recon {}. Amounts are exact (from minor units); text that a spreadsheet \
-         would run as a formula starts with <code>'</code>, as in the CSV files. Characters that reorder or hide \
-         text (bidirectional controls, zero-width characters) are shown escaped, as <code>\\u202e</code>; the CSV \
-         files hold them as they are.</p></footer>\n</body>\n</html>",
-        escape(
-            s.run
-                .recon_version
-                .as_deref()
-                .unwrap_or(env!("CARGO_PKG_VERSION"))
-        )
-    );
-    h
+    .into_string()
 }
 
-fn counts_section(h: &mut String, s: &RunSummary) {
-    h.push_str(
-        "<h2>Counts</h2>\n<table id=\"counts\"><tr><th>class</th><th class=\"n\">IDs</th></tr>\n",
-    );
-    for (class, label) in [
+fn head(s: &RunSummary, window: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            // Nothing may load or run: the page works offline and as an attachment.
+            meta http-equiv="Content-Security-Policy"
+                content="default-src 'none'; style-src 'unsafe-inline'; img-src data:";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { "recon " (text(&s.run.job)) " " (Shown(window)) ": " (status_of(s)) }
+            style { (PreEscaped(STYLE)) }
+        }
+    }
+}
+
+fn page_header(s: &RunSummary, window: &str) -> Markup {
+    let status = status_of(s);
+    let took = s
+        .run
+        .timings
+        .as_ref()
+        .map(|t| format!("{}.{:03} s", t.total_ms / 1000, t.total_ms % 1000));
+    html! {
+        header {
+            h1 { "recon: " (text(&s.run.job)) }
+            p #status {
+                span class={ "badge " (status) } data-status=(status) { (status) }
+                @if s.run.dry_run == Some(true) {
+                    " " strong { "dry run" } ": nothing was written"
+                }
+            }
+            table.meta #run {
+                tr { th { "window" } td #window { (Shown(window)) } }
+                tr { th { "run" } td { (text(s.run.run_id.as_deref().unwrap_or(""))) } }
+                tr { th { "source" } td { (text(s.run.source.as_deref().unwrap_or(""))) } }
+                tr { th { "target" } td { (text(s.run.target.as_deref().unwrap_or(""))) } }
+                tr { th { "started" } td { (text(started_at(s).unwrap_or(""))) } }
+                tr { th { "took" } td { (took.unwrap_or_default()) } }
+            }
+        }
+    }
+}
+
+fn footer(s: &RunSummary) -> Markup {
+    let version = s
+        .run
+        .recon_version
+        .as_deref()
+        .unwrap_or(env!("CARGO_PKG_VERSION"));
+    html! {
+        footer.meta {
+            p {
+                "recon " (Shown(version)) ". Amounts are exact (from minor units); text that a spreadsheet \
+                 would run as a formula starts with " code { "'" } ", as in the CSV files. Characters that \
+                 reorder or hide text (bidirectional controls, zero-width characters) are shown escaped, as "
+                code { "\\u202e" } "; the CSV files hold them as they are."
+            }
+        }
+    }
+}
+
+fn counts_section(s: &RunSummary) -> Markup {
+    let rows = [
         (Class::SourceRecords, "source records"),
         (Class::TargetRecords, "target records"),
         (Class::Matched, "matched"),
@@ -727,63 +750,67 @@ fn counts_section(h: &mut String, s: &RunSummary) {
         (Class::Resolved, "resolved since the last run"),
         (Class::Backfilled, "backfilled"),
         (Class::BackfillFailed, "backfill failed"),
-    ] {
-        if let Some(n) = s.counts.present(class) {
-            let key = class.key();
-            let _ = writeln!(
-                h,
-                "<tr><td>{label}</td><td class=\"n\" data-count=\"{key}\">{n}</td></tr>"
-            );
+    ];
+    html! {
+        h2 { "Counts" }
+        table #counts {
+            tr { th { "class" } th.n { "IDs" } }
+            @for (class, label) in rows {
+                @if let Some(n) = s.counts.present(class) {
+                    tr { td { (label) } td.n data-count=(class.key()) { (n) } }
+                }
+            }
         }
     }
-    h.push_str("</table>\n");
 }
 
-fn totals_section(h: &mut String, s: &RunSummary) {
-    h.push_str("<h2>Totals per currency</h2>\n");
+fn totals_section(s: &RunSummary) -> Markup {
     let totals = match summary_totals(s) {
         Ok(t) => t,
         Err(e) => {
-            let _ = writeln!(h, "<p class=\"note\">{}</p>", text(&format!("{e:#}")));
-            return;
+            return html! { h2 { "Totals per currency" } p.note { (text(&format!("{e:#}"))) } }
         }
     };
-    h.push_str(
-        "<table id=\"totals\"><tr><th>currency</th><th class=\"n\">source records</th><th class=\"n\">source total</th>\
-         <th class=\"n\">target records</th><th class=\"n\">target total</th><th class=\"n\">records delta</th>\
-         <th class=\"n\">total delta</th></tr>\n",
-    );
-    for t in &totals {
-        let rd = i128::from(t.target_records) - i128::from(t.source_records);
-        let (code, st, tt, dt) = match t.currency {
-            Some(c) => (
-                c.code().to_string(),
-                money(t.source_minor, c),
-                money(t.target_minor, c),
-                signed_money(t.target_minor - t.source_minor, c),
-            ),
-            None => (
-                "(no amount)".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ),
-        };
-        let neg = if t.target_minor < t.source_minor {
-            " neg"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            h,
-            "<tr data-currency=\"{code}\"><td>{code}</td><td class=\"n\">{}</td><td class=\"n\" data-total=\"source\">{st}</td>\
-             <td class=\"n\">{}</td><td class=\"n\" data-total=\"target\">{tt}</td><td class=\"n\">{rd:+}</td>\
-             <td class=\"n{neg}\" data-total=\"delta\">{dt}</td></tr>",
-            t.source_records, t.target_records,
-            code = escape(&code),
-        );
+    html! {
+        h2 { "Totals per currency" }
+        table #totals {
+            tr {
+                th { "currency" } th.n { "source records" } th.n { "source total" }
+                th.n { "target records" } th.n { "target total" } th.n { "records delta" }
+                th.n { "total delta" }
+            }
+            @for t in &totals { (totals_row(t)) }
+        }
     }
-    h.push_str("</table>\n");
+}
+
+fn totals_row(t: &RunTotals) -> Markup {
+    let rd = i128::from(t.target_records) - i128::from(t.source_records);
+    let (code, st, tt, dt) = match t.currency {
+        Some(c) => (
+            c.code().to_string(),
+            money(t.source_minor, c),
+            money(t.target_minor, c),
+            signed_money(t.target_minor - t.source_minor, c),
+        ),
+        None => (
+            "(no amount)".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ),
+    };
+    html! {
+        tr data-currency=(code) {
+            td { (code) }
+            td.n { (t.source_records) }
+            td.n data-total="source" { (st) }
+            td.n { (t.target_records) }
+            td.n data-total="target" { (tt) }
+            td.n { (format!("{rd:+}")) }
+            td.n.neg[t.target_minor < t.source_minor] data-total="delta" { (dt) }
+        }
+    }
 }
 
 const CHART_W: u128 = 480;
@@ -805,13 +832,12 @@ fn scale(v: u128, max: u128, span: u128) -> u128 {
 /// A bar chart of one series: one bar per run, above (and, for money,
 /// below) a zero line. `label` renders a value.
 fn bar_chart(
-    h: &mut String,
     id: &str,
     caption: &str,
     runs: &[ChartRun],
     values: &[Option<i128>],
     label: &dyn Fn(i128) -> String,
-) {
+) -> Markup {
     let max_pos = values
         .iter()
         .flatten()
@@ -826,183 +852,171 @@ fn bar_chart(
         .unwrap_or(0);
     let range = max_pos + max_neg;
     let zero_y = PAD_T + scale(max_pos, range, CHART_H);
-    let n = values.len().max(1) as u128;
-    let slot = CHART_W / n.max(1);
-    let bar = (slot * 7 / 10).max(1);
-    let _ = writeln!(
-        h,
-        "<figure class=\"chart\" data-series=\"{id}\"><figcaption>{}</figcaption>\
-         <svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\">",
-        escape(caption),
-        id = escape(id),
-        w = PAD_L * 2 + CHART_W + 200,
-        ht = PAD_T + CHART_H + 30,
-    );
-    let _ = writeln!(
-        h,
-        "<line x1=\"{PAD_L}\" y1=\"{zero_y}\" x2=\"{}\" y2=\"{zero_y}\" stroke=\"#9aa5b1\"/>",
-        PAD_L + CHART_W
-    );
-    for (i, (run, v)) in runs.iter().zip(values).enumerate() {
-        let x = PAD_L + i as u128 * slot + (slot - bar) / 2;
-        let Some(v) = *v else {
-            continue;
-        };
-        let len = scale(v.unsigned_abs(), range, CHART_H).max(u128::from(v != 0));
-        let (y, color) = if v >= 0 {
-            (zero_y - len, "#3f6fb5")
-        } else {
-            (zero_y, "#c62828")
-        };
-        let current = if i + 1 == runs.len() {
-            " stroke=\"#1d2430\" stroke-width=\"1.5\""
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            h,
-            "<rect x=\"{x}\" y=\"{y}\" width=\"{bar}\" height=\"{len}\" fill=\"{color}\"{current} data-run=\"{}\" data-value=\"{v}\">\
-             <title>{}: {} ({})</title></rect>",
-            escape(&run.run_id),
-            escape(&run.started_at),
-            escape(&label(v)),
-            escape(&run.status),
-        );
+    let slot = CHART_W / (values.len().max(1) as u128);
+    let bars = Bars {
+        slot,
+        bar: (slot * 7 / 10).max(1),
+        zero_y,
+        range,
+    };
+    let (w, ht) = (PAD_L * 2 + CHART_W + 200, PAD_T + CHART_H + 30);
+    let (right, bottom) = (PAD_L + CHART_W + 6, PAD_T + CHART_H + 20);
+    html! {
+        figure.chart data-series=(Shown(id)) {
+            figcaption { (Shown(caption)) }
+            svg xmlns="http://www.w3.org/2000/svg" role="img" width=(w) height=(ht)
+                viewBox={ "0 0 " (w) " " (ht) } {
+                line x1=(PAD_L) y1=(zero_y) x2=(PAD_L + CHART_W) y2=(zero_y) stroke="#9aa5b1" {}
+                @for (i, (run, v)) in runs.iter().zip(values).enumerate() {
+                    @if let Some(v) = *v {
+                        (bars.rect(i, run, v, i + 1 == runs.len(), label))
+                    }
+                }
+                @if max_pos > 0 {
+                    text x=(right) y=(PAD_T + 4) { (Shown(label(max_pos as i128))) }
+                }
+                text x=(right) y=(zero_y + 4) { "0" }
+                @if max_neg > 0 {
+                    text x=(right) y=(PAD_T + CHART_H) { (Shown(label(-(max_neg as i128)))) }
+                }
+                @if let (Some(first), Some(last)) = (runs.first(), runs.last()) {
+                    text x=(PAD_L) y=(bottom) { (Shown(day(&first.started_at))) }
+                    text x=(PAD_L + CHART_W) y=(bottom) text-anchor="end" { (Shown(day(&last.started_at))) }
+                }
+            }
+        }
     }
-    let right = PAD_L + CHART_W + 6;
-    if max_pos > 0 {
-        let _ = writeln!(
-            h,
-            "<text x=\"{right}\" y=\"{}\">{}</text>",
-            PAD_T + 4,
-            escape(&label(max_pos as i128))
-        );
-    }
-    let _ = writeln!(h, "<text x=\"{right}\" y=\"{}\">0</text>", zero_y + 4);
-    if max_neg > 0 {
-        let _ = writeln!(
-            h,
-            "<text x=\"{right}\" y=\"{}\">{}</text>",
-            PAD_T + CHART_H,
-            escape(&label(-(max_neg as i128)))
-        );
-    }
-    if let (Some(first), Some(last)) = (runs.first(), runs.last()) {
-        let day = |t: &str| t.get(..10).unwrap_or(t).to_string();
-        let _ = writeln!(
-            h,
-            "<text x=\"{PAD_L}\" y=\"{y}\">{}</text><text x=\"{}\" y=\"{y}\" text-anchor=\"end\">{}</text>",
-            escape(&day(&first.started_at)),
-            PAD_L + CHART_W,
-            escape(&day(&last.started_at)),
-            y = PAD_T + CHART_H + 20,
-        );
-    }
-    h.push_str("</svg></figure>\n");
 }
 
-fn charts_section(h: &mut String, runs: &[ChartRun]) {
-    let _ = writeln!(
-        h,
-        "<h2>The last {} run{}</h2>\n<div class=\"charts\" id=\"charts\">",
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" }
-    );
-    for (i, class) in Class::DISCREPANCIES.iter().enumerate() {
-        let values: Vec<Option<i128>> = runs.iter().map(|r| r.classes[i].map(i128::from)).collect();
-        bar_chart(h, class.key(), class.key(), runs, &values, &|v| {
-            v.to_string()
-        });
+/// Where a chart's bars go: `slot` px per run, bars `bar` wide, the
+/// zero line at `zero_y`, `range` the values' span (CHART_H px).
+struct Bars {
+    slot: u128,
+    bar: u128,
+    zero_y: u128,
+    range: u128,
+}
+
+impl Bars {
+    /// The `i`-th run's bar for `v`; the current run (`current`) outlined.
+    fn rect(
+        &self,
+        i: usize,
+        run: &ChartRun,
+        v: i128,
+        current: bool,
+        label: &dyn Fn(i128) -> String,
+    ) -> Markup {
+        let x = PAD_L + i as u128 * self.slot + (self.slot - self.bar) / 2;
+        let len = scale(v.unsigned_abs(), self.range, CHART_H).max(u128::from(v != 0));
+        let (y, color) = if v >= 0 {
+            (self.zero_y - len, "#3f6fb5")
+        } else {
+            (self.zero_y, "#c62828")
+        };
+        html! {
+            rect x=(x) y=(y) width=(self.bar) height=(len) fill=(color)
+                stroke=[current.then_some("#1d2430")] stroke-width=[current.then_some("1.5")]
+                data-run=(Shown(&run.run_id)) data-value=(v) {
+                title { (Shown(&run.started_at)) ": " (Shown(label(v))) " (" (Shown(&run.status)) ")" }
+            }
+        }
     }
+}
+
+fn charts_section(runs: &[ChartRun]) -> Markup {
     let currencies: BTreeSet<Currency> =
         runs.iter().flat_map(|r| r.deltas.keys().copied()).collect();
-    for c in currencies {
-        let values: Vec<Option<i128>> = runs.iter().map(|r| r.deltas.get(&c).copied()).collect();
-        bar_chart(
-            h,
-            &format!("delta-{}", c.code()),
-            &format!("money delta {} (target minus source)", c.code()),
-            runs,
-            &values,
-            &|v| signed_money(v, c),
-        );
-    }
-    h.push_str("</div>\n");
-}
-
-fn top_section(h: &mut String, top: &[TopRow], started: Option<&str>) {
-    h.push_str("<h2>Largest discrepancies</h2>\n");
-    if top.is_empty() {
-        h.push_str("<p id=\"top-none\">No gap, orphan or money mismatch with an amount.</p>\n");
-        return;
-    }
-    let _ = writeln!(
-        h,
-        "<p class=\"meta\">The {TOP_PER_CURRENCY} largest amounts per currency (a mismatch: target minus source).</p>"
-    );
-    h.push_str(
-        "<table id=\"top\" class=\"wrap\"><tr><th class=\"w-class\">class</th><th>external ID</th>\
-         <th class=\"n w-amount\">amount</th><th class=\"w-state\">state</th><th class=\"w-first\">first seen</th>\
-         <th class=\"n w-age\">age</th></tr>\n",
-    );
-    for r in top {
-        let _ = writeln!(
-            h,
-            "<tr data-class=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
-            r.class,
-            r.class,
-            text(&r.key),
-            escape(&money(r.minor, r.currency)),
-            text(&r.state),
-            text(&r.first_seen),
-            escape(&started.map(|t| age(&r.first_seen, t)).unwrap_or_default()),
-        );
-    }
-    h.push_str("</table>\n");
-}
-
-fn backfill_section(h: &mut String, b: &Backfill, s: &RunSummary) {
-    h.push_str("<h2>Backfill</h2>\n<div id=\"backfill\">\n");
-    if let Some(n) = b.planned {
-        let _ = writeln!(
-            h,
-            "<p>{n} item{} planned in plan.jsonl{}.</p>",
-            if n == 1 { "" } else { "s" },
-            if s.run.dry_run == Some(true) {
-                " (dry run: review it, then <code>recon apply --plan</code>)"
-            } else {
-                ""
+    html! {
+        h2 { "The last " (runs.len()) " run" @if runs.len() != 1 { "s" } }
+        div.charts #charts {
+            @for (i, class) in Class::DISCREPANCIES.iter().enumerate() {
+                @let values: Vec<Option<i128>> = runs.iter().map(|r| r.classes[i].map(i128::from)).collect();
+                (bar_chart(class.key(), class.key(), runs, &values, &|v| v.to_string()))
             }
-        );
-    }
-    if b.outcomes.is_empty() {
-        if b.planned.is_none() {
-            h.push_str("<p>Nothing was written.</p>\n");
+            @for c in currencies {
+                @let values: Vec<Option<i128>> = runs.iter().map(|r| r.deltas.get(&c).copied()).collect();
+                (bar_chart(
+                    &format!("delta-{}", c.code()),
+                    &format!("money delta {} (target minus source)", c.code()),
+                    runs,
+                    &values,
+                    &|v| signed_money(v, c),
+                ))
+            }
         }
-    } else {
-        h.push_str("<table><tr><th>outcome</th><th class=\"n\">items</th></tr>\n");
-        for (outcome, n) in &b.outcomes {
-            let _ = writeln!(
-                h,
-                "<tr><td>{}</td><td class=\"n\" data-outcome=\"{}\">{n}</td></tr>",
-                text(outcome),
-                escape(outcome)
-            );
-        }
-        h.push_str("</table>\n");
     }
-    if !b.failures.is_empty() {
-        h.push_str(
-            "<table id=\"failures\" class=\"wrap\"><tr><th>refused ID</th><th>error</th></tr>\n",
-        );
-        for (k, e) in &b.failures {
-            let _ = writeln!(h, "<tr><td>{}</td><td>{}</td></tr>", text(k), text(e));
-        }
-        h.push_str("</table>\n");
-    }
-    h.push_str("</div>\n");
 }
 
+fn top_section(top: &[TopRow], started: Option<&str>) -> Markup {
+    html! {
+        h2 { "Largest discrepancies" }
+        @if top.is_empty() {
+            p #top-none { "No gap, orphan or money mismatch with an amount." }
+        } @else {
+            p.meta { "The " (TOP_PER_CURRENCY) " largest amounts per currency (a mismatch: target minus source)." }
+            table id="top" class="wrap" {
+                tr {
+                    th class="w-class" { "class" } th { "external ID" }
+                    th class="n w-amount" { "amount" } th class="w-state" { "state" }
+                    th class="w-first" { "first seen" } th class="n w-age" { "age" }
+                }
+                @for r in top {
+                    tr data-class=(r.class) {
+                        td { (r.class) }
+                        td { (text(&r.key)) }
+                        td.n { (money(r.minor, r.currency)) }
+                        td { (text(&r.state)) }
+                        td { (text(&r.first_seen)) }
+                        td.n { (Shown(started.map(|t| age(&r.first_seen, t)).unwrap_or_default())) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn backfill_section(b: &Backfill, s: &RunSummary) -> Markup {
+    html! {
+        h2 { "Backfill" }
+        div #backfill {
+            @if let Some(n) = b.planned {
+                p {
+                    (n) " item" @if n != 1 { "s" } " planned in plan.jsonl"
+                    @if s.run.dry_run == Some(true) {
+                        " (dry run: review it, then " code { "recon apply --plan" } ")"
+                    }
+                    "."
+                }
+            }
+            @if b.outcomes.is_empty() {
+                @if b.planned.is_none() { p { "Nothing was written." } }
+            } @else {
+                table {
+                    tr { th { "outcome" } th.n { "items" } }
+                    @for (outcome, n) in &b.outcomes {
+                        tr { td { (text(outcome)) } td.n data-outcome=(Shown(outcome)) { (n) } }
+                    }
+                }
+            }
+            @if !b.failures.is_empty() {
+                table id="failures" class="wrap" {
+                    tr { th { "refused ID" } th { "error" } }
+                    @for (k, e) in &b.failures {
+                        tr { td { (text(k)) } td { (text(e)) } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The day of an RFC 3339 instant.
+fn day(t: &str) -> &str {
+    t.get(..10).unwrap_or(t)
+}
+
+#[cfg(test)]
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1199,6 +1213,26 @@ mod tests {
             "no bar for an unrecorded count"
         );
         assert!(html.contains("data-series=\"delta-USD\""));
+    }
+
+    #[test]
+    fn chart_attributes_are_escaped_and_svg_elements_closed() {
+        let mut p = page(vec![]);
+        p.history[0].run_id = "a\"b><\u{202e}c".into();
+        p.history[0].status = "<i>x</i>".into();
+        let html = render(&p);
+        assert!(
+            html.contains("data-run=\"a&quot;b&gt;&lt;\\u202ec\""),
+            "{html}"
+        );
+        assert!(html.contains("(&lt;i&gt;x&lt;/i&gt;)</title>"), "{html}");
+        // An SVG line written as a bare start tag would swallow the bars.
+        let lines = html.matches("<line ").count();
+        assert!(
+            lines > 0 && html.matches("</line>").count() == lines,
+            "{html}"
+        );
+        assert!(!html.chars().any(is_hidden), "{html}");
     }
 
     #[test]
