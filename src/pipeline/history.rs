@@ -185,8 +185,12 @@ pub async fn update_while_applying(
             .await
     };
     let (written, outcomes) = tokio::join!(history, backfill);
+    // When both fail, the backfill's error names the cause (a lost run
+    // lock, a refused batch); the history's is then its consequence (the
+    // same state sessions terminated).
+    let outcomes = outcomes?;
     written?;
-    Ok((delta, Some(outcomes?), Recording(Write::Done)))
+    Ok((delta, Some(outcomes), Recording(Write::Done)))
 }
 
 /// The history as the reports show it: first sightings of the persisting
