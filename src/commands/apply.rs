@@ -276,22 +276,12 @@ fn apply_plan(args: ApplyArgs) -> Result<Finished> {
     })?;
     check_out(args.out.as_deref(), &args.plan)?;
     let items = check_items(&file, &plan)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
     let span = crate::ops::progress::run_span(&plan.job.name);
-    // Progress on a terminal only; paused before the summary is printed.
-    let _progress = crate::ops::progress::Display::start();
-    let result = runtime.block_on(tracing::Instrument::instrument(
-        async {
-            crate::interrupt::install();
-            execute(plan, file, head, items).await
-        },
+    // Progress paused before the summary is printed.
+    super::locked_command(tracing::Instrument::instrument(
+        execute(plan, file, head, items),
         span,
-    ));
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    result
+    ))
 }
 
 async fn execute(

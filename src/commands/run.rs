@@ -24,17 +24,5 @@ pub fn run(args: RunArgs) -> Result<Status> {
 
 fn run_plan(args: &RunArgs) -> Result<crate::pipeline::Finished> {
     let plan = RunPlan::from_args(args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    // Progress on a terminal only; dropped (line cleared) when the run ends.
-    let _progress = crate::ops::progress::Display::start();
-    let result = runtime.block_on(async {
-        crate::interrupt::install();
-        execute(plan).await
-    });
-    // A stopped run's blocking readers are not waited for.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    result
+    super::locked_command(execute(plan))
 }
