@@ -102,7 +102,7 @@ async fn stripe_charges_to_hubspot_deals() {
     hubspot.fail_ids(vec![]);
     // Each process paces itself from a fresh limiter, while HubSpot counts
     // per account: let the search API's one-second window pass between runs.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    hubspot.close_rate_windows();
     let o = run("second").await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let s = summary(&dir.path().join("second"));
@@ -112,7 +112,7 @@ async fn stripe_charges_to_hubspot_deals() {
     assert_eq!(hubspot.objects("deals").len(), 120, "nothing duplicated");
 
     // Third run: nothing to write, the earlier gaps are resolved.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    hubspot.close_rate_windows();
     let o = run("third").await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let s = summary(&dir.path().join("third"));
@@ -184,7 +184,7 @@ async fn insert_mode_never_overwrites_a_deal_that_appeared_since_the_dry_run() {
         json!(((now - 4999) * 1000).to_string()),
     );
     hubspot.insert("deals", p);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    hubspot.close_rate_windows();
     let applied = dir.path().join("applied");
     let o = recon(args(
         "apply",

@@ -6,7 +6,8 @@
 #![cfg(feature = "emulator")]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures_util::TryStreamExt;
 use recon_core::{
@@ -71,7 +72,7 @@ async fn emulator(config: EmulatorConfig) -> Emulator {
     e
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn with_other_apps_using_90_percent_of_the_10s_budget_1000_upserts_complete() {
     // 36 of 40 requests per rolling 10 s go to other apps of the account.
     let e = emulator(EmulatorConfig {
@@ -112,7 +113,7 @@ async fn with_other_apps_using_90_percent_of_the_10s_budget_1000_upserts_complet
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn when_the_window_never_frees_the_run_fails_after_patience_naming_the_setting() {
     // Every answer is HubSpot's TEN_SECONDLY_ROLLING 429 with
     // `X-HubSpot-RateLimit-Remaining: 0` (other apps hold the whole window).
@@ -147,7 +148,7 @@ async fn when_the_window_never_frees_the_run_fails_after_patience_naming_the_set
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn search_never_meets_a_secondly_429_in_strict_mode() {
     let e = emulator(EmulatorConfig {
         strict: true,
@@ -190,7 +191,7 @@ async fn search_never_meets_a_secondly_429_in_strict_mode() {
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn upserts_send_empty_strings_for_empty_values_and_creates_omit_them() {
     // Strict mode refuses any property value that is not a string.
     let e = emulator(EmulatorConfig {
@@ -255,7 +256,7 @@ async fn upserts_send_empty_strings_for_empty_values_and_creates_omit_them() {
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn upsert_results_are_matched_by_trace_id_whatever_their_order() {
     // Results come back in reverse order and without the id property.
     let e = emulator(EmulatorConfig {
@@ -432,7 +433,7 @@ fn the_checker_refuses_what_the_spec_refuses() {
     assert!(errors.iter().any(|e| e.contains("`id`")), "{errors:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn batch_bodies_match_hubspots_openapi_spec() {
     let spec = spec();
     let e = emulator(EmulatorConfig {

@@ -4,7 +4,8 @@
 #![cfg(feature = "emulator")]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures_util::TryStreamExt;
 use recon_core::{Field, FieldKind, Schema, Secret, Source, Window};
@@ -58,7 +59,7 @@ fn day(start: i64) -> Window {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn with_90_percent_of_the_restore_rate_drained_2000_orders_are_paged_completely() {
     // Another client of the app spends 90% of the restore rate; responses
     // still report the whole rate. (A fast plan keeps the test short: the
@@ -106,7 +107,7 @@ async fn with_90_percent_of_the_restore_rate_drained_2000_orders_are_paged_compl
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_bucket_that_never_restores_fails_after_rate_limit_patience_naming_it() {
     let e = Emulator::start(EmulatorConfig {
         others_share: 1.0,
@@ -140,7 +141,7 @@ async fn a_bucket_that_never_restores_fails_after_rate_limit_patience_naming_it(
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_old_window_without_read_all_orders_is_refused_naming_the_scope() {
     let e = Emulator::start(EmulatorConfig {
         access_scopes: vec!["read_orders".into()],
@@ -168,7 +169,7 @@ async fn an_old_window_without_read_all_orders_is_refused_naming_the_scope() {
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_old_window_with_read_all_orders_is_read() {
     let e = Emulator::start(EmulatorConfig::default()).await.unwrap();
     let start = now() - 90 * DAY;
@@ -181,7 +182,7 @@ async fn an_old_window_with_read_all_orders_is_read() {
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_recent_window_is_read_without_asking_for_scopes() {
     let e = Emulator::start(EmulatorConfig {
         access_scopes: vec!["read_orders".into()],
@@ -211,7 +212,7 @@ async fn graphql(e: &Emulator, query: &str) -> Json {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_emulator_hides_orders_older_than_60_days_without_read_all_orders() {
     let e = Emulator::start(EmulatorConfig {
         access_scopes: vec!["read_orders".into(), "read_products".into()],
@@ -246,7 +247,7 @@ async fn the_emulator_hides_orders_older_than_60_days_without_read_all_orders() 
     e.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_emulators_other_client_drains_the_restore_rate_it_reports_whole() {
     let e = Emulator::start(EmulatorConfig {
         others_share: 0.9,

@@ -116,6 +116,14 @@ impl Limits {
         }
     }
 
+    /// Forgets every admission of the rolling windows (the daily count
+    /// stays), as if both windows had passed.
+    pub fn close_windows(&mut self) {
+        for w in [&mut self.ten, &mut self.search].into_iter().flatten() {
+            w.log.clear();
+        }
+    }
+
     /// Admits a request of another app of the same account (see
     /// `EmulatorConfig::others_share`): it counts toward the 10-second
     /// window only. `false` when the window is full (the other app retries).

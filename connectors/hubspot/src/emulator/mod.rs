@@ -237,6 +237,9 @@ pub struct EmulatorStats {
     pub transport: Stats,
     /// Requests received on a search endpoint (whatever their outcome).
     pub search_requests: u64,
+    /// Searches that tested every record of the type (a query not in the
+    /// cache): paging through one query costs one scan, not one per page.
+    pub search_scans: u64,
     /// Requests of the other apps (see [`EmulatorConfig::others_share`])
     /// admitted into the 10-second window.
     pub other_requests: u64,
@@ -400,6 +403,15 @@ impl Emulator {
     /// replaced; an empty vec clears the set.
     pub fn fail_ids(&self, ids: Vec<String>) {
         *self.shared.fail_ids.write().unwrap() = ids.into_iter().collect::<HashSet<_>>();
+    }
+
+    /// Lets the rolling windows (`TEN_SECONDLY_ROLLING` and the search
+    /// endpoints' `SECONDLY`) pass at once: their admissions are forgotten,
+    /// the daily count is kept. What a test calls between two `recon`
+    /// processes (each paces from a fresh limiter while HubSpot counts per
+    /// account) instead of sleeping through the windows.
+    pub fn close_rate_windows(&self) {
+        self.shared.limits.lock().unwrap().close_windows();
     }
 
     pub fn stats(&self) -> EmulatorStats {

@@ -581,6 +581,7 @@ fn search(shared: &Shared, cid: &str, object_type: &str, body: &Value) -> Result
         Some(ids) => ids,
         None => {
             let m = search::evaluate(&req, ts, now).map_err(|m| validation(&m, cid))?;
+            shared.stats.lock().unwrap().search_scans += 1;
             shared
                 .cache
                 .lock()
