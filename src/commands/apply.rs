@@ -480,7 +480,8 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
 /// How a planned webhook request differs from the one the configuration
 /// makes now (`now`, built from the plan's body): method, headers (masked
 /// values compared as masked), and whether the body is the configured
-/// envelope's (a Stripe event of the configured type, or not an event).
+/// envelope's (for envelopes that mark their bodies, such as Stripe's
+/// events: one of the configured type).
 fn request_differences(
     wh: &crate::webhook::Webhook,
     planned: &crate::webhook::PlanRequest,
@@ -506,15 +507,13 @@ fn request_differences(
             _ => {}
         }
     }
-    let body = &planned.body;
-    let is_event =
-        body.get("object").and_then(|o| o.as_str()) == Some("event") && body.get("data").is_some();
-    match wh.envelope {
-        Envelope::Stripe if !is_event => {
-            out.push("the plan's body is not a Stripe event, but envelope = \"stripe\" now".into())
-        }
-        Envelope::Stripe => {
-            let t = body.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    let configured = wh.envelope;
+    let setting = |e: Envelope| format!("{:?}", format!("{e:?}").to_ascii_lowercase());
+    let carried = Envelope::ALL
+        .iter()
+        .find_map(|e| Some((*e, e.provider()?.event_type_in(&planned.body)?)));
+    match (carried, configured.provider()) {
+        (Some((e, t)), _) if e == configured => {
             if t != wh.event_type {
                 out.push(format!(
                     "the plan's event type is {t:?}, event_type = {:?} now",
@@ -522,9 +521,15 @@ fn request_differences(
                 ));
             }
         }
-        Envelope::None | Envelope::Shopify if is_event => out.push(format!(
-            "the plan's body is a Stripe event, but envelope = {:?} now",
-            format!("{:?}", wh.envelope).to_ascii_lowercase()
+        (Some((e, _)), _) => out.push(format!(
+            "the plan's body is a {} event, but envelope = {} now",
+            e.provider().map_or("", |p| p.provider_name()),
+            setting(configured)
+        )),
+        (None, Some(p)) if p.marks_its_bodies() => out.push(format!(
+            "the plan's body is not a {} event, but envelope = {} now",
+            p.provider_name(),
+            setting(configured)
         )),
         _ => {}
     }

@@ -240,6 +240,26 @@ pub trait WebhookEnvelope: Send + Sync {
     /// The same headers as a plan shows them, their values masked.
     fn planned_signature_headers(&self) -> Vec<(&'static str, &'static str)>;
 
+    /// The provider's name in messages (`"Stripe"`).
+    fn provider_name(&self) -> &'static str;
+
+    /// For envelopes whose body names its event type (Stripe's `event`
+    /// object and its `type`): the type `body` carries, or `None` when
+    /// `body` is not such a delivery. Envelopes that carry the type
+    /// elsewhere (Shopify's topic header) keep the default, `None`, and
+    /// [`WebhookEnvelope::marks_its_bodies`] `false`.
+    fn event_type_in<'a>(&self, body: &'a serde_json::Value) -> Option<&'a str> {
+        let _ = body;
+        None
+    }
+
+    /// Whether every body of this envelope is recognised by
+    /// [`WebhookEnvelope::event_type_in`], so a body it does not
+    /// recognise was made with another envelope.
+    fn marks_its_bodies(&self) -> bool {
+        false
+    }
+
     /// Headers a job's configured headers may never set, whichever
     /// envelope it uses (recon sets them itself).
     fn reserved_headers(&self) -> &'static [&'static str] {

@@ -10,6 +10,10 @@ use recon_core::{Delivery, Signed, WebhookEnvelope};
 pub struct ShopifyEnvelope;
 
 impl WebhookEnvelope for ShopifyEnvelope {
+    fn provider_name(&self) -> &'static str {
+        "Shopify"
+    }
+
     fn default_event_type(&self) -> &'static str {
         "orders/create"
     }

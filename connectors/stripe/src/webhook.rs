@@ -41,6 +41,21 @@ impl WebhookEnvelope for StripeEnvelope {
         body["data"]["object"].clone()
     }
 
+    fn provider_name(&self) -> &'static str {
+        "Stripe"
+    }
+
+    /// An `object: "event"` with `data`: its `type` (`""` when missing).
+    fn event_type_in<'a>(&self, body: &'a serde_json::Value) -> Option<&'a str> {
+        let is_event = body.get("object").and_then(|o| o.as_str()) == Some("event")
+            && body.get("data").is_some();
+        is_event.then(|| body.get("type").and_then(|t| t.as_str()).unwrap_or(""))
+    }
+
+    fn marks_its_bodies(&self) -> bool {
+        true
+    }
+
     /// Stripe signs as recon does: the same `t=…,v1=…`.
     fn signature_headers(&self, signed: &Signed<'_>) -> Vec<(&'static str, String)> {
         vec![("Stripe-Signature", signed.recon.to_string())]
@@ -72,6 +87,13 @@ mod tests {
         assert_eq!(event["type"], "charge.captured");
         assert_eq!(event["created"], 1_700_000_000);
         assert_eq!(event["livemode"], true);
+        // A wrapped body is recognised with its type; the bare record is not.
+        assert_eq!(
+            StripeEnvelope.event_type_in(&event),
+            Some("charge.captured")
+        );
+        assert_eq!(StripeEnvelope.event_type_in(&object), None);
+        assert!(StripeEnvelope.marks_its_bodies());
         assert_eq!(event["request"]["idempotency_key"], d.key);
         assert_eq!(StripeEnvelope.unwrap(event), object);
     }
