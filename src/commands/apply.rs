@@ -513,18 +513,14 @@ fn request_differences(
         .iter()
         .find_map(|e| Some((*e, e.provider()?.event_type_in(&planned.body)?)));
     match (carried, configured.provider()) {
-        (Some((e, t)), _) if e == configured => {
-            if t != wh.event_type {
-                out.push(format!(
-                    "the plan's event type is {t:?}, event_type = {:?} now",
-                    wh.event_type
-                ));
-            }
-        }
-        (Some((e, _)), _) => out.push(format!(
+        (Some((e, _)), _) if e != configured => out.push(format!(
             "the plan's body is a {} event, but envelope = {} now",
             e.provider().map_or("", |p| p.provider_name()),
             setting(configured)
+        )),
+        (Some((_, t)), _) if t != wh.event_type => out.push(format!(
+            "the plan's event type is {t:?}, event_type = {:?} now",
+            wh.event_type
         )),
         (None, Some(p)) if p.marks_its_bodies() => out.push(format!(
             "the plan's body is not a {} event, but envelope = {} now",
