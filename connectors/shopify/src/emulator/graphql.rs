@@ -1,14 +1,10 @@
-//! A small GraphQL parser: executable documents (operations with variable
-//! definitions and selection sets), per the GraphQL spec (October 2021),
-//! sections 2.1 (source text) through 2.10 (variables).
-//!
-//! What it handles: names, aliases, arguments whose values are variables
-//! (`$x`), Int, Float, String (with all escapes, `\uXXXX` including surrogate
-//! pairs, and block strings `"""…"""`), Boolean, `null`, enum values, lists and
-//! input objects; nested selection sets; the query shorthand `{ … }`;
-//! whitespace, commas (insignificant, like whitespace), comments (`# …`) and a
-//! leading BOM are ignored. Every field, argument and variable definition keeps
-//! its 1-based line and column for error `locations`.
+//! Executable GraphQL documents (operations with variable definitions and
+//! selection sets) as the emulator executes them. The text is parsed by
+//! apollo-parser (the GraphQL spec, October 2021: lexing, strings with all
+//! escapes and block strings, comments, commas); this module turns its
+//! syntax tree into the small tree `exec.rs` walks, each field, argument
+//! and variable definition with its 1-based line and column for error
+//! `locations`.
 //!
 //! What it refuses, with a parse error: fragments (`fragment …`, `...`) and
 //! directives (`@…`), which the connector never sends.
@@ -198,700 +194,402 @@ pub(crate) struct ParseError {
 }
 
 // ---------------------------------------------------------------------------
-// Lexer
+// From apollo-parser's syntax tree
 
-#[derive(Clone, Debug, PartialEq)]
-enum Tok {
-    Punct(&'static str),
-    Name(String),
-    Int(String),
-    Float(String),
-    Str(String),
-    Eof,
-}
-
-impl Tok {
-    /// graphql-ruby's token names, for parse error messages.
-    fn describe(&self) -> (String, &'static str) {
-        match self {
-            Tok::Punct(p) => (
-                (*p).to_owned(),
-                match *p {
-                    "{" => "LCURLY",
-                    "}" => "RCURLY",
-                    "(" => "LPAREN",
-                    ")" => "RPAREN",
-                    "[" => "LBRACKET",
-                    "]" => "RBRACKET",
-                    ":" => "COLON",
-                    "!" => "BANG",
-                    "$" => "VAR_SIGN",
-                    "=" => "EQUALS",
-                    "@" => "DIR_SIGN",
-                    "|" => "PIPE",
-                    "&" => "AMP",
-                    "..." => "ELLIPSIS",
-                    _ => "UNKNOWN_CHAR",
-                },
-            ),
-            Tok::Name(n) => (n.clone(), "IDENTIFIER"),
-            Tok::Int(i) => (i.clone(), "INT"),
-            Tok::Float(x) => (x.clone(), "FLOAT"),
-            Tok::Str(s) => (s.clone(), "STRING"),
-            Tok::Eof => (String::new(), "EOF"),
-        }
-    }
-}
-
-struct Lexer {
-    chars: Vec<char>,
-    i: usize,
-    line: usize,
-    col: usize,
-}
-
-impl Lexer {
-    fn new(src: &str) -> Lexer {
-        let src = src.strip_prefix('\u{feff}').unwrap_or(src);
-        Lexer {
-            chars: src.chars().collect(),
-            i: 0,
-            line: 1,
-            col: 1,
-        }
-    }
-
-    fn peek_char(&self, ahead: usize) -> Option<char> {
-        self.chars.get(self.i + ahead).copied()
-    }
-
-    fn bump(&mut self) -> Option<char> {
-        let c = self.chars.get(self.i).copied()?;
-        self.i += 1;
-        if c == '\n' {
-            self.line += 1;
-            self.col = 1;
-        } else if c == '\r' {
-            // "\r\n" is one line terminator.
-            if self.peek_char(0) != Some('\n') {
-                self.line += 1;
-                self.col = 1;
-            }
-        } else {
-            self.col += 1;
-        }
-        Some(c)
-    }
-
-    fn pos(&self) -> Pos {
-        Pos {
-            line: self.line,
-            column: self.col,
-        }
-    }
-
-    fn error(&self, message: impl Into<String>, pos: Pos) -> ParseError {
-        ParseError {
-            message: message.into(),
-            pos: Some(pos),
-        }
-    }
-
-    /// Skips ignored tokens: whitespace, line terminators, commas, comments.
-    fn skip_ignored(&mut self) {
-        while let Some(c) = self.peek_char(0) {
-            match c {
-                ' ' | '\t' | '\n' | '\r' | ',' | '\u{feff}' => {
-                    self.bump();
-                }
-                '#' => {
-                    while let Some(c) = self.peek_char(0) {
-                        if c == '\n' || c == '\r' {
-                            break;
-                        }
-                        self.bump();
-                    }
-                }
-                _ => break,
-            }
-        }
-    }
-
-    fn next(&mut self) -> Result<(Tok, Pos), ParseError> {
-        self.skip_ignored();
-        let pos = self.pos();
-        let Some(c) = self.peek_char(0) else {
-            return Ok((Tok::Eof, pos));
-        };
-        let punct = match c {
-            '{' => Some("{"),
-            '}' => Some("}"),
-            '(' => Some("("),
-            ')' => Some(")"),
-            '[' => Some("["),
-            ']' => Some("]"),
-            ':' => Some(":"),
-            '!' => Some("!"),
-            '$' => Some("$"),
-            '=' => Some("="),
-            '@' => Some("@"),
-            '|' => Some("|"),
-            '&' => Some("&"),
-            _ => None,
-        };
-        if let Some(p) = punct {
-            self.bump();
-            return Ok((Tok::Punct(p), pos));
-        }
-        if c == '.' {
-            if self.peek_char(1) == Some('.') && self.peek_char(2) == Some('.') {
-                self.bump();
-                self.bump();
-                self.bump();
-                return Ok((Tok::Punct("..."), pos));
-            }
-            return Err(self.error(
-                format!(
-                    "Parse error on \".\" (UNKNOWN_CHAR) at [{}, {}]",
-                    pos.line, pos.column
-                ),
-                pos,
-            ));
-        }
-        if c == '_' || c.is_ascii_alphabetic() {
-            let mut name = String::new();
-            while let Some(c) = self.peek_char(0) {
-                if c == '_' || c.is_ascii_alphanumeric() {
-                    name.push(c);
-                    self.bump();
-                } else {
-                    break;
-                }
-            }
-            return Ok((Tok::Name(name), pos));
-        }
-        if c == '-' || c.is_ascii_digit() {
-            return self.number(pos);
-        }
-        if c == '"' {
-            if self.peek_char(1) == Some('"') && self.peek_char(2) == Some('"') {
-                return self.block_string(pos);
-            }
-            return self.string(pos);
-        }
-        Err(self.error(
-            format!(
-                "Parse error on {:?} (UNKNOWN_CHAR) at [{}, {}]",
-                c.to_string(),
-                pos.line,
-                pos.column
-            ),
-            pos,
-        ))
-    }
-
-    fn number(&mut self, pos: Pos) -> Result<(Tok, Pos), ParseError> {
-        let mut text = String::new();
-        if self.peek_char(0) == Some('-') {
-            text.push('-');
-            self.bump();
-        }
-        let digits = |lx: &mut Lexer, text: &mut String| -> usize {
-            let mut n = 0;
-            while let Some(c) = lx.peek_char(0) {
-                if c.is_ascii_digit() {
-                    text.push(c);
-                    lx.bump();
-                    n += 1;
-                } else {
-                    break;
-                }
-            }
-            n
-        };
-        let int_start = text.len();
-        if digits(self, &mut text) == 0 {
-            return Err(self.error(
-                format!(
-                    "Parse error on {text:?} (UNKNOWN_CHAR) at [{}, {}]",
-                    pos.line, pos.column
-                ),
-                pos,
-            ));
-        }
-        // IntegerPart: no leading zeros ("0" alone is fine).
-        let int_part = &text[int_start..];
-        if int_part.len() > 1 && int_part.starts_with('0') {
-            return Err(self.error(
-                format!(
-                    "Parse error on {text:?} (INT) at [{}, {}]",
-                    pos.line, pos.column
-                ),
-                pos,
-            ));
-        }
-        let mut float = false;
-        if self.peek_char(0) == Some('.') && self.peek_char(1).is_some_and(|c| c.is_ascii_digit()) {
-            float = true;
-            text.push('.');
-            self.bump();
-            digits(self, &mut text);
-        }
-        if matches!(self.peek_char(0), Some('e') | Some('E')) {
-            float = true;
-            text.push('e');
-            self.bump();
-            if let Some(sign @ ('+' | '-')) = self.peek_char(0) {
-                text.push(sign);
-                self.bump();
-            }
-            if digits(self, &mut text) == 0 {
-                return Err(self.error(
-                    format!(
-                        "Parse error on {text:?} (FLOAT) at [{}, {}]",
-                        pos.line, pos.column
-                    ),
-                    pos,
-                ));
-            }
-        }
-        // A number immediately followed by a name start or '.' is invalid.
-        if self
-            .peek_char(0)
-            .is_some_and(|c| c == '_' || c == '.' || c.is_ascii_alphabetic())
-        {
-            return Err(self.error(
-                format!(
-                    "Parse error on {text:?} (INT) at [{}, {}]",
-                    pos.line, pos.column
-                ),
-                pos,
-            ));
-        }
-        Ok((
-            if float {
-                Tok::Float(text)
-            } else {
-                Tok::Int(text)
-            },
-            pos,
-        ))
-    }
-
-    fn string(&mut self, pos: Pos) -> Result<(Tok, Pos), ParseError> {
-        self.bump(); // opening quote
-        let mut out = String::new();
-        loop {
-            let Some(c) = self.bump() else {
-                return Err(self.error("Unterminated string", pos));
-            };
-            match c {
-                '"' => return Ok((Tok::Str(out), pos)),
-                '\n' | '\r' => return Err(self.error("Unterminated string", pos)),
-                '\\' => {
-                    let Some(e) = self.bump() else {
-                        return Err(self.error("Unterminated string", pos));
-                    };
-                    match e {
-                        '"' => out.push('"'),
-                        '\\' => out.push('\\'),
-                        '/' => out.push('/'),
-                        'b' => out.push('\u{8}'),
-                        'f' => out.push('\u{c}'),
-                        'n' => out.push('\n'),
-                        'r' => out.push('\r'),
-                        't' => out.push('\t'),
-                        'u' => {
-                            let hi = self.hex4(pos)?;
-                            let code = if (0xD800..0xDC00).contains(&hi) {
-                                // A surrogate pair: "\uD83D\uDE00".
-                                if self.peek_char(0) == Some('\\') && self.peek_char(1) == Some('u')
-                                {
-                                    self.bump();
-                                    self.bump();
-                                    let lo = self.hex4(pos)?;
-                                    if !(0xDC00..0xE000).contains(&lo) {
-                                        return Err(self.error("Bad unicode escape", pos));
-                                    }
-                                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
-                                } else {
-                                    return Err(self.error("Bad unicode escape", pos));
-                                }
-                            } else {
-                                hi
-                            };
-                            match char::from_u32(code) {
-                                Some(ch) => out.push(ch),
-                                None => return Err(self.error("Bad unicode escape", pos)),
-                            }
-                        }
-                        other => {
-                            return Err(
-                                self.error(format!("Bad unicode escape in \"\\{other}\""), pos)
-                            )
-                        }
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-    }
-
-    fn hex4(&mut self, pos: Pos) -> Result<u32, ParseError> {
-        let mut v = 0u32;
-        for _ in 0..4 {
-            let d = self
-                .bump()
-                .and_then(|c| c.to_digit(16))
-                .ok_or_else(|| self.error("Bad unicode escape", pos))?;
-            v = v * 16 + d;
-        }
-        Ok(v)
-    }
-
-    /// `"""…"""`: raw text (only `\"""` is an escape), then the spec's
-    /// BlockStringValue(): common indentation removed, blank first/last lines
-    /// dropped.
-    fn block_string(&mut self, pos: Pos) -> Result<(Tok, Pos), ParseError> {
-        self.bump();
-        self.bump();
-        self.bump();
-        let mut raw = String::new();
-        loop {
-            match self.peek_char(0) {
-                None => return Err(self.error("Unterminated string", pos)),
-                Some('"') if self.peek_char(1) == Some('"') && self.peek_char(2) == Some('"') => {
-                    self.bump();
-                    self.bump();
-                    self.bump();
-                    break;
-                }
-                Some('\\')
-                    if self.peek_char(1) == Some('"')
-                        && self.peek_char(2) == Some('"')
-                        && self.peek_char(3) == Some('"') =>
-                {
-                    self.bump();
-                    self.bump();
-                    self.bump();
-                    self.bump();
-                    raw.push_str("\"\"\"");
-                }
-                Some(_) => raw.push(self.bump().unwrap()),
-            }
-        }
-        Ok((Tok::Str(block_string_value(&raw)), pos))
-    }
-}
-
-fn block_string_value(raw: &str) -> String {
-    let normalized = raw.replace("\r\n", "\n").replace('\r', "\n");
-    let lines: Vec<&str> = normalized.split('\n').collect();
-    let indent_of = |l: &str| l.len() - l.trim_start_matches([' ', '\t']).len();
-    let common = lines
-        .iter()
-        .skip(1)
-        .filter(|l| !l.trim_matches([' ', '\t']).is_empty())
-        .map(|l| indent_of(l))
-        .min();
-    let mut out: Vec<String> = lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| match common {
-            Some(c) if i > 0 => l.get(c.min(l.len())..).unwrap_or("").to_owned(),
-            _ => (*l).to_owned(),
-        })
-        .collect();
-    while out
-        .first()
-        .is_some_and(|l| l.trim_matches([' ', '\t']).is_empty())
-    {
-        out.remove(0);
-    }
-    while out
-        .last()
-        .is_some_and(|l| l.trim_matches([' ', '\t']).is_empty())
-    {
-        out.pop();
-    }
-    out.join("\n")
-}
-
-// ---------------------------------------------------------------------------
-// Parser
-
-struct Parser {
-    lexer: Lexer,
-    tok: Tok,
-    pos: Pos,
-}
+use apollo_parser::cst::{self, CstNode};
+use apollo_parser::{SyntaxKind, SyntaxNode};
 
 /// Parses an executable document.
 pub(crate) fn parse(src: &str) -> Result<Document, ParseError> {
-    let mut lexer = Lexer::new(src);
-    let (tok, pos) = lexer.next()?;
-    let mut p = Parser { lexer, tok, pos };
+    let tree = apollo_parser::Parser::new(src).parse();
+    let at = Positions::new(src);
+    if let Some(e) = tree.errors().next() {
+        return Err(if e.is_eof() || e.index() >= src.len() {
+            end_of_document()
+        } else {
+            at.unexpected(e.data(), e.index())
+        });
+    }
     let mut operations = Vec::new();
-    while p.tok != Tok::Eof {
-        operations.push(p.operation()?);
+    for def in tree.document().definitions() {
+        match def {
+            cst::Definition::OperationDefinition(op) => operations.push(at.operation(&op)?),
+            // `fragment` and type system definitions: never sent.
+            other => return Err(at.refuse(other.syntax())),
+        }
     }
     if operations.is_empty() {
-        return Err(ParseError {
-            message: "Unexpected end of document".to_owned(),
-            pos: None,
-        });
+        return Err(end_of_document());
     }
     Ok(Document { operations })
 }
 
-impl Parser {
-    fn advance(&mut self) -> Result<(Tok, Pos), ParseError> {
-        let (tok, pos) = self.lexer.next()?;
-        let prev = std::mem::replace(&mut self.tok, tok);
-        let prev_pos = std::mem::replace(&mut self.pos, pos);
-        Ok((prev, prev_pos))
+fn end_of_document() -> ParseError {
+    ParseError {
+        message: "Unexpected end of document".to_owned(),
+        pos: None,
+    }
+}
+
+/// graphql-ruby's name of the token `text` (for parse error messages).
+fn token_kind(text: &str) -> &'static str {
+    match text {
+        "{" => "LCURLY",
+        "}" => "RCURLY",
+        "(" => "LPAREN",
+        ")" => "RPAREN",
+        "[" => "LBRACKET",
+        "]" => "RBRACKET",
+        ":" => "COLON",
+        "!" => "BANG",
+        "$" => "VAR_SIGN",
+        "=" => "EQUALS",
+        "@" => "DIR_SIGN",
+        "|" => "PIPE",
+        "&" => "AMP",
+        "..." => "ELLIPSIS",
+        t if t.starts_with('"') => "STRING",
+        t if t.starts_with(|c: char| c == '_' || c.is_ascii_alphabetic()) => "IDENTIFIER",
+        t if t.parse::<i64>().is_ok() || t.bytes().all(|b| b.is_ascii_digit() || b == b'-') => {
+            "INT"
+        }
+        t if t.parse::<f64>().is_ok() => "FLOAT",
+        _ => "UNKNOWN_CHAR",
+    }
+}
+
+/// Line starts of the source, for byte offset -> 1-based line and column
+/// (columns count characters, as graphql-ruby's do).
+struct Positions<'a> {
+    src: &'a str,
+    lines: Vec<usize>,
+}
+
+impl<'a> Positions<'a> {
+    fn new(src: &'a str) -> Self {
+        let mut lines = vec![0];
+        let b = src.as_bytes();
+        for (i, &c) in b.iter().enumerate() {
+            // `\r\n`, `\n` and a lone `\r` end a line (spec 2.1.3).
+            if c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n')) {
+                lines.push(i + 1);
+            }
+        }
+        Positions { src, lines }
     }
 
-    fn unexpected(&self) -> ParseError {
-        if self.tok == Tok::Eof {
-            return ParseError {
-                message: "Unexpected end of document".to_owned(),
-                pos: None,
-            };
-        }
-        let (text, kind) = self.tok.describe();
+    fn pos(&self, offset: usize) -> Pos {
+        let line = self.lines.partition_point(|&s| s <= offset);
+        let start = self.lines[line - 1];
+        let column = self.src[start..offset.min(self.src.len())]
+            .trim_start_matches('\u{feff}')
+            .chars()
+            .count()
+            + 1;
+        Pos { line, column }
+    }
+
+    /// Where a node's first significant token starts.
+    fn start(&self, node: &SyntaxNode) -> Pos {
+        let offset = node
+            .descendants_with_tokens()
+            .filter_map(|e| e.into_token())
+            .find(|t| {
+                !matches!(
+                    t.kind(),
+                    SyntaxKind::WHITESPACE | SyntaxKind::COMMENT | SyntaxKind::COMMA
+                )
+            })
+            .map_or(usize::from(node.text_range().start()), |t| {
+                usize::from(t.text_range().start())
+            });
+        self.pos(offset)
+    }
+
+    fn unexpected(&self, text: &str, offset: usize) -> ParseError {
+        let pos = self.pos(offset);
         ParseError {
             message: format!(
-                "Parse error on {} ({kind}) at [{}, {}]",
+                "Parse error on {} ({}) at [{}, {}]",
                 serde_json::Value::from(text),
-                self.pos.line,
-                self.pos.column
+                token_kind(text),
+                pos.line,
+                pos.column
             ),
-            pos: Some(self.pos),
+            pos: Some(pos),
         }
     }
 
-    fn is_punct(&self, p: &str) -> bool {
-        matches!(&self.tok, Tok::Punct(q) if *q == p)
-    }
-
-    fn expect_punct(&mut self, p: &str) -> Result<Pos, ParseError> {
-        if self.is_punct(p) {
-            Ok(self.advance()?.1)
-        } else {
-            Err(self.unexpected())
-        }
-    }
-
-    fn name(&mut self) -> Result<(String, Pos), ParseError> {
-        match &self.tok {
-            Tok::Name(_) => {
-                let (tok, pos) = self.advance()?;
-                match tok {
-                    Tok::Name(n) => Ok((n, pos)),
-                    _ => unreachable!(),
-                }
-            }
-            _ => Err(self.unexpected()),
-        }
-    }
-
-    fn operation(&mut self) -> Result<Operation, ParseError> {
-        if self.is_punct("{") {
-            let pos = self.pos;
-            let selection = self.selection_set()?;
-            return Ok(Operation {
-                kind: OpKind::Query,
-                name: None,
-                vars: Vec::new(),
-                selection,
-                pos,
+    /// A parse error on the first token of `node` (fragments, directives,
+    /// type definitions: what the connector never sends).
+    fn refuse(&self, node: &SyntaxNode) -> ParseError {
+        let token = node
+            .descendants_with_tokens()
+            .filter_map(|e| e.into_token())
+            .find(|t| {
+                !matches!(
+                    t.kind(),
+                    SyntaxKind::WHITESPACE | SyntaxKind::COMMENT | SyntaxKind::COMMA
+                )
             });
+        match token {
+            Some(t) => self.unexpected(t.text(), usize::from(t.text_range().start())),
+            None => end_of_document(),
         }
-        let kind = match &self.tok {
-            Tok::Name(n) if n == "query" => OpKind::Query,
-            Tok::Name(n) if n == "mutation" => OpKind::Mutation,
-            Tok::Name(n) if n == "subscription" => OpKind::Subscription,
-            // `fragment` definitions and anything else.
-            _ => return Err(self.unexpected()),
-        };
-        let pos = self.advance()?.1;
-        let name = if matches!(self.tok, Tok::Name(_)) {
-            Some(self.name()?.0)
-        } else {
-            None
+    }
+
+    fn operation(&self, op: &cst::OperationDefinition) -> Result<Operation, ParseError> {
+        if let Some(d) = op.directives() {
+            return Err(self.refuse(d.syntax()));
+        }
+        let kind = match op.operation_type() {
+            None => OpKind::Query,
+            Some(t) if t.mutation_token().is_some() => OpKind::Mutation,
+            Some(t) if t.subscription_token().is_some() => OpKind::Subscription,
+            Some(_) => OpKind::Query,
         };
         let mut vars = Vec::new();
-        if self.is_punct("(") {
-            self.advance()?;
-            while !self.is_punct(")") {
-                vars.push(self.var_def()?);
-            }
-            self.advance()?;
-            if vars.is_empty() {
-                return Err(self.unexpected());
+        if let Some(defs) = op.variable_definitions() {
+            for v in defs.variable_definitions() {
+                vars.push(self.var_def(&v)?);
             }
         }
-        if self.is_punct("@") {
-            return Err(self.unexpected());
-        }
-        let selection = self.selection_set()?;
         Ok(Operation {
             kind,
-            name,
+            name: op.name().map(|n| n.text().to_string()),
             vars,
-            selection,
-            pos,
+            selection: self.selection_set(op.selection_set())?,
+            pos: self.start(op.syntax()),
         })
     }
 
-    fn var_def(&mut self) -> Result<VarDef, ParseError> {
-        let pos = self.expect_punct("$")?;
-        let (name, _) = self.name()?;
-        self.expect_punct(":")?;
-        let ty = self.type_ref()?;
-        let default = if self.is_punct("=") {
-            self.advance()?;
-            Some(self.value(true)?)
-        } else {
-            None
+    fn var_def(&self, v: &cst::VariableDefinition) -> Result<VarDef, ParseError> {
+        if let Some(d) = v.directives() {
+            return Err(self.refuse(d.syntax()));
+        }
+        let name = v
+            .variable()
+            .map(|x| x.text().to_string())
+            .unwrap_or_default();
+        let ty = self.type_ref(v.ty())?;
+        let default = match v.default_value().and_then(|d| d.value()) {
+            Some(value) => Some(self.value(&value, true)?),
+            None => None,
         };
         Ok(VarDef {
             name,
             ty,
             default,
-            pos,
+            pos: self.start(v.syntax()),
         })
     }
 
-    fn type_ref(&mut self) -> Result<TypeRef, ParseError> {
-        let base = if self.is_punct("[") {
-            self.advance()?;
-            let inner = self.type_ref()?;
-            self.expect_punct("]")?;
-            TypeRef::List(Box::new(inner))
-        } else {
-            TypeRef::Named(self.name()?.0)
-        };
-        if self.is_punct("!") {
-            self.advance()?;
-            Ok(TypeRef::NonNull(Box::new(base)))
-        } else {
-            Ok(base)
-        }
+    fn type_ref(&self, ty: Option<cst::Type>) -> Result<TypeRef, ParseError> {
+        Ok(match ty {
+            Some(cst::Type::NamedType(n)) => TypeRef::Named(name_of(n.name())),
+            Some(cst::Type::ListType(l)) => TypeRef::List(Box::new(self.type_ref(l.ty())?)),
+            Some(cst::Type::NonNullType(n)) => {
+                let inner = match (n.named_type(), n.list_type()) {
+                    (Some(named), _) => TypeRef::Named(name_of(named.name())),
+                    (None, Some(list)) => TypeRef::List(Box::new(self.type_ref(list.ty())?)),
+                    (None, None) => return Err(end_of_document()),
+                };
+                TypeRef::NonNull(Box::new(inner))
+            }
+            None => return Err(end_of_document()),
+        })
     }
 
-    fn selection_set(&mut self) -> Result<Vec<Field>, ParseError> {
-        self.expect_punct("{")?;
+    fn selection_set(&self, set: Option<cst::SelectionSet>) -> Result<Vec<Field>, ParseError> {
+        let Some(set) = set else {
+            return Err(end_of_document());
+        };
         let mut fields = Vec::new();
-        while !self.is_punct("}") {
-            if !matches!(self.tok, Tok::Name(_)) {
-                // Includes `...` (fragment spreads and inline fragments).
-                return Err(self.unexpected());
+        for sel in set.selections() {
+            match sel {
+                cst::Selection::Field(f) => fields.push(self.field(&f)?),
+                // `...` spreads and inline fragments.
+                other => return Err(self.refuse(other.syntax())),
             }
-            fields.push(self.field()?);
-        }
-        self.advance()?;
-        if fields.is_empty() {
-            return Err(self.unexpected());
         }
         Ok(fields)
     }
 
-    fn field(&mut self) -> Result<Field, ParseError> {
-        let (first, pos) = self.name()?;
-        let (alias, name) = if self.is_punct(":") {
-            self.advance()?;
-            (Some(first), self.name()?.0)
-        } else {
-            (None, first)
-        };
+    fn field(&self, f: &cst::Field) -> Result<Field, ParseError> {
+        if let Some(d) = f.directives() {
+            return Err(self.refuse(d.syntax()));
+        }
         let mut args = Vec::new();
-        if self.is_punct("(") {
-            self.advance()?;
-            while !self.is_punct(")") {
-                let (arg, apos) = self.name()?;
-                self.expect_punct(":")?;
-                let value = self.value(false)?;
+        if let Some(list) = f.arguments() {
+            for a in list.arguments() {
+                let value = match a.value() {
+                    Some(v) => self.value(&v, false)?,
+                    None => return Err(end_of_document()),
+                };
                 args.push(Argument {
-                    name: arg,
+                    name: name_of(a.name()),
                     value,
-                    pos: apos,
+                    pos: self.start(a.syntax()),
                 });
             }
-            self.advance()?;
-            if args.is_empty() {
-                return Err(self.unexpected());
-            }
         }
-        if self.is_punct("@") {
-            return Err(self.unexpected());
-        }
-        let selection = if self.is_punct("{") {
-            self.selection_set()?
-        } else {
-            Vec::new()
+        let selection = match f.selection_set() {
+            Some(set) => self.selection_set(Some(set))?,
+            None => Vec::new(),
         };
         Ok(Field {
-            alias,
-            name,
+            alias: f.alias().map(|a| name_of(a.name())),
+            name: name_of(f.name()),
             args,
             selection,
-            pos,
+            pos: self.start(f.syntax()),
         })
     }
 
-    fn value(&mut self, constant: bool) -> Result<Value, ParseError> {
-        match &self.tok {
-            Tok::Punct("$") if !constant => {
-                self.advance()?;
-                Ok(Value::Var(self.name()?.0))
-            }
-            Tok::Punct("[") => {
-                self.advance()?;
-                let mut items = Vec::new();
-                while !self.is_punct("]") {
-                    items.push(self.value(constant)?);
+    /// A value; `constant` (a variable's default) refuses variables.
+    fn value(&self, v: &cst::Value, constant: bool) -> Result<Value, ParseError> {
+        let token = |node: &SyntaxNode| {
+            let text = node.text().to_string();
+            let text = text.trim().to_owned();
+            self.unexpected(&text, usize::from(node.text_range().start()))
+        };
+        Ok(match v {
+            cst::Value::Variable(x) if constant => return Err(self.refuse(x.syntax())),
+            cst::Value::Variable(x) => Value::Var(x.text().to_string()),
+            cst::Value::StringValue(s) => Value::Str(String::from(s)),
+            cst::Value::IntValue(i) => {
+                let text = i.syntax().text().to_string();
+                match text.trim().parse::<i64>() {
+                    Ok(n) => Value::Int(n),
+                    Err(_) => return Err(token(i.syntax())),
                 }
-                self.advance()?;
-                Ok(Value::List(items))
             }
-            Tok::Punct("{") => {
-                self.advance()?;
-                let mut fields = Vec::new();
-                while !self.is_punct("}") {
-                    let (k, _) = self.name()?;
-                    self.expect_punct(":")?;
-                    fields.push((k, self.value(constant)?));
-                }
-                self.advance()?;
-                Ok(Value::Object(fields))
-            }
-            Tok::Int(text) => {
-                let v = text.parse::<i64>().map_err(|_| self.unexpected())?;
-                self.advance()?;
-                Ok(Value::Int(v))
-            }
-            Tok::Float(text) => {
-                let v = text.parse::<f64>().map_err(|_| self.unexpected())?;
-                self.advance()?;
-                Ok(Value::Float(v))
-            }
-            Tok::Str(_) => match self.advance()?.0 {
-                Tok::Str(s) => Ok(Value::Str(s)),
-                _ => unreachable!(),
+            cst::Value::FloatValue(x) => match f64::try_from(x) {
+                Ok(f) => Value::Float(f),
+                Err(_) => return Err(token(x.syntax())),
             },
-            Tok::Name(n) => {
-                let v = match n.as_str() {
-                    "true" => Value::Bool(true),
-                    "false" => Value::Bool(false),
-                    "null" => Value::Null,
-                    other => Value::Enum(other.to_owned()),
-                };
-                self.advance()?;
-                Ok(v)
+            cst::Value::BooleanValue(b) => Value::Bool(b.true_token().is_some()),
+            cst::Value::NullValue(_) => Value::Null,
+            cst::Value::EnumValue(e) => Value::Enum(e.text().to_string()),
+            cst::Value::ListValue(l) => {
+                let mut items = Vec::new();
+                for item in l.values() {
+                    items.push(self.value(&item, constant)?);
+                }
+                Value::List(items)
             }
-            _ => Err(self.unexpected()),
+            cst::Value::ObjectValue(o) => {
+                let mut fields = Vec::new();
+                for f in o.object_fields() {
+                    let value = match f.value() {
+                        Some(v) => self.value(&v, constant)?,
+                        None => return Err(end_of_document()),
+                    };
+                    fields.push((name_of(f.name()), value));
+                }
+                Value::Object(fields)
+            }
+        })
+    }
+}
+
+fn name_of(name: Option<cst::Name>) -> String {
+    name.map(|n| n.text().to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(src: &str) -> String {
+        parse(src).unwrap_err().message
+    }
+
+    #[test]
+    fn positions_are_one_based_lines_and_columns_of_the_first_token() {
+        let doc = parse(
+            "# orders\nquery Q($first: Int!, $q: String = \"x\") {\r\n  o: orders(first: $first, query: $q) { nodes { id } }\n}",
+        )
+        .unwrap();
+        let op = &doc.operations[0];
+        assert_eq!((op.kind, op.name.as_deref()), (OpKind::Query, Some("Q")));
+        assert_eq!(op.pos, Pos { line: 2, column: 1 });
+        assert_eq!(op.vars[0].pos, Pos { line: 2, column: 9 });
+        assert_eq!(op.vars[0].ty.to_string(), "Int!");
+        assert_eq!(op.vars[1].default, Some(Value::Str("x".into())));
+        let orders = &op.selection[0];
+        assert_eq!((orders.key(), orders.name.as_str()), ("o", "orders"));
+        assert_eq!(orders.pos, Pos { line: 3, column: 3 });
+        assert_eq!(
+            orders.args[1].pos,
+            Pos {
+                line: 3,
+                column: 28
+            }
+        );
+        assert_eq!(
+            orders.arg("first").unwrap().value,
+            Value::Var("first".into())
+        );
+        assert_eq!(orders.selection[0].selection[0].name, "id");
+    }
+
+    #[test]
+    fn values_keep_their_exact_text() {
+        let doc = parse(
+            r#"{ a(s: "\u00e9\ud83d\ude00\n", b: """
+                x
+                  y
+            """, n: -12, f: 1.5e3, t: true, z: null, e: ASC, l: [1, [2]], o: {k: "v"}) }"#,
+        )
+        .unwrap();
+        let a = &doc.operations[0].selection[0];
+        let v = |n: &str| a.arg(n).unwrap().value.clone();
+        assert_eq!(v("s"), Value::Str("é😀\n".into()));
+        assert_eq!(v("b"), Value::Str("x\n  y".into()));
+        assert_eq!(v("n"), Value::Int(-12));
+        assert_eq!(v("f"), Value::Float(1500.0));
+        assert_eq!(v("t"), Value::Bool(true));
+        assert_eq!(v("z"), Value::Null);
+        assert_eq!(v("e"), Value::Enum("ASC".into()));
+        assert_eq!(v("l").to_string(), "[1, [2]]");
+        assert_eq!(v("o").to_string(), "{k: \"v\"}");
+    }
+
+    #[test]
+    fn what_the_connector_never_sends_is_a_parse_error_at_its_token() {
+        assert_eq!(
+            error("{ ...F }"),
+            "Parse error on \"...\" (ELLIPSIS) at [1, 3]"
+        );
+        assert_eq!(
+            error("{ a @skip(if: true) }"),
+            "Parse error on \"@\" (DIR_SIGN) at [1, 5]"
+        );
+        assert_eq!(
+            error("fragment F on Order { id }"),
+            "Parse error on \"fragment\" (IDENTIFIER) at [1, 1]"
+        );
+        assert_eq!(
+            error("query ($d: Int = $x) { a }"),
+            "Parse error on \"$\" (VAR_SIGN) at [1, 18]"
+        );
+        assert_eq!(
+            error("{ a(n: 99999999999999999999) }"),
+            "Parse error on \"99999999999999999999\" (INT) at [1, 8]"
+        );
+    }
+
+    #[test]
+    fn truncated_and_empty_documents() {
+        for src in ["", "   # nothing", "{ orders { id }", "query Q("] {
+            assert_eq!(error(src), "Unexpected end of document", "{src:?}");
         }
+        assert_eq!(
+            error("{ orders { id } } }"),
+            "Parse error on \"}\" (RCURLY) at [1, 19]"
+        );
+        assert!(parse("{ }").is_err());
+        assert!(parse("{ a() }").is_err());
     }
 }
