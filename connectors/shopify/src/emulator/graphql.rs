@@ -291,18 +291,9 @@ impl<'a> Positions<'a> {
 
     /// Where a node's first significant token starts.
     fn start(&self, node: &SyntaxNode) -> Pos {
-        let offset = node
-            .descendants_with_tokens()
-            .filter_map(|e| e.into_token())
-            .find(|t| {
-                !matches!(
-                    t.kind(),
-                    SyntaxKind::WHITESPACE | SyntaxKind::COMMENT | SyntaxKind::COMMA
-                )
-            })
-            .map_or(usize::from(node.text_range().start()), |t| {
-                usize::from(t.text_range().start())
-            });
+        let offset = first_token(node).map_or(usize::from(node.text_range().start()), |t| {
+            usize::from(t.text_range().start())
+        });
         self.pos(offset)
     }
 
@@ -323,15 +314,7 @@ impl<'a> Positions<'a> {
     /// A parse error on the first token of `node` (fragments, directives,
     /// type definitions: what the connector never sends).
     fn refuse(&self, node: &SyntaxNode) -> ParseError {
-        let token = node
-            .descendants_with_tokens()
-            .filter_map(|e| e.into_token())
-            .find(|t| {
-                !matches!(
-                    t.kind(),
-                    SyntaxKind::WHITESPACE | SyntaxKind::COMMENT | SyntaxKind::COMMA
-                )
-            });
+        let token = first_token(node);
         match token {
             Some(t) => self.unexpected(t.text(), usize::from(t.text_range().start())),
             None => end_of_document(),
@@ -491,6 +474,18 @@ impl<'a> Positions<'a> {
             }
         })
     }
+}
+
+/// A node's first token that is not whitespace, a comment or a comma.
+fn first_token(node: &SyntaxNode) -> Option<apollo_parser::SyntaxToken> {
+    node.descendants_with_tokens()
+        .filter_map(|e| e.into_token())
+        .find(|t| {
+            !matches!(
+                t.kind(),
+                SyntaxKind::WHITESPACE | SyntaxKind::COMMENT | SyntaxKind::COMMA
+            )
+        })
 }
 
 fn name_of(name: Option<cst::Name>) -> String {
