@@ -268,6 +268,103 @@ impl PlanLine {
     }
 }
 
+/// Writes the lines of one plan straight from its records: the same bytes
+/// as `serde_json::to_writer(&PlanLine::new(…).to_json())` (keys in sorted
+/// order, as a JSON object value writes them; a test compares the two on
+/// every kind of value), without a `PlanLine`, a map and a JSON value per
+/// line, which made a third of a 200,000-gap dry run's time. Lines with a
+/// webhook preview go through [`PlanLine`].
+pub struct PlanLineWriter {
+    /// `"plan_id":…` and `"job":…` as JSON text.
+    job: String,
+    plan_id: String,
+    /// `{"end":…,"start":…}`.
+    window: String,
+    /// The job's fields in key order: their JSON key text and schema index.
+    fields: Vec<(String, usize)>,
+}
+
+impl PlanLineWriter {
+    /// The writer of one plan's lines.
+    pub fn new(plan_id: &str, job: &str, window: Window, schema: &Schema) -> PlanLineWriter {
+        let json = |s: &str| serde_json::Value::from(s).to_string();
+        let mut fields: Vec<(String, usize)> = schema
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name.clone(), i))
+            .collect();
+        fields.sort();
+        PlanLineWriter {
+            job: json(job),
+            plan_id: json(plan_id),
+            window: format!(
+                "{{\"end\":{},\"start\":{}}}",
+                json(&format_timestamp(window.end)),
+                json(&format_timestamp(window.start))
+            ),
+            fields: fields.into_iter().map(|(n, i)| (json(&n), i)).collect(),
+        }
+    }
+
+    /// Writes the line of one planned write of `record`, and a newline.
+    pub fn write(
+        &self,
+        out: &mut dyn std::io::Write,
+        action: Action,
+        record: &Record,
+        scratch: &mut (Vec<u8>, String),
+    ) -> std::io::Result<()> {
+        use std::fmt::Write as _;
+        let (line, text) = scratch;
+        line.clear();
+        line.extend_from_slice(b"{\"action\":\"");
+        line.extend_from_slice(action.as_str().as_bytes());
+        line.extend_from_slice(b"\",\"external_id\":");
+        serde_json::to_writer(&mut *line, record.key.as_str())?;
+        line.extend_from_slice(b",\"job\":");
+        line.extend_from_slice(self.job.as_bytes());
+        line.extend_from_slice(b",\"plan_id\":");
+        line.extend_from_slice(self.plan_id.as_bytes());
+        line.extend_from_slice(b",\"values\":{");
+        // As `PlanLine::new`, a field without a value is left out.
+        let present = self
+            .fields
+            .iter()
+            .filter_map(|(key, i)| Some((key, record.values.get(*i)?)));
+        for (n, (key, value)) in present.enumerate() {
+            if n > 0 {
+                line.push(b',');
+            }
+            line.extend_from_slice(key.as_bytes());
+            line.push(b':');
+            match value {
+                Value::Null => line.extend_from_slice(b"null"),
+                Value::Money(m) => {
+                    line.extend_from_slice(b"{\"amount\":");
+                    serde_json::to_writer(&mut *line, &m.to_major_string())?;
+                    line.extend_from_slice(b",\"currency\":");
+                    serde_json::to_writer(&mut *line, m.currency.code())?;
+                    line.extend_from_slice(b",\"minor\":");
+                    serde_json::to_writer(&mut *line, &m.minor)?;
+                    line.push(b'}');
+                }
+                other => {
+                    text.clear();
+                    let _ = write!(text, "{other}");
+                    serde_json::to_writer(&mut *line, text.as_str())?;
+                }
+            }
+        }
+        line.extend_from_slice(b"},\"version\":");
+        line.extend_from_slice(PLAN_VERSION.to_string().as_bytes());
+        line.extend_from_slice(b",\"window\":");
+        line.extend_from_slice(self.window.as_bytes());
+        line.extend_from_slice(b"}\n");
+        out.write_all(line)
+    }
+}
+
 /// The first 80 characters of a line, for errors.
 fn first_line_of(text: &str) -> String {
     let t: String = text.chars().take(80).collect();
@@ -460,5 +557,51 @@ mod tests {
             err(FieldKind::Text, Some(amount)),
             "expected text, found an amount"
         );
+    }
+
+    #[test]
+    fn the_line_writer_writes_the_bytes_of_a_plan_line() {
+        let jpy = Currency::parse("JPY").unwrap();
+        let kwd = Currency::parse("KWD").unwrap();
+        let hostile = "\"quoted\" \\ back\u{1}slash \u{202e} ünï \n newline";
+        let mut records = vec![record()];
+        records.push(Record {
+            key: hostile.into(),
+            values: vec![
+                Value::Money(Money::from_minor(-123_456, kwd)),
+                Value::Currency(jpy),
+                Value::Text(hostile.into()),
+                Value::Null,
+                Value::Integer(i64::MIN),
+            ],
+        });
+        records.push(Record {
+            key: "ch_short".into(),
+            values: vec![Value::Null, Value::Null],
+        });
+        // Field names out of key order and one that sorts before the rest.
+        let mut schema = schema();
+        schema.fields.push(Field {
+            name: "A\"z".into(),
+            kind: FieldKind::Text,
+            compared: false,
+        });
+        records[0].values.push(Value::Text("=1+1".into()));
+        let (plan_id, job) = ("charges-2026\"x", "ch\\arges");
+        let writer = PlanLineWriter::new(plan_id, job, window(), &schema);
+        let mut scratch = (Vec::new(), String::new());
+        for r in &records {
+            for action in [Action::Insert, Action::Update] {
+                let mut fast = Vec::new();
+                writer.write(&mut fast, action, r, &mut scratch).unwrap();
+                let line = PlanLine::new(plan_id, job, window(), action, &schema, r);
+                let mut slow = serde_json::to_vec(&line.to_json()).unwrap();
+                slow.push(b'\n');
+                assert_eq!(
+                    String::from_utf8(fast).unwrap(),
+                    String::from_utf8(slow).unwrap()
+                );
+            }
+        }
     }
 }

@@ -76,6 +76,17 @@ impl Records {
         (0..self.len()).map(move |i| self.get(i))
     }
 
+    /// The records' external IDs in order, without decoding their values
+    /// (what the run's status and the history need of a list).
+    pub fn keys(&self) -> impl Iterator<Item = Cow<'_, str>> + '_ {
+        (0..self.len()).map(move |i| match &self.0 {
+            Repr::Encoded { arena, offsets, .. } => {
+                String::from_utf8_lossy(split_record(arena, offsets[i] as usize).0)
+            }
+            Repr::Owned(v) => Cow::Borrowed(v[i].key.as_str()),
+        })
+    }
+
     /// The record at position `i`; panics past the end, like a slice.
     pub fn get(&self, i: usize) -> Cow<'_, Record> {
         match &self.0 {

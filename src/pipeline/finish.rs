@@ -129,10 +129,16 @@ fn plan_lines(
         cx.asked,
         cx.plan.spec.schema.clone(),
     );
+    let lines = crate::plan::PlanLineWriter::new(&run_id, &job, asked, &schema);
     let write = move |f: &mut dyn std::io::Write| -> std::io::Result<()> {
+        let mut scratch = (Vec::with_capacity(256), String::new());
         for (i, (r, m)) in items.iter().enumerate() {
+            let Some(preview) = previews.get(i) else {
+                lines.write(f, Action::from(*m), r, &mut scratch)?;
+                continue;
+            };
             let mut line = PlanLine::new(&run_id, &job, asked, Action::from(*m), &schema, r);
-            line.webhook = previews.get(i).cloned();
+            line.webhook = Some(preview.clone());
             serde_json::to_writer(&mut *f, &line.to_json())?;
             f.write_all(b"\n")?;
         }
@@ -326,8 +332,8 @@ fn status(outcome: &DiffOutcome, extras: &RunExtras, trouble: bool) -> Status {
         .collect();
     let open_gaps = outcome
         .gaps
-        .iter()
-        .filter(|r| !written.contains(r.key.as_str()))
+        .keys()
+        .filter(|k| !written.contains(k.as_ref()))
         .count();
     let open_mismatches = outcome
         .mismatches

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use jiff::Timestamp;
-use recon_core::{format_timestamp, Record, WriteOutcome};
+use recon_core::{format_timestamp, WriteOutcome};
 use tracing::Instrument;
 
 use super::backfill::{self, Guard, Item, Ledger};
@@ -17,20 +17,12 @@ use crate::report::{HistoryMap, ResolvedRow};
 use crate::state::prelude::*;
 use crate::state::{Class, DiscrepancyDelta, OpenHistory, StateError, StateStore};
 
-/// The key of a listed record: moved out of a record decoded for it (an
-/// encoded list), copied from a borrowed one.
-fn key_of(r: Cow<'_, Record>) -> String {
-    match r {
-        Cow::Owned(r) => r.key,
-        Cow::Borrowed(r) => r.key.clone(),
-    }
-}
-
 /// Every open discrepancy of this run, by class and key.
 fn current(outcome: &DiffOutcome) -> Vec<(Class, String)> {
     let mut current: Vec<(Class, String)> = Vec::new();
-    current.extend(outcome.gaps.iter().map(|r| (Class::Gap, key_of(r))));
-    current.extend(outcome.orphans.iter().map(|r| (Class::Orphan, key_of(r))));
+    let listed = |class: Class, k: Cow<'_, str>| (class, k.into_owned());
+    current.extend(outcome.gaps.keys().map(|k| listed(Class::Gap, k)));
+    current.extend(outcome.orphans.keys().map(|k| listed(Class::Orphan, k)));
     current.extend(
         outcome
             .mismatches

@@ -577,12 +577,15 @@ impl SqlTable {
     }
 
     /// `INSERT … VALUES …` of `records`, with the dialect's conflict clause
-    /// (PostgreSQL/SQLite: `ON CONFLICT (key)` only; MySQL: none).
+    /// (PostgreSQL/SQLite: `ON CONFLICT (key)` only; MySQL: none), or, with
+    /// `guard` off, none but the `RETURNING` of the keys (see
+    /// [`SqlTable::insert_unguarded`]).
     fn insert_sql(
         &self,
         records: &[&Record],
         mode: WriteMode,
         style: &WriteStyle,
+        guard: bool,
     ) -> (String, AnyArguments<'_>) {
         let d = self.dialect;
         let cols = self.write_columns();
@@ -613,6 +616,7 @@ impl SqlTable {
         let key = d.quote(&self.cfg.key_column);
         let conflict = match (d, mode) {
             (Dialect::MySql, _) => String::new(),
+            (_, WriteMode::Insert) if !guard => format!(" RETURNING {}", d.as_text(&key)),
             (_, WriteMode::Insert) => format!(
                 " ON CONFLICT ({key}) DO NOTHING RETURNING {}",
                 d.as_text(&key)
@@ -711,8 +715,13 @@ impl SqlTable {
         // it per row). The outcomes are matched by key, not by position.
         let mut refs: Vec<&Record> = records.iter().collect();
         refs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let (sql, args) = self.insert_sql(&refs, mode, style);
-        let rows = timed(sqlx::query_with(&sql, args).fetch_all(&self.pool)).await?;
+        let rows = match self.insert_unguarded(&refs, mode, style).await? {
+            Some(rows) => rows,
+            None => {
+                let (sql, args) = self.insert_sql(&refs, mode, style, true);
+                timed(sqlx::query_with(&sql, args).fetch_all(&self.pool)).await?
+            }
+        };
         if rows.len() == records.len() {
             // Every record's key came back, exactly (`refs` is in key
             // order; a trigger that rewrote a key, or a case variant, takes
@@ -761,6 +770,43 @@ impl SqlTable {
                 (WriteMode::Upsert, true) => WriteOutcome::Created,
             })
             .collect())
+    }
+
+    /// PostgreSQL inserts of gaps first go without `ON CONFLICT`: the
+    /// speculative insertion that clause costs is a quarter of the server's
+    /// time per row on a table with a surrogate primary key and the unique
+    /// external ID beside it (psql, 200,000 random `ch_` keys in 50
+    /// statements: 2.06 s with the clause, 1.58 s without), and gaps were
+    /// confirmed missing just before. The statement is atomic: if any row's
+    /// key (or another unique index) is taken, it writes nothing and fails
+    /// with a unique violation, and the batch is written again through the
+    /// guarded statement, which sorts out row by row what exists. `None`:
+    /// take that guarded path (not PostgreSQL, not an insert, or a
+    /// conflict).
+    async fn insert_unguarded(
+        &self,
+        refs: &[&Record],
+        mode: WriteMode,
+        style: &WriteStyle,
+    ) -> Result<Option<Vec<sqlx::any::AnyRow>>, WriteError> {
+        if self.dialect != Dialect::Postgres || mode != WriteMode::Insert {
+            return Ok(None);
+        }
+        let (sql, args) = self.insert_sql(refs, mode, style, false);
+        match tokio::time::timeout(
+            WRITE_TIMEOUT,
+            sqlx::query_with(&sql, args).fetch_all(&self.pool),
+        )
+        .await
+        {
+            Ok(Ok(rows)) => Ok(Some(rows)),
+            Ok(Err(sqlx::Error::Database(db))) if db.is_unique_violation() => Ok(None),
+            Ok(Err(e)) => Err(classify(e)),
+            Err(_) => Err(WriteError::Connection(format!(
+                "no answer within {} s",
+                WRITE_TIMEOUT.as_secs()
+            ))),
+        }
     }
 
     /// Keys of `keys` stored exactly, and the stored keys the database
@@ -814,7 +860,7 @@ impl SqlTable {
             }
         }
         if !fresh.is_empty() {
-            let (sql, args) = self.insert_sql(&fresh, mode, style);
+            let (sql, args) = self.insert_sql(&fresh, mode, style, true);
             let done = timed(sqlx::query_with(&sql, args).execute(&mut *tx)).await?;
             if done.rows_affected() != fresh.len() as u64 {
                 return Err(WriteError::Refused(format!(
