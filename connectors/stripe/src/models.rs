@@ -70,6 +70,12 @@ pub enum StripeObject {
     Refunds,
     /// `/v1/customers`
     Customers,
+    /// `/v1/balance_transactions`: funds moving through the Stripe balance
+    /// (<https://docs.stripe.com/api/balance_transactions/object>).
+    BalanceTransactions,
+    /// `/v1/payouts`: payouts to the account's bank account or card
+    /// (<https://docs.stripe.com/api/payouts/object>).
+    Payouts,
 }
 
 impl StripeObject {
@@ -81,6 +87,8 @@ impl StripeObject {
             StripeObject::Invoices => "/v1/invoices",
             StripeObject::Refunds => "/v1/refunds",
             StripeObject::Customers => "/v1/customers",
+            StripeObject::BalanceTransactions => "/v1/balance_transactions",
+            StripeObject::Payouts => "/v1/payouts",
         }
     }
 
@@ -92,12 +100,20 @@ impl StripeObject {
             StripeObject::Invoices => "invoice",
             StripeObject::Refunds => "refund",
             StripeObject::Customers => "customer",
+            StripeObject::BalanceTransactions => "balance transaction",
+            StripeObject::Payouts => "payout",
         }
     }
 
     /// The documented default JSON path of a canonical field for this
     /// object (see the README's Stripe section); other names are read as a
     /// path of their own name.
+    ///
+    /// Balance transactions and payouts read every documented field from
+    /// the top-level field of its own name (see [`StripeObject::fields`]):
+    /// `amount`, `fee` and `net` are integers in Stripe's minor units, signed
+    /// (a refund's or a failed payout's are negative); `source` and
+    /// `balance_transaction` are IDs, or an expanded object's `id`.
     pub fn default_path(&self, field: &str) -> String {
         let p = match (self, field) {
             (StripeObject::Invoices, "amount") => "total",
@@ -108,6 +124,43 @@ impl StripeObject {
             _ => field,
         };
         p.to_string()
+    }
+}
+
+impl StripeObject {
+    /// The fields recon documents for this object, with their JSON types
+    /// in Stripe's API reference (`"integer"`, `"string"`, `"boolean"`,
+    /// `"timestamp"` for Unix seconds, `"id"` for an ID or expanded
+    /// object), per <https://docs.stripe.com/api/balance_transactions/object>
+    /// and <https://docs.stripe.com/api/payouts/object>. Empty for the
+    /// objects whose fields the README lists by name only.
+    pub fn fields(&self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            StripeObject::BalanceTransactions => &[
+                ("amount", "integer"),
+                ("fee", "integer"),
+                ("net", "integer"),
+                ("currency", "string"),
+                ("type", "string"),
+                ("source", "id"),
+                ("status", "string"),
+                ("created", "timestamp"),
+                ("available_on", "timestamp"),
+                ("reporting_category", "string"),
+            ],
+            StripeObject::Payouts => &[
+                ("amount", "integer"),
+                ("currency", "string"),
+                ("status", "string"),
+                ("arrival_date", "timestamp"),
+                ("created", "timestamp"),
+                ("method", "string"),
+                ("type", "string"),
+                ("automatic", "boolean"),
+                ("balance_transaction", "id"),
+            ],
+            _ => &[],
+        }
     }
 }
 

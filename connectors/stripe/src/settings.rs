@@ -16,7 +16,8 @@ use crate::{StripeConfig, StripeObject, StripeSource};
 pub struct StripeSettings {
     /// Secret or restricted API key; use `${STRIPE_API_KEY}`.
     pub api_key: Secret,
-    /// `charges`, `payment_intents`, `invoices`, `refunds` or `customers`.
+    /// `charges`, `payment_intents`, `invoices`, `refunds`, `customers`,
+    /// `balance_transactions` or `payouts`.
     pub object: StripeObject,
     /// API base URL (default `https://api.stripe.com`).
     pub base_url: Option<String>,
