@@ -540,4 +540,115 @@ mod tests {
             Value::Text("123456789012345678901234.50".into())
         );
     }
+
+    fn finance_schema(object: StripeObject, money: &str) -> (Schema, FieldPaths) {
+        let kind = |ty: &str| match ty {
+            "integer" => FieldKind::Integer,
+            "timestamp" => FieldKind::Timestamp,
+            _ => FieldKind::Text,
+        };
+        let fields: Vec<Field> = object
+            .fields()
+            .iter()
+            .map(|(name, ty)| Field {
+                name: (*name).into(),
+                kind: match *name {
+                    n if n == money => FieldKind::Money,
+                    "currency" => FieldKind::Currency,
+                    _ => kind(ty),
+                },
+                compared: true,
+            })
+            .collect();
+        let paths = FieldPaths {
+            fields: fields
+                .iter()
+                .map(|f| object.default_path(&f.name))
+                .collect(),
+            currency: "currency".into(),
+        };
+        (Schema { fields }, paths)
+    }
+
+    /// A refund's balance transaction: amount and net negative, read
+    /// exactly; `fee` and `net` as integers of Stripe's minor units beside
+    /// the one money field; an expanded `source` reads as its ID.
+    #[test]
+    fn reads_a_negative_balance_transaction_with_fee_and_net_as_integers() {
+        let (schema, paths) = finance_schema(StripeObject::BalanceTransactions, "amount");
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"id":"txn_r1","object":"balance_transaction","amount":-1999,"available_on":1764460800,
+                "created":1764374400,"currency":"eur","fee":-35,"net":-1964,"type":"refund",
+                "source":{"id":"re_9","object":"refund"},"status":"pending","reporting_category":"refund"}"#,
+        )
+        .unwrap();
+        let r = to_record(StripeObject::BalanceTransactions, &schema, &paths, &v).unwrap();
+        let eur = Currency::parse("EUR").unwrap();
+        assert_eq!(r.key, "txn_r1");
+        assert_eq!(
+            r.values,
+            vec![
+                Value::Money(Money::from_minor(-1999, eur)),
+                Value::Integer(-35),
+                Value::Integer(-1964),
+                Value::Currency(eur),
+                Value::Text("refund".into()),
+                Value::Text("re_9".into()),
+                Value::Text("pending".into()),
+                Value::Timestamp("2025-11-29T00:00:00Z".parse().unwrap()),
+                Value::Timestamp("2025-11-30T00:00:00Z".parse().unwrap()),
+                Value::Text("refund".into()),
+            ]
+        );
+        assert_eq!(r.values[0].to_string(), "-19.99");
+        // `net` may be the money field instead; `fee` then stays an integer.
+        let (schema, paths) = finance_schema(StripeObject::BalanceTransactions, "net");
+        let r = to_record(StripeObject::BalanceTransactions, &schema, &paths, &v).unwrap();
+        assert_eq!(r.values[0], Value::Integer(-1999));
+        assert_eq!(r.values[2], Value::Money(Money::from_minor(-1964, eur)));
+        // A fractional fee is refused, naming the object and the field.
+        let bad: serde_json::Value = serde_json::from_str(
+            r#"{"id":"txn_r2","created":1,"amount":100,"fee":2.5,"net":97,"currency":"usd"}"#,
+        )
+        .unwrap();
+        let e = to_record(StripeObject::BalanceTransactions, &schema, &paths, &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Stripe balance transaction txn_r2")
+                && e.contains("field `fee`")
+                && e.contains("2.5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn reads_a_payout_with_its_documented_fields() {
+        let (schema, paths) = finance_schema(StripeObject::Payouts, "amount");
+        let v = json!({"id": "po_1", "object": "payout", "amount": -250_000, "currency": "jpy",
+            "status": "failed", "arrival_date": 1_764_547_200, "created": 1_764_374_400,
+            "method": "instant", "type": "card", "automatic": false,
+            "balance_transaction": {"id": "txn_po1", "object": "balance_transaction"}});
+        let r = to_record(StripeObject::Payouts, &schema, &paths, &v).unwrap();
+        let jpy = Currency::parse("JPY").unwrap();
+        assert_eq!(
+            r.values,
+            vec![
+                Value::Money(Money::from_minor(-250_000, jpy)),
+                Value::Currency(jpy),
+                Value::Text("failed".into()),
+                Value::Timestamp("2025-12-01T00:00:00Z".parse().unwrap()),
+                Value::Timestamp("2025-11-29T00:00:00Z".parse().unwrap()),
+                Value::Text("instant".into()),
+                Value::Text("card".into()),
+                Value::Text("false".into()),
+                Value::Text("txn_po1".into()),
+            ]
+        );
+        assert_eq!(StripeObject::Payouts.path(), "/v1/payouts");
+        assert_eq!(
+            StripeObject::BalanceTransactions.path(),
+            "/v1/balance_transactions"
+        );
+    }
 }
