@@ -317,3 +317,125 @@ max_ratio = 1.0
         .any(|r| r.path == "/v1/balance_transactions/txn_orphan"));
     emu.shutdown().await;
 }
+
+/// `examples/stripe_fees.toml` as shipped, pointed at the emulator and a
+/// SQLite ledger: it parses, runs, and books the window's balance
+/// transactions with their exact fees and nets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripe_fees_example_runs_as_shipped() {
+    sqlx::any::install_default_drivers();
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let now = jiff::Timestamp::now().as_second();
+    let start = (now - 3 * 86_400) / HOUR * HOUR;
+    let end = start + 86_400;
+    let t = Emulator::balance_transaction;
+    emu.insert_many(
+        ObjectKind::BalanceTransaction,
+        [
+            t(
+                "txn_a",
+                4_999,
+                175,
+                "usd",
+                "charge",
+                Some("ch_a"),
+                start + 60,
+            ),
+            t(
+                "txn_b",
+                -4_999,
+                0,
+                "usd",
+                "refund",
+                Some("re_b"),
+                start + 120,
+            ),
+            t(
+                "txn_c",
+                125_000,
+                0,
+                "jpy",
+                "charge",
+                Some("ch_c"),
+                start + 180,
+            ),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/stripe_fees.toml"),
+    )
+    .unwrap();
+    let api_key = r#"api_key = "${STRIPE_API_KEY}""#;
+    assert!(example.contains(api_key));
+    let config = example.replace(
+        api_key,
+        &format!("{api_key}\nbase_url = \"{}\"\n", emu.base_url),
+    );
+    let path = common::write_config(dir.path(), &config);
+    let parsed = recon::config::load(&path).unwrap();
+    assert!(parsed.jobs.contains_key("stripe_fees"));
+    let ledger = dir.path().join("ledger.db");
+    let url = format!("sqlite://{}?mode=rwc", ledger.display());
+    let mut conn = common::connect(&url).await;
+    sqlx::query("CREATE TABLE stripe_balance_transactions (txn_id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL, currency TEXT NOT NULL, fee_cents INTEGER NOT NULL, net_cents INTEGER NOT NULL, txn_type TEXT NOT NULL, source_id TEXT, created_at TIMESTAMP NOT NULL)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut cmd = common::recon();
+    cmd.current_dir(dir.path())
+        .args([
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+            "--window",
+            &format!("{}..{}", rfc3339(start), rfc3339(end)),
+            // A first run books everything: past the example's 10% ratio.
+            "--max-ratio",
+            "1",
+        ])
+        .env("STRIPE_API_KEY", &emu.api_key)
+        .env("LEDGER_DATABASE_URL", &url);
+    let o = common::output_async(cmd).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = sqlx::query("SELECT txn_id, amount_cents, currency, fee_cents, net_cents, txn_type, source_id FROM stripe_balance_transactions ORDER BY txn_id")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let got: Vec<(String, i64, String, i64, i64, String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.try_get(0).unwrap(),
+                r.try_get(1).unwrap(),
+                r.try_get::<String, _>(2).unwrap().to_ascii_lowercase(),
+                r.try_get(3).unwrap(),
+                r.try_get(4).unwrap(),
+                r.try_get(5).unwrap(),
+                r.try_get(6).unwrap(),
+            )
+        })
+        .collect();
+    let row = |id: &str, a, c: &str, f, n, ty: &str, s: &str| {
+        (
+            id.to_string(),
+            a,
+            c.to_string(),
+            f,
+            n,
+            ty.to_string(),
+            s.to_string(),
+        )
+    };
+    assert_eq!(
+        got,
+        vec![
+            row("txn_a", 4_999, "usd", 175, 4_824, "charge", "ch_a"),
+            row("txn_b", -4_999, "usd", 0, -4_999, "refund", "re_b"),
+            row("txn_c", 125_000, "jpy", 0, 125_000, "charge", "ch_c"),
+        ]
+    );
+    // The reports went where the example says, under the job's name.
+    assert!(dir.path().join("reports/stripe_fees").is_dir());
+    emu.shutdown().await;
+}
