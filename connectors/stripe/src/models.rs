@@ -164,6 +164,47 @@ impl StripeObject {
     }
 }
 
+impl StripeObject {
+    /// The list filters of this object's list endpoint that a job may set
+    /// (`source.filters`), beyond the `created` window and the cursor:
+    /// balance transactions `type`, `currency`, `source`, `payout`
+    /// (<https://docs.stripe.com/api/balance_transactions/list>), payouts
+    /// `status`, `destination` (<https://docs.stripe.com/api/payouts/list>).
+    /// The other objects take none here.
+    pub fn list_filters(&self) -> &'static [&'static str] {
+        match self {
+            StripeObject::BalanceTransactions => &["type", "currency", "source", "payout"],
+            StripeObject::Payouts => &["status", "destination"],
+            _ => &[],
+        }
+    }
+}
+
+/// An ID field that may be expanded: the string, or the object's `id`.
+pub fn id_of(v: Option<&serde_json::Value>) -> Option<&str> {
+    match v? {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Object(o) => o.get("id").and_then(|i| i.as_str()),
+        _ => None,
+    }
+}
+
+/// Whether `object` passes the list filter `name = want` judged on its own
+/// fields: `type`, `status` exactly, `currency` ignoring case (Stripe
+/// sends lowercase), `destination` by ID. `None` for a filter the object
+/// alone cannot decide (`payout`: a balance transaction does not name its
+/// payout; `source`: Stripe documents it as "transactions associated with
+/// the given object", which may be more than the `source` field says).
+pub fn passes_filter(object: &serde_json::Value, name: &str, want: &str) -> Option<bool> {
+    let text = |f: &str| object.get(f).and_then(|v| v.as_str());
+    match name {
+        "type" | "status" => Some(text(name) == Some(want)),
+        "currency" => Some(text("currency").is_some_and(|c| c.eq_ignore_ascii_case(want))),
+        "destination" => Some(id_of(object.get("destination")) == Some(want)),
+        _ => None,
+    }
+}
+
 /// A page of a Stripe list response.
 #[derive(Debug, Deserialize)]
 pub struct ListPage {

@@ -33,6 +33,12 @@ pub struct StripeSettings {
     /// Canonical field → JSON path in the object (`email = "receipt_email"`).
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
+    /// Stripe list filters sent with every list call: balance transactions
+    /// `type`, `currency`, `source`, `payout`; payouts `status`,
+    /// `destination` (`filters = { type = "charge" }`). Lookups keep only
+    /// objects that pass them.
+    #[serde(default)]
+    pub filters: BTreeMap<String, String>,
 }
 
 impl StripeSettings {
@@ -52,6 +58,11 @@ impl StripeSettings {
         if let Some(c) = self.concurrency {
             cfg.concurrency = c;
         }
+        cfg.filters = self
+            .filters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         cfg.field_paths = cx
             .schema
             .fields

@@ -745,3 +745,237 @@ async fn the_source_reads_payouts_of_a_window_by_created_across_pages() {
     assert_eq!(failed.values[0].to_string(), "500.11");
     emu.shutdown().await;
 }
+
+fn filtered(
+    emu: &Emulator,
+    object: StripeObject,
+    schema: &Schema,
+    filters: &[(&str, &str)],
+) -> StripeSource {
+    let mut cfg = StripeConfig::new(Secret::new(emu.api_key.clone()), object);
+    cfg.base_url = emu.base_url.clone();
+    cfg.requests_per_second = Some(1000);
+    cfg.max_attempts = Some(2);
+    cfg.filters = filters
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    StripeSource::new(cfg, schema).unwrap()
+}
+
+fn keys(records: &[Record]) -> BTreeSet<String> {
+    records.iter().map(|r| r.key.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_narrow_the_read_and_the_lookups_alike() {
+    let emu = start().await;
+    let t = Emulator::balance_transaction;
+    emu.insert_many(
+        ObjectKind::BalanceTransaction,
+        [
+            // Paid out by po_1: two in the window, one from the day before.
+            t(
+                "txn_c1",
+                5000,
+                175,
+                "usd",
+                "charge",
+                Some("ch_1"),
+                START + 10,
+            ),
+            t(
+                "txn_r1",
+                -2000,
+                0,
+                "usd",
+                "refund",
+                Some("re_1"),
+                START + 20,
+            ),
+            t(
+                "txn_old",
+                800,
+                53,
+                "usd",
+                "charge",
+                Some("ch_0"),
+                START - 3_600,
+            ),
+            // Not paid out.
+            t(
+                "txn_c2",
+                3000,
+                117,
+                "eur",
+                "charge",
+                Some("ch_2"),
+                START + 30,
+            ),
+            t(
+                "txn_p1",
+                -3747,
+                0,
+                "usd",
+                "payout",
+                Some("po_1"),
+                START + 40,
+            ),
+        ],
+    );
+    emu.pay_out("po_1", &["txn_c1", "txn_r1", "txn_old"]);
+    let schema = txn_schema();
+    let all: Vec<String> = [
+        "txn_c1", "txn_r1", "txn_old", "txn_c2", "txn_p1", "txn_none",
+    ]
+    .map(String::from)
+    .to_vec();
+    let lookup = |s: StripeSource| {
+        let all = all.clone();
+        async move { keys(&s.lookup(&all).await.unwrap()) }
+    };
+    let set = |ids: &[&str]| ids.iter().map(|i| i.to_string()).collect::<BTreeSet<_>>();
+
+    // `type`: Stripe filters the list; lookups judge the object.
+    let s = filtered(
+        &emu,
+        StripeObject::BalanceTransactions,
+        &schema,
+        &[("type", "charge")],
+    );
+    assert_eq!(keys(&read(&s).await), set(&["txn_c1", "txn_c2"]));
+    assert_eq!(lookup(s).await, set(&["txn_c1", "txn_c2", "txn_old"]));
+    // `currency` in any case, with `type`.
+    let s = filtered(
+        &emu,
+        StripeObject::BalanceTransactions,
+        &schema,
+        &[("currency", "EUR"), ("type", "charge")],
+    );
+    assert_eq!(keys(&read(&s).await), set(&["txn_c2"]));
+    assert_eq!(lookup(s).await, set(&["txn_c2"]));
+    // `payout`: a transaction does not name its payout, so lookups search
+    // the payout's list (all of it: txn_old is outside the window).
+    let before = emu.requests().len();
+    let s = filtered(
+        &emu,
+        StripeObject::BalanceTransactions,
+        &schema,
+        &[("payout", "po_1")],
+    );
+    assert_eq!(keys(&read(&s).await), set(&["txn_c1", "txn_r1"]));
+    let found = s.lookup(&all).await.unwrap();
+    assert_eq!(keys(&found), set(&["txn_c1", "txn_r1", "txn_old"]));
+    let old = found.iter().find(|r| r.key == "txn_old").unwrap();
+    assert_eq!(old.values[1], Value::Integer(53));
+    assert_eq!(old.values[2], Value::Integer(747));
+    // Listed once, however many lookups follow; never retrieved one by one.
+    s.lookup(&all).await.unwrap();
+    let asked: Vec<_> = emu.requests().into_iter().skip(before).collect();
+    let listed_whole = asked
+        .iter()
+        .filter(|r| r.query.iter().all(|(k, _)| !k.starts_with("created")))
+        .count();
+    assert_eq!(listed_whole, 1, "{asked:#?}");
+    assert!(asked.iter().all(|r| r.path == "/v1/balance_transactions"));
+    assert!(asked
+        .iter()
+        .all(|r| r.query.contains(&("payout".into(), "po_1".into()))));
+    // `source`, the same way.
+    let s = filtered(
+        &emu,
+        StripeObject::BalanceTransactions,
+        &schema,
+        &[("source", "po_1")],
+    );
+    assert_eq!(keys(&read(&s).await), set(&["txn_p1"]));
+    assert_eq!(lookup(s).await, set(&["txn_p1"]));
+
+    // Payouts by `status` (and `destination`).
+    emu.insert_many(
+        ObjectKind::Payout,
+        [
+            Emulator::payout("po_paid", 4_000, "usd", "paid", START + 50, START + 86_400),
+            Emulator::payout(
+                "po_failed",
+                4_000,
+                "usd",
+                "failed",
+                START + 60,
+                START + 86_400,
+            ),
+        ],
+    );
+    let destination = Emulator::payout("po_paid", 0, "usd", "paid", 0, 0)["destination"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pschema = Schema {
+        fields: vec![
+            field("amount", FieldKind::Money),
+            field("status", FieldKind::Text),
+        ],
+    };
+    let s = filtered(
+        &emu,
+        StripeObject::Payouts,
+        &pschema,
+        &[("status", "failed")],
+    );
+    assert_eq!(keys(&read(&s).await), set(&["po_failed"]));
+    let found = s
+        .lookup(&["po_paid".into(), "po_failed".into()])
+        .await
+        .unwrap();
+    assert_eq!(keys(&found), set(&["po_failed"]));
+    let s = filtered(
+        &emu,
+        StripeObject::Payouts,
+        &pschema,
+        &[("destination", destination.as_str()), ("status", "paid")],
+    );
+    assert_eq!(keys(&read(&s).await), set(&["po_paid"]));
+    emu.shutdown().await;
+}
+
+#[test]
+fn filters_an_endpoint_does_not_take_are_refused_naming_the_setting() {
+    let build = |object, filters: &[(&str, &str)]| {
+        let mut cfg = StripeConfig::new(Secret::new("sk_test_x"), object);
+        cfg.filters = filters
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        StripeSource::new(cfg, &txn_schema())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = build(StripeObject::Payouts, &[("type", "bank_account")]);
+    assert!(
+        e.contains("source.filters.type")
+            && e.contains("/v1/payouts")
+            && e.contains("use one of: status, destination"),
+        "{e}"
+    );
+    let e = build(
+        StripeObject::BalanceTransactions,
+        &[("status", "available")],
+    );
+    assert!(
+        e.contains("use one of: type, currency, source, payout"),
+        "{e}"
+    );
+    let e = build(StripeObject::Charges, &[("customer", "cus_1")]);
+    assert!(e.contains("takes none here; remove source.filters"), "{e}");
+    let e = build(StripeObject::BalanceTransactions, &[("payout", " ")]);
+    assert!(
+        e.contains("source.filters.payout is empty") && e.contains("po_"),
+        "{e}"
+    );
+    let e = build(
+        StripeObject::BalanceTransactions,
+        &[("type", "charge"), ("type", "refund")],
+    );
+    assert!(e.contains("source.filters.type is given twice"), "{e}");
+}

@@ -272,6 +272,16 @@ fn the_documented_fields_have_the_specs_types() {
         (StripeObject::Payouts, "payout"),
     ] {
         assert!(!object.fields().is_empty());
+        // The filters a job may set are the spec's list parameters.
+        let list = &spec["endpoints"][object.path()]["query"];
+        for f in object.list_filters() {
+            assert_eq!(
+                list[*f]["types"],
+                json!(["string"]),
+                "{} {f}",
+                object.path()
+            );
+        }
         for (name, ty) in object.fields() {
             assert_eq!(object.default_path(name), *name);
             let p = &spec["schemas"][schema]["properties"][*name];
@@ -380,19 +390,52 @@ async fn the_source_sends_only_parameters_the_spec_declares() {
         start: jiff::Timestamp::from_second(START).unwrap(),
         end: jiff::Timestamp::from_second(END).unwrap(),
     };
-    for (object, found, missing) in [
-        (StripeObject::BalanceTransactions, "txn_0001", "txn_none"),
-        (StripeObject::Payouts, "po_0001", "po_none"),
+    emu.pay_out("po_z", &["txn_0001", "txn_0002"]);
+    let destination = Emulator::payout("po_0001", 0, "usd", "paid", 0, 0)["destination"].clone();
+    let destination = destination.as_str().unwrap();
+    for (object, found, missing, filters) in [
+        (
+            StripeObject::BalanceTransactions,
+            "txn_0001",
+            "txn_none",
+            vec![],
+        ),
+        (StripeObject::Payouts, "po_0001", "po_none", vec![]),
+        (
+            StripeObject::BalanceTransactions,
+            "txn_0001",
+            "txn_none",
+            vec![
+                ("type", "charge"),
+                ("currency", "usd"),
+                ("source", "ch_x"),
+                ("payout", "po_z"),
+            ],
+        ),
+        (
+            StripeObject::Payouts,
+            "po_0001",
+            "po_none",
+            vec![("status", "paid"), ("destination", destination)],
+        ),
     ] {
         let mut cfg = StripeConfig::new(Secret::new(emu.api_key.clone()), object);
         cfg.base_url = emu.base_url.clone();
         cfg.requests_per_second = Some(1000);
         cfg.concurrency = 4;
+        cfg.filters = filters
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let s = StripeSource::new(cfg, &schema_of(object)).unwrap();
         let pages: Vec<_> = s.read(window).try_collect().await.unwrap();
-        assert_eq!(pages.iter().map(|p| p.records.len()).sum::<usize>(), 450);
+        let read: usize = pages.iter().map(|p| p.records.len()).sum();
+        assert!(read > 0, "{object:?} {filters:?}");
+        if filters.is_empty() {
+            assert_eq!(read, 450);
+        }
         let hits = s.lookup(&[found.into(), missing.into()]).await.unwrap();
-        assert_eq!(hits.len(), 1);
+        assert_eq!(hits.len(), 1, "{object:?} {filters:?}");
         s.probe().await.unwrap();
     }
     // Each request against the spec of its endpoint.
@@ -435,10 +478,17 @@ async fn the_source_sends_only_parameters_the_spec_declares() {
         }
     }
     // Not vacuous: every kind of call happened, with the parameters it needs.
-    for list in ["/v1/balance_transactions", "/v1/payouts"] {
+    for (list, filters) in [
+        (
+            "/v1/balance_transactions",
+            &["type", "currency", "source", "payout"][..],
+        ),
+        ("/v1/payouts", &["status", "destination"][..]),
+    ] {
         let names = &sent[list];
-        for p in ["limit", "created[gte]", "created[lt]", "starting_after"] {
-            assert!(names.contains(p), "{list}: {p} never sent ({names:?})");
+        let needed = ["limit", "created[gte]", "created[lt]", "starting_after"];
+        for p in needed.iter().chain(filters) {
+            assert!(names.contains(*p), "{list}: {p} never sent ({names:?})");
         }
     }
     assert!(sent["/v1/balance_transactions/{id}"].contains("(retrieve)"));
