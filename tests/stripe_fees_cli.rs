@@ -439,3 +439,77 @@ async fn the_stripe_fees_example_runs_as_shipped() {
     assert!(dir.path().join("reports/stripe_fees").is_dir());
     emu.shutdown().await;
 }
+
+/// `source.filters` through the config file and the binary: a filter the
+/// endpoint takes is sent by `recon check`'s probe; one it does not take
+/// fails the check naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_sends_the_filters_and_refuses_one_the_endpoint_does_not_take() {
+    sqlx::any::install_default_drivers();
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.db");
+    let url = format!("sqlite://{}?mode=rwc", ledger.display());
+    let mut conn = common::connect(&url).await;
+    sqlx::query("CREATE TABLE payouts (po_id TEXT UNIQUE NOT NULL, amount_cents INTEGER, currency TEXT, status TEXT, created_at TIMESTAMP)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let config = |filters: &str| {
+        format!(
+            r#"[defaults]
+state = "sqlite://{state}?mode=rwc"
+
+[jobs.payouts]
+fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
+compare = ["amount", "currency", "status"]
+window = "yesterday"
+
+[jobs.payouts.source]
+type = "stripe"
+object = "payouts"
+api_key = "${{RECON_TEST_STRIPE_KEY}}"
+base_url = "{base_url}"
+filters = {filters}
+
+[jobs.payouts.target]
+type = "sql"
+url = "{url}"
+table = "payouts"
+key = "po_id"
+columns = {{ amount = "amount_cents", created = "created_at" }}
+"#,
+            state = dir.path().join("state.db").display(),
+            base_url = emu.base_url,
+        )
+    };
+    let check = |text: String| {
+        let path = common::write_config(dir.path(), &text);
+        let key = emu.api_key.clone();
+        async move {
+            recon(
+                vec![
+                    "check".to_string(),
+                    "--config".into(),
+                    path.display().to_string(),
+                ],
+                vec![("RECON_TEST_STRIPE_KEY", key)],
+            )
+            .await
+        }
+    };
+    let o = check(config(r#"{ status = "failed" }"#)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(emu
+        .requests()
+        .iter()
+        .any(|r| r.path == "/v1/payouts" && r.query.contains(&("status".into(), "failed".into()))));
+    let o = check(config(r#"{ type = "bank_account" }"#)).await;
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        out.contains("source.filters.type") && out.contains("use one of: status, destination"),
+        "{out}"
+    );
+    emu.shutdown().await;
+}
