@@ -183,7 +183,7 @@ state = "sqlite://{state}?mode=rwc"
 [jobs.fees]
 fields = {{ amount = "money", currency = "currency", fee = "integer", net = "integer", type = "text", created = "timestamp" }}
 compare = ["amount", "currency", "fee", "net", "type"]
-window = "{window}"
+window = "{start}..{end}"
 
 [jobs.fees.source]
 type = "stripe"
@@ -203,7 +203,8 @@ mode = "insert"
 max_ratio = 1.0
 "#,
             state = dir.path().join("state.db").display(),
-            window = format!("{}..{}", rfc3339(start), rfc3339(end)),
+            start = rfc3339(start),
+            end = rfc3339(end),
             base_url = emu.base_url,
         ),
     );
