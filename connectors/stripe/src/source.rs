@@ -458,8 +458,25 @@ impl StripeSource {
 
 #[async_trait::async_trait]
 impl Source for StripeSource {
+    /// `Stripe /v1/{object} at {base_url}`, with the job's list filters
+    /// (`Stripe /v1/payouts?status=failed at …`).
     fn describe(&self) -> String {
-        format!("Stripe {} at {}", self.cfg.object.path(), self.cfg.base_url)
+        let filters: Vec<String> = self
+            .cfg
+            .filters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let query = if filters.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", filters.join("&"))
+        };
+        format!(
+            "Stripe {}{query} at {}",
+            self.cfg.object.path(),
+            self.cfg.base_url
+        )
     }
 
     fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
