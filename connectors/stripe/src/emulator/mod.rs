@@ -288,7 +288,8 @@ impl Emulator {
         self.shared.store.write().unwrap().pay_out(payout, &txns);
     }
 
-    /// Every request received since [`Emulator::start`], in arrival order:
+    /// Every request received since [`Emulator::start`] (the first 100,000,
+    /// so that a long-running server stays bounded), in arrival order:
     /// method, path and query parameters as sent (percent-decoded), for
     /// tests of what a client asks.
     pub fn requests(&self) -> Vec<LoggedRequest> {

@@ -251,16 +251,25 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Option<Reply> {
 // ---------------------------------------------------------------------------
 // Routing
 
+/// How many requests `Emulator::requests` keeps (the first ones): enough
+/// for any test, bounded for long benchmark and demo servers.
+pub(crate) const REQUEST_LOG_LIMIT: usize = 100_000;
+
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     // Everything that depends on arrival order is decided now.
     let arrival = shared.transport.arrive(&req);
-    shared.requests.lock().unwrap().push(LoggedRequest {
-        method: req.method().to_string(),
-        path: req.uri().path().to_owned(),
-        query: Query::<Vec<(String, String)>>::try_from_uri(req.uri())
-            .map(|Query(q)| q)
-            .unwrap_or_default(),
-    });
+    {
+        let mut log = shared.requests.lock().unwrap();
+        if log.len() < REQUEST_LOG_LIMIT {
+            log.push(LoggedRequest {
+                method: req.method().to_string(),
+                path: req.uri().path().to_owned(),
+                query: Query::<Vec<(String, String)>>::try_from_uri(req.uri())
+                    .map(|Query(q)| q)
+                    .unwrap_or_default(),
+            });
+        }
+    }
     let request_id = shared.next_request_id();
     let early = match arrival.injected() {
         Some(injected) => Some(fault_reply(injected)),
