@@ -44,6 +44,26 @@ pub struct StripeSettings {
 impl StripeSettings {
     /// The client config for a job's fields.
     pub fn client_config(&self, cx: BuildContext<'_>) -> Result<StripeConfig, ConnectorError> {
+        // Stripe's lists are ordered and windowed by `created` (the source
+        // sends created[gte]/created[lt]); a window on another field would
+        // read the wrong records without a word.
+        if let Some(field) = cx.time_field.and_then(|i| cx.schema.fields.get(i)) {
+            let path = self
+                .fields
+                .get(&field.name)
+                .cloned()
+                .unwrap_or_else(|| self.object.default_path(&field.name));
+            if path != "created" {
+                return Err(ConnectorError::Config(format!(
+                    "the job's time field `{}` reads Stripe's `{path}`, but a Stripe source reads its window by `created` \
+                     (created[gte]/created[lt], the order Stripe lists {} in); set time_field = \"created\" \
+                     (or map the time field to it: source.fields = {{ {} = \"created\" }})",
+                    field.name,
+                    self.object.path(),
+                    field.name
+                )));
+            }
+        }
         let mut cfg = StripeConfig::new(self.api_key.clone(), self.object);
         if let Some(p) = &self.rate_limit_patience {
             cfg.rate_limit_patience = Some(positive_duration(p, "Stripe rate_limit_patience")?);

@@ -979,3 +979,54 @@ fn filters_an_endpoint_does_not_take_are_refused_naming_the_setting() {
     );
     assert!(e.contains("source.filters.type is given twice"), "{e}");
 }
+
+/// A Stripe source windows by `created`; a job windowed on another field
+/// (a payout's `arrival_date`) is refused with the fix, one mapped onto
+/// `created` is not.
+#[test]
+fn a_time_field_other_than_created_is_refused_naming_the_fix() {
+    use recon_core::BuildContext;
+    use recon_stripe::StripeSettings;
+    let settings = |fields: &[(&str, &str)]| StripeSettings {
+        api_key: Secret::new("sk_test_x"),
+        object: StripeObject::Payouts,
+        base_url: None,
+        api_version: None,
+        requests_per_second: None,
+        concurrency: None,
+        rate_limit_patience: None,
+        fields: fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        filters: Default::default(),
+    };
+    let schema = Schema {
+        fields: vec![
+            field("amount", FieldKind::Money),
+            field("arrival_date", FieldKind::Timestamp),
+            field("created", FieldKind::Timestamp),
+            field("booked", FieldKind::Timestamp),
+        ],
+    };
+    let cx = |i| BuildContext {
+        schema: &schema,
+        time_field: Some(i),
+    };
+    let e = settings(&[]).client_config(cx(1)).unwrap_err().to_string();
+    assert!(
+        e.contains("`arrival_date`")
+            && e.contains("by `created`")
+            && e.contains("time_field = \"created\""),
+        "{e}"
+    );
+    assert!(settings(&[]).client_config(cx(2)).is_ok());
+    assert!(settings(&[("booked", "created")])
+        .client_config(cx(3))
+        .is_ok());
+    let e = settings(&[("booked", "arrival_date")])
+        .client_config(cx(3))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`booked` reads Stripe's `arrival_date`"), "{e}");
+}
