@@ -1,5 +1,5 @@
-//! Stripe as a recon source: charges, payment intents, invoices, refunds
-//! and customers, read through the list endpoints over a `created` window
+//! Stripe as a recon source: charges, payment intents, invoices, refunds,
+//! customers, balance transactions and payouts, read through the list endpoints over a `created` window
 //! (`created[gte]`/`created[lt]`, `limit=100`, `starting_after` cursors) and
 //! the retrieve endpoints for edge confirmation (404 or `deleted: true` is
 //! missing). Every request goes through the shared HTTP policy of

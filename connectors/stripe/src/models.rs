@@ -70,6 +70,12 @@ pub enum StripeObject {
     Refunds,
     /// `/v1/customers`
     Customers,
+    /// `/v1/balance_transactions`: funds moving through the Stripe balance
+    /// (<https://docs.stripe.com/api/balance_transactions/object>).
+    BalanceTransactions,
+    /// `/v1/payouts`: payouts to the account's bank account or card
+    /// (<https://docs.stripe.com/api/payouts/object>).
+    Payouts,
 }
 
 impl StripeObject {
@@ -81,6 +87,8 @@ impl StripeObject {
             StripeObject::Invoices => "/v1/invoices",
             StripeObject::Refunds => "/v1/refunds",
             StripeObject::Customers => "/v1/customers",
+            StripeObject::BalanceTransactions => "/v1/balance_transactions",
+            StripeObject::Payouts => "/v1/payouts",
         }
     }
 
@@ -92,12 +100,20 @@ impl StripeObject {
             StripeObject::Invoices => "invoice",
             StripeObject::Refunds => "refund",
             StripeObject::Customers => "customer",
+            StripeObject::BalanceTransactions => "balance transaction",
+            StripeObject::Payouts => "payout",
         }
     }
 
     /// The documented default JSON path of a canonical field for this
     /// object (see the README's Stripe section); other names are read as a
     /// path of their own name.
+    ///
+    /// Balance transactions and payouts read every documented field from
+    /// the top-level field of its own name (see [`StripeObject::fields`]):
+    /// `amount`, `fee` and `net` are integers in Stripe's minor units, signed
+    /// (a refund's or a failed payout's are negative); `source` and
+    /// `balance_transaction` are IDs, or an expanded object's `id`.
     pub fn default_path(&self, field: &str) -> String {
         let p = match (self, field) {
             (StripeObject::Invoices, "amount") => "total",
@@ -108,6 +124,84 @@ impl StripeObject {
             _ => field,
         };
         p.to_string()
+    }
+}
+
+impl StripeObject {
+    /// The fields recon documents for this object, with their JSON types
+    /// in Stripe's API reference (`"integer"`, `"string"`, `"boolean"`,
+    /// `"timestamp"` for Unix seconds, `"id"` for an ID or expanded
+    /// object), per <https://docs.stripe.com/api/balance_transactions/object>
+    /// and <https://docs.stripe.com/api/payouts/object>. Empty for the
+    /// objects whose fields the README lists by name only.
+    pub fn fields(&self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            StripeObject::BalanceTransactions => &[
+                ("amount", "integer"),
+                ("fee", "integer"),
+                ("net", "integer"),
+                ("currency", "string"),
+                ("type", "string"),
+                ("source", "id"),
+                ("status", "string"),
+                ("created", "timestamp"),
+                ("available_on", "timestamp"),
+                ("reporting_category", "string"),
+            ],
+            StripeObject::Payouts => &[
+                ("amount", "integer"),
+                ("currency", "string"),
+                ("status", "string"),
+                ("arrival_date", "timestamp"),
+                ("created", "timestamp"),
+                ("method", "string"),
+                ("type", "string"),
+                ("automatic", "boolean"),
+                ("balance_transaction", "id"),
+            ],
+            _ => &[],
+        }
+    }
+}
+
+impl StripeObject {
+    /// The list filters of this object's list endpoint that a job may set
+    /// (`source.filters`), beyond the `created` window and the cursor:
+    /// balance transactions `type`, `currency`, `source`, `payout`
+    /// (<https://docs.stripe.com/api/balance_transactions/list>), payouts
+    /// `status`, `destination` (<https://docs.stripe.com/api/payouts/list>).
+    /// The other objects take none here.
+    pub fn list_filters(&self) -> &'static [&'static str] {
+        match self {
+            StripeObject::BalanceTransactions => &["type", "currency", "source", "payout"],
+            StripeObject::Payouts => &["status", "destination"],
+            _ => &[],
+        }
+    }
+}
+
+/// An ID field that may be expanded: the string, or the object's `id`.
+pub fn id_of(v: Option<&serde_json::Value>) -> Option<&str> {
+    match v? {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Object(o) => o.get("id").and_then(|i| i.as_str()),
+        _ => None,
+    }
+}
+
+/// Whether `object` passes the list filter `name = want` judged on its own
+/// fields: `type`, `status` exactly, `currency` ignoring case (Stripe
+/// sends lowercase), `destination` by ID. `None` for a filter the object
+/// alone cannot decide (`payout`: a balance transaction does not name its
+/// payout; `source`: Stripe documents it as "transactions associated with
+/// the given object", which may be more than the `source` field says).
+pub fn passes_filter(object: &serde_json::Value, name: &str, want: &str) -> Option<bool> {
+    let text = |f: &str| object.get(f).and_then(|v| v.as_str());
+    match name {
+        "type" | "status" => Some(text(name) == Some(want)),
+        "currency" => Some(text("currency").is_some_and(|c| c.eq_ignore_ascii_case(want))),
+        "destination" => Some(id_of(object.get("destination")) == Some(want)),
+        _ => None,
     }
 }
 
@@ -485,6 +579,117 @@ mod tests {
         assert_eq!(
             r.values[4],
             Value::Text("123456789012345678901234.50".into())
+        );
+    }
+
+    fn finance_schema(object: StripeObject, money: &str) -> (Schema, FieldPaths) {
+        let kind = |ty: &str| match ty {
+            "integer" => FieldKind::Integer,
+            "timestamp" => FieldKind::Timestamp,
+            _ => FieldKind::Text,
+        };
+        let fields: Vec<Field> = object
+            .fields()
+            .iter()
+            .map(|(name, ty)| Field {
+                name: (*name).into(),
+                kind: match *name {
+                    n if n == money => FieldKind::Money,
+                    "currency" => FieldKind::Currency,
+                    _ => kind(ty),
+                },
+                compared: true,
+            })
+            .collect();
+        let paths = FieldPaths {
+            fields: fields
+                .iter()
+                .map(|f| object.default_path(&f.name))
+                .collect(),
+            currency: "currency".into(),
+        };
+        (Schema { fields }, paths)
+    }
+
+    /// A refund's balance transaction: amount and net negative, read
+    /// exactly; `fee` and `net` as integers of Stripe's minor units beside
+    /// the one money field; an expanded `source` reads as its ID.
+    #[test]
+    fn reads_a_negative_balance_transaction_with_fee_and_net_as_integers() {
+        let (schema, paths) = finance_schema(StripeObject::BalanceTransactions, "amount");
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"id":"txn_r1","object":"balance_transaction","amount":-1999,"available_on":1764460800,
+                "created":1764374400,"currency":"eur","fee":-35,"net":-1964,"type":"refund",
+                "source":{"id":"re_9","object":"refund"},"status":"pending","reporting_category":"refund"}"#,
+        )
+        .unwrap();
+        let r = to_record(StripeObject::BalanceTransactions, &schema, &paths, &v).unwrap();
+        let eur = Currency::parse("EUR").unwrap();
+        assert_eq!(r.key, "txn_r1");
+        assert_eq!(
+            r.values,
+            vec![
+                Value::Money(Money::from_minor(-1999, eur)),
+                Value::Integer(-35),
+                Value::Integer(-1964),
+                Value::Currency(eur),
+                Value::Text("refund".into()),
+                Value::Text("re_9".into()),
+                Value::Text("pending".into()),
+                Value::Timestamp("2025-11-29T00:00:00Z".parse().unwrap()),
+                Value::Timestamp("2025-11-30T00:00:00Z".parse().unwrap()),
+                Value::Text("refund".into()),
+            ]
+        );
+        assert_eq!(r.values[0].to_string(), "-19.99");
+        // `net` may be the money field instead; `fee` then stays an integer.
+        let (schema, paths) = finance_schema(StripeObject::BalanceTransactions, "net");
+        let r = to_record(StripeObject::BalanceTransactions, &schema, &paths, &v).unwrap();
+        assert_eq!(r.values[0], Value::Integer(-1999));
+        assert_eq!(r.values[2], Value::Money(Money::from_minor(-1964, eur)));
+        // A fractional fee is refused, naming the object and the field.
+        let bad: serde_json::Value = serde_json::from_str(
+            r#"{"id":"txn_r2","created":1,"amount":100,"fee":2.5,"net":97,"currency":"usd"}"#,
+        )
+        .unwrap();
+        let e = to_record(StripeObject::BalanceTransactions, &schema, &paths, &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Stripe balance transaction txn_r2")
+                && e.contains("field `fee`")
+                && e.contains("2.5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn reads_a_payout_with_its_documented_fields() {
+        let (schema, paths) = finance_schema(StripeObject::Payouts, "amount");
+        let v = json!({"id": "po_1", "object": "payout", "amount": -250_000, "currency": "jpy",
+            "status": "failed", "arrival_date": 1_764_547_200, "created": 1_764_374_400,
+            "method": "instant", "type": "card", "automatic": false,
+            "balance_transaction": {"id": "txn_po1", "object": "balance_transaction"}});
+        let r = to_record(StripeObject::Payouts, &schema, &paths, &v).unwrap();
+        let jpy = Currency::parse("JPY").unwrap();
+        assert_eq!(
+            r.values,
+            vec![
+                Value::Money(Money::from_minor(-250_000, jpy)),
+                Value::Currency(jpy),
+                Value::Text("failed".into()),
+                Value::Timestamp("2025-12-01T00:00:00Z".parse().unwrap()),
+                Value::Timestamp("2025-11-29T00:00:00Z".parse().unwrap()),
+                Value::Text("instant".into()),
+                Value::Text("card".into()),
+                Value::Text("false".into()),
+                Value::Text("txn_po1".into()),
+            ]
+        );
+        assert_eq!(StripeObject::Payouts.path(), "/v1/payouts");
+        assert_eq!(
+            StripeObject::BalanceTransactions.path(),
+            "/v1/balance_transactions"
         );
     }
 }

@@ -16,7 +16,8 @@ use crate::{StripeConfig, StripeObject, StripeSource};
 pub struct StripeSettings {
     /// Secret or restricted API key; use `${STRIPE_API_KEY}`.
     pub api_key: Secret,
-    /// `charges`, `payment_intents`, `invoices`, `refunds` or `customers`.
+    /// `charges`, `payment_intents`, `invoices`, `refunds`, `customers`,
+    /// `balance_transactions` or `payouts`.
     pub object: StripeObject,
     /// API base URL (default `https://api.stripe.com`).
     pub base_url: Option<String>,
@@ -32,11 +33,37 @@ pub struct StripeSettings {
     /// Canonical field → JSON path in the object (`email = "receipt_email"`).
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
+    /// Stripe list filters sent with every list call: balance transactions
+    /// `type`, `currency`, `source`, `payout`; payouts `status`,
+    /// `destination` (`filters = { type = "charge" }`). Lookups keep only
+    /// objects that pass them.
+    #[serde(default)]
+    pub filters: BTreeMap<String, String>,
 }
 
 impl StripeSettings {
     /// The client config for a job's fields.
     pub fn client_config(&self, cx: BuildContext<'_>) -> Result<StripeConfig, ConnectorError> {
+        // Stripe's lists are ordered and windowed by `created` (the source
+        // sends created[gte]/created[lt]); a window on another field would
+        // read the wrong records without a word.
+        if let Some(field) = cx.time_field.and_then(|i| cx.schema.fields.get(i)) {
+            let path = self
+                .fields
+                .get(&field.name)
+                .cloned()
+                .unwrap_or_else(|| self.object.default_path(&field.name));
+            if path != "created" {
+                return Err(ConnectorError::Config(format!(
+                    "the job's time field `{}` reads Stripe's `{path}`, but a Stripe source reads its window by `created` \
+                     (created[gte]/created[lt], the order Stripe lists {} in); set time_field = \"created\" \
+                     (or map the time field to it: source.fields = {{ {} = \"created\" }})",
+                    field.name,
+                    self.object.path(),
+                    field.name
+                )));
+            }
+        }
         let mut cfg = StripeConfig::new(self.api_key.clone(), self.object);
         if let Some(p) = &self.rate_limit_patience {
             cfg.rate_limit_patience = Some(positive_duration(p, "Stripe rate_limit_patience")?);
@@ -51,6 +78,11 @@ impl StripeSettings {
         if let Some(c) = self.concurrency {
             cfg.concurrency = c;
         }
+        cfg.filters = self
+            .filters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         cfg.field_paths = cx
             .schema
             .fields

@@ -11,7 +11,7 @@
 //! to keep the limiter saturated at the first page's latency), so a quiet
 //! night costs one request and a busy one keeps the limiter busy.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures_core::stream::BoxStream;
@@ -21,7 +21,9 @@ use recon_core::http::{
 };
 use recon_core::{ConnectorError, Page, Record, Schema, Secret, Source, Window};
 
-use crate::models::{created_of, to_record, FieldPaths, ListPage, StripeObject};
+use tokio::sync::OnceCell;
+
+use crate::models::{created_of, passes_filter, to_record, FieldPaths, ListPage, StripeObject};
 
 /// Stripe's documented identity for the HTTP policy: request IDs come in
 /// `Request-Id`, `Stripe-Should-Retry` overrides the retry decision, and
@@ -83,6 +85,9 @@ pub struct StripeConfig {
     pub field_paths: Vec<Option<String>>,
     /// JSON path of the currency (default `currency`).
     pub currency_path: Option<String>,
+    /// List filters sent with every list call (`type = "charge"`,
+    /// `payout = "po_…"`); only those of [`StripeObject::list_filters`].
+    pub filters: Vec<(String, String)>,
     /// Per-request timeout in seconds (default 30).
     pub timeout_secs: Option<u64>,
     /// Most attempts per request that fails other than by rate limiting
@@ -105,6 +110,7 @@ impl StripeConfig {
             concurrency: 32,
             field_paths: Vec::new(),
             currency_path: None,
+            filters: Vec::new(),
             timeout_secs: None,
             max_attempts: None,
             rate_limit_patience: None,
@@ -132,6 +138,10 @@ pub struct StripeSource {
     paths: FieldPaths,
     /// The limiter's configured pace, requests per second.
     pace: f64,
+    /// With a `payout` or `source` filter: every object the filtered list
+    /// holds regardless of the window, by ID, listed once on the first
+    /// lookup (what a retrieve cannot tell).
+    members: Arc<OnceCell<HashMap<String, serde_json::Value>>>,
 }
 
 /// How much closer together than sent Stripe may see recon's requests
@@ -179,6 +189,48 @@ fn plan_slices(
         .collect()
 }
 
+/// Refuses filters the object's list endpoint does not take, empty values
+/// and repeats, naming `source.filters.NAME`.
+fn check_filters(object: StripeObject, filters: &[(String, String)]) -> Result<(), ConnectorError> {
+    let allowed = object.list_filters();
+    let mut seen = HashSet::new();
+    for (name, value) in filters {
+        if !allowed.contains(&name.as_str()) {
+            let hint = if allowed.is_empty() {
+                format!(
+                    "Stripe {} takes none here; remove source.filters",
+                    object.path()
+                )
+            } else {
+                format!("use one of: {}", allowed.join(", "))
+            };
+            return Err(ConnectorError::Config(format!(
+                "source.filters.{name}: Stripe {} has no list filter `{name}` that recon sends; {hint}",
+                object.path()
+            )));
+        }
+        if value.trim().is_empty() {
+            return Err(ConnectorError::Config(format!(
+                "source.filters.{name} is empty; give the value to filter on (e.g. {name} = \"{}\") or remove it",
+                match name.as_str() {
+                    "type" => "charge",
+                    "currency" => "usd",
+                    "payout" => "po_…",
+                    "status" => "paid",
+                    "destination" => "ba_…",
+                    _ => "ch_…",
+                }
+            )));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(ConnectorError::Config(format!(
+                "source.filters.{name} is given twice; keep one"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Which setting holds the key, for 401 messages.
 const KEY_HINT: &str =
     "check the job's source.api_key (a secret key sk_… or a restricted key rk_… with read access)";
@@ -193,6 +245,7 @@ fn http_error(e: HttpError) -> ConnectorError {
 impl StripeSource {
     /// Builds the client; no request is sent yet.
     pub fn new(cfg: StripeConfig, schema: &Schema) -> Result<StripeSource, ConnectorError> {
+        check_filters(cfg.object, &cfg.filters)?;
         if !(cfg.api_key.expose().starts_with("sk_") || cfg.api_key.expose().starts_with("rk_")) {
             return Err(ConnectorError::Config(format!(
                 "the Stripe API key does not look like a secret key (sk_…) or restricted key (rk_…); {KEY_HINT}"
@@ -264,6 +317,7 @@ impl StripeSource {
             schema: schema.clone(),
             paths,
             pace,
+            members: Arc::new(OnceCell::new()),
         })
     }
 
@@ -280,6 +334,56 @@ impl StripeSource {
         )
     }
 
+    /// Whether lookups must search the filtered list (a `payout` or
+    /// `source` filter).
+    fn needs_members(&self) -> bool {
+        self.cfg
+            .filters
+            .iter()
+            .any(|(k, _)| matches!(k.as_str(), "payout" | "source"))
+    }
+
+    /// Whether `object` passes every filter it can be judged on by itself.
+    fn passes_filters(&self, object: &serde_json::Value) -> bool {
+        self.cfg
+            .filters
+            .iter()
+            .all(|(k, v)| passes_filter(object, k, v) != Some(false))
+    }
+
+    /// The filtered list, whole (no `created` bound), by ID; listed once.
+    async fn members(&self) -> Result<&HashMap<String, serde_json::Value>, ConnectorError> {
+        self.members
+            .get_or_try_init(|| async {
+                let mut all = HashMap::new();
+                let mut cursor: Option<String> = None;
+                loop {
+                    let mut q = vec![("limit".to_string(), "100".to_string())];
+                    q.extend(self.cfg.filters.iter().cloned());
+                    if let Some(c) = &cursor {
+                        q.push(("starting_after".into(), c.clone()));
+                    }
+                    let (page, _) = self
+                        .client
+                        .get_json::<ListPage>(&self.url(), &q)
+                        .await
+                        .map_err(http_error)?;
+                    let mut last = None;
+                    for o in page.data {
+                        let (id, _) = created_of(self.cfg.object, &o)?;
+                        last = Some(id.clone());
+                        all.insert(id, o);
+                    }
+                    match (page.has_more, last) {
+                        (true, Some(l)) => cursor = Some(l),
+                        _ => break,
+                    }
+                }
+                Ok(all)
+            })
+            .await
+    }
+
     /// One list page of `[gte, lt)`, after `cursor`.
     async fn list_page(
         &self,
@@ -292,6 +396,7 @@ impl StripeSource {
             ("created[gte]".to_string(), gte.to_string()),
             ("created[lt]".to_string(), lt.to_string()),
         ];
+        q.extend(self.cfg.filters.iter().cloned());
         if let Some(c) = cursor {
             q.push(("starting_after".into(), c.to_string()));
         }
@@ -353,8 +458,25 @@ impl StripeSource {
 
 #[async_trait::async_trait]
 impl Source for StripeSource {
+    /// `Stripe /v1/{object} at {base_url}`, with the job's list filters
+    /// (`Stripe /v1/payouts?status=failed at …`).
     fn describe(&self) -> String {
-        format!("Stripe {} at {}", self.cfg.object.path(), self.cfg.base_url)
+        let filters: Vec<String> = self
+            .cfg
+            .filters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let query = if filters.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", filters.join("&"))
+        };
+        format!(
+            "Stripe {}{query} at {}",
+            self.cfg.object.path(),
+            self.cfg.base_url
+        )
     }
 
     fn read(&self, window: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
@@ -416,7 +538,22 @@ impl Source for StripeSource {
         )
     }
 
+    /// Each key by `GET /v1/{object}/{id}` (404 or `deleted: true` is
+    /// missing), kept only if it passes the job's list filters: `type`,
+    /// `currency`, `status`, `destination` judged on the object; with a
+    /// `payout` or `source` filter, which the object cannot show, the keys
+    /// are looked up in the filtered list itself, listed once (all pages,
+    /// any `created`).
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
+        if self.needs_members() {
+            let members = self.members().await?;
+            return keys
+                .iter()
+                .filter_map(|k| members.get(k))
+                .filter(|v| self.passes_filters(v))
+                .map(|v| to_record(self.cfg.object, &self.schema, &self.paths, v))
+                .collect();
+        }
         let concurrency = self.cfg.concurrency.max(1);
         let found: Vec<Option<Record>> = stream::iter(keys.iter().cloned())
             .map(|key| async move {
@@ -425,6 +562,10 @@ impl Source for StripeSource {
                     Ok((v, _)) => {
                         // A deleted object (customers) is missing for recon.
                         if v.get("deleted").and_then(|d| d.as_bool()) == Some(true) {
+                            return Ok(None);
+                        }
+                        // One the job's filters leave out is not the job's.
+                        if !self.passes_filters(&v) {
                             return Ok(None);
                         }
                         to_record(self.cfg.object, &self.schema, &self.paths, &v).map(Some)
@@ -474,7 +615,9 @@ impl Source for StripeSource {
     /// limits are documented (https://docs.stripe.com/rate-limits): 100
     /// read requests per second in live mode, 25 in test mode.
     async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
-        let q = [("limit".to_string(), "1".to_string())];
+        // With the job's filters, so that one Stripe refuses shows now.
+        let mut q = vec![("limit".to_string(), "1".to_string())];
+        q.extend(self.cfg.filters.iter().cloned());
         self.client
             .get_json::<serde_json::Value>(&self.url(), &q)
             .await

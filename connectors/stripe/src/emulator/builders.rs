@@ -1,6 +1,7 @@
 //! Builders of realistic Stripe objects, shaped after the object definitions in
-//! Stripe's API reference (the Charge, PaymentIntent, Refund, Customer and
-//! Invoice objects). Fields the builders' arguments do not determine are
+//! Stripe's API reference (the Charge, PaymentIntent, Refund, Customer,
+//! Invoice, BalanceTransaction and Payout objects; the last two carry every
+//! property of Stripe's OpenAPI schema, checked by `tests/spec.rs`). Fields the builders' arguments do not determine are
 //! filled deterministically from the object's id (so the same id always yields
 //! the same object): the customer, the payer's name and email, card details.
 //! The result is a plain `serde_json::Value`; callers may change any field
@@ -511,6 +512,99 @@ pub(crate) fn invoice(
         "webhooks_delivered_at": created
     });
     merge(head, rest)
+}
+
+/// The `reporting_category` of a balance transaction `type`, per
+/// <https://docs.stripe.com/reports/reporting-categories> (the common
+/// types; any other keeps its type's name, which callers may change).
+fn reporting_category(kind: &str) -> &str {
+    match kind {
+        "charge" | "payment" => "charge",
+        "refund" | "payment_refund" => "refund",
+        "payout" => "payout",
+        "payout_cancel" | "payout_failure" => "payout_reversal",
+        "stripe_fee" | "stripe_fx_fee" | "tax_fee" => "fee",
+        "adjustment" => "other_adjustment",
+        other => other,
+    }
+}
+
+pub(crate) fn balance_transaction(
+    id: &str,
+    amount: i64,
+    fee: i64,
+    currency: &str,
+    kind: &str,
+    source: Option<&str>,
+    created: i64,
+) -> Value {
+    let currency = currency.to_ascii_lowercase();
+    let fee_details = if fee == 0 {
+        json!([])
+    } else {
+        json!([{
+            "amount": fee,
+            "application": null,
+            "currency": currency,
+            "description": "Stripe processing fees",
+            "type": "stripe_fee"
+        }])
+    };
+    json!({
+        "id": id,
+        "object": "balance_transaction",
+        "amount": amount,
+        "available_on": created + 2 * 86_400,
+        "created": created,
+        "currency": currency,
+        "description": null,
+        "exchange_rate": null,
+        "fee": fee,
+        "fee_details": fee_details,
+        "net": amount - fee,
+        "reporting_category": reporting_category(kind),
+        "source": source,
+        "status": "available",
+        "type": kind
+    })
+}
+
+pub(crate) fn payout(
+    id: &str,
+    amount: i64,
+    currency: &str,
+    status: &str,
+    created: i64,
+    arrival_date: i64,
+) -> Value {
+    let h = hash(id);
+    let sfx = suffix(id);
+    let failed = status == "failed";
+    json!({
+        "id": id,
+        "object": "payout",
+        "amount": amount,
+        "arrival_date": arrival_date,
+        "automatic": true,
+        "balance_transaction": format!("txn_{sfx}"),
+        "created": created,
+        "currency": currency.to_ascii_lowercase(),
+        "description": "STRIPE PAYOUT",
+        "destination": derived_id("ba_", h % 3),
+        "failure_balance_transaction": if failed { json!(derived_id("txn_", h ^ 0xfa11)) } else { Value::Null },
+        "failure_code": if failed { json!("account_closed") } else { Value::Null },
+        "failure_message": if failed { json!("The bank account has been closed.") } else { Value::Null },
+        "livemode": false,
+        "metadata": {},
+        "method": "standard",
+        "original_payout": null,
+        "reconciliation_status": if status == "paid" { "completed" } else { "in_progress" },
+        "reversed_by": null,
+        "source_type": "card",
+        "statement_descriptor": null,
+        "status": status,
+        "type": "bank_account"
+    })
 }
 
 /// `json!` recurses per field; the largest objects are built in two halves.

@@ -1,9 +1,10 @@
 //! An emulator of Stripe's API, served over real HTTP on `127.0.0.1`, for tests,
 //! benchmarks and the offline demo.
 //!
-//! It serves the read side of five resources — `GET /v1/{charges,
-//! payment_intents, invoices, refunds, customers}` (list) and
-//! `GET /v1/<resource>/<id>` (retrieve) — with Stripe's documented semantics:
+//! It serves the read side of seven resources — `GET /v1/{charges,
+//! payment_intents, invoices, refunds, customers, balance_transactions,
+//! payouts}` (list) and `GET /v1/<resource>/<id>` (retrieve) — with Stripe's
+//! documented semantics:
 //!
 //! * **Auth.** `Authorization: Bearer <key>` or HTTP basic auth with the key as
 //!   the username. Anything else is a `401` with Stripe's body, the presented key
@@ -17,6 +18,23 @@
 //!   `created[gt|gte|lt|lte]`, `expand[]` accepted; any other parameter is
 //!   Stripe's `400 parameter_unknown`. See the `store` module for how pages stay
 //!   O(log n + limit) at hundreds of thousands of objects.
+//! * **Finance lists.** Balance transactions
+//!   (<https://docs.stripe.com/api/balance_transactions/list>: "sorted
+//!   order, with the most recent transactions appearing first") also take
+//!   `type`, `source` (the object's `source` ID), `currency` and `payout`
+//!   (the transactions an automatic payout paid out, linked with
+//!   [`Emulator::pay_out`]); payouts
+//!   (<https://docs.stripe.com/api/payouts/list>: "the most recently
+//!   created payouts appearing first") take `status`, `destination` and
+//!   `arrival_date` as a range like `created`. Retrieves are
+//!   `GET /v1/balance_transactions/{id}`
+//!   (<https://docs.stripe.com/api/balance_transactions/retrieve>) and
+//!   `GET /v1/payouts/{payout}` (<https://docs.stripe.com/api/payouts/retrieve>),
+//!   404 `resource_missing` "No such balance_transaction: 'txn_x'" as for
+//!   the other kinds. The objects' shapes are checked against Stripe's
+//!   OpenAPI schema in `tests/spec.rs`. Not emulated: Stripe's refusal of
+//!   `payout=` for a manual payout (its message is not in any source read),
+//!   and validation of `currency` and `status` values (any value filters).
 //! * **Errors.** Stripe's error body `{"error": {"code", "doc_url", "message",
 //!   "param", "type"}}`, e.g. `404 resource_missing` "No such charge: 'ch_x'".
 //! * **Rate limit, latency, faults** — see [`EmulatorConfig`], [`RateLimitMode`]
@@ -53,6 +71,7 @@ use recon_emulator_kit::{Server, TransportFault};
 use serde_json::Value;
 
 use server::Shared;
+use store::Attrs;
 
 /// How an [`Emulator`] behaves.
 #[derive(Clone, Debug)]
@@ -116,15 +135,19 @@ pub enum ObjectKind {
     Invoice,
     Refund,
     Customer,
+    BalanceTransaction,
+    Payout,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 5] = [
+    pub const ALL: [ObjectKind; 7] = [
         ObjectKind::Charge,
         ObjectKind::PaymentIntent,
         ObjectKind::Invoice,
         ObjectKind::Refund,
         ObjectKind::Customer,
+        ObjectKind::BalanceTransaction,
+        ObjectKind::Payout,
     ];
 
     /// The path segment after `/v1/`, e.g. `"payment_intents"`.
@@ -135,6 +158,8 @@ impl ObjectKind {
             ObjectKind::Invoice => "invoices",
             ObjectKind::Refund => "refunds",
             ObjectKind::Customer => "customers",
+            ObjectKind::BalanceTransaction => "balance_transactions",
+            ObjectKind::Payout => "payouts",
         }
     }
 
@@ -147,6 +172,8 @@ impl ObjectKind {
             ObjectKind::Invoice => "invoice",
             ObjectKind::Refund => "refund",
             ObjectKind::Customer => "customer",
+            ObjectKind::BalanceTransaction => "balance_transaction",
+            ObjectKind::Payout => "payout",
         }
     }
 
@@ -181,6 +208,18 @@ pub struct Arrival {
     pub at: Duration,
     /// Whether the limiter let it through (else it got a `429`).
     pub admitted: bool,
+}
+
+/// One request as the emulator received it (see [`Emulator::requests`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedRequest {
+    /// `GET`, …
+    pub method: String,
+    /// The path, e.g. `/v1/payouts/po_1`.
+    pub path: String,
+    /// The query parameters in order, names and values percent-decoded
+    /// (`created[gte]`).
+    pub query: Vec<(String, String)>,
 }
 
 /// Counters since [`Emulator::start`]: the kit's (`throttled` counts the
@@ -220,12 +259,12 @@ impl Emulator {
     /// # Panics
     /// If `"id"` or `"created"` is missing or mistyped.
     pub fn insert(&self, kind: ObjectKind, object: Value) {
-        let (id, created, json) = prepare(kind, object);
+        let (id, created, json, attrs) = prepare(kind, object);
         self.shared
             .store
             .write()
             .unwrap()
-            .insert(kind, id, created, json);
+            .insert(kind, id, created, json, attrs);
     }
 
     /// [`insert`](Self::insert) for many objects, taking the store's lock once
@@ -233,9 +272,28 @@ impl Emulator {
     pub fn insert_many(&self, kind: ObjectKind, objects: impl IntoIterator<Item = Value>) {
         let prepared: Vec<_> = objects.into_iter().map(|o| prepare(kind, o)).collect();
         let mut store = self.shared.store.write().unwrap();
-        for (id, created, json) in prepared {
-            store.insert(kind, id, created, json);
+        for (id, created, json, attrs) in prepared {
+            store.insert(kind, id, created, json, attrs);
         }
+    }
+
+    /// Records that the automatic payout `payout` paid out the balance
+    /// transactions `txns`: `GET /v1/balance_transactions?payout={payout}`
+    /// then lists them ("For automatic Stripe payouts only, only returns
+    /// transactions that were paid out on the specified payout ID",
+    /// <https://docs.stripe.com/api/balance_transactions/list>). A balance
+    /// transaction does not name its payout, so the link is kept beside it.
+    pub fn pay_out(&self, payout: &str, txns: &[&str]) {
+        let txns: Vec<String> = txns.iter().map(|t| (*t).to_owned()).collect();
+        self.shared.store.write().unwrap().pay_out(payout, &txns);
+    }
+
+    /// Every request received since [`Emulator::start`] (the first 100,000,
+    /// so that a long-running server stays bounded), in arrival order:
+    /// method, path and query parameters as sent (percent-decoded), for
+    /// tests of what a client asks.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        self.shared.requests.lock().unwrap().clone()
     }
 
     /// Removes an object. A deleted customer still answers a retrieve, as on
@@ -324,6 +382,42 @@ impl Emulator {
         builders::invoice(id, customer, amount_due, currency, status, created)
     }
 
+    /// A BalanceTransaction object per
+    /// <https://docs.stripe.com/api/balance_transactions/object>: `net` is
+    /// `amount - fee`, `fee_details` one `stripe_fee` of `fee` when it is
+    /// not zero, `available_on` two days after `created` and `status`
+    /// `available`, `reporting_category` derived from `kind` (the `type`)
+    /// per <https://docs.stripe.com/reports/reporting-categories>. Amounts
+    /// are signed: a refund's or a payout's are negative. Change any field
+    /// before inserting (e.g. `status: "pending"`).
+    pub fn balance_transaction(
+        id: &str,
+        amount: i64,
+        fee: i64,
+        currency: &str,
+        kind: &str,
+        source: Option<&str>,
+        created: i64,
+    ) -> Value {
+        builders::balance_transaction(id, amount, fee, currency, kind, source, created)
+    }
+
+    /// A Payout object per <https://docs.stripe.com/api/payouts/object>:
+    /// automatic, `standard`, to a bank account derived from `id`, with
+    /// its balance transaction `txn_` + the id's suffix; a `failed` payout
+    /// carries `failure_code` `account_closed` and a
+    /// `failure_balance_transaction`.
+    pub fn payout(
+        id: &str,
+        amount: i64,
+        currency: &str,
+        status: &str,
+        created: i64,
+        arrival_date: i64,
+    ) -> Value {
+        builders::payout(id, amount, currency, status, created, arrival_date)
+    }
+
     /// The customer id [`Emulator::charge`] (and `payment_intent`) assign to an
     /// object id, so callers can insert matching customers.
     pub fn customer_id_for(id: &str) -> String {
@@ -331,7 +425,39 @@ impl Emulator {
     }
 }
 
-fn prepare(kind: ObjectKind, mut object: Value) -> (String, i64, Arc<str>) {
+/// An ID field that may be expanded: the string, or the object's `id`.
+fn id_of(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("id").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// What the per-kind list filters test, read from the object once.
+fn attrs_of(kind: ObjectKind, object: &serde_json::Map<String, Value>) -> Option<Box<Attrs>> {
+    let text = |f: &str| object.get(f).and_then(Value::as_str).map(str::to_owned);
+    match kind {
+        ObjectKind::BalanceTransaction => Some(Box::new(Attrs {
+            kind: text("type"),
+            currency: text("currency"),
+            source: id_of(object.get("source")),
+            ..Attrs::default()
+        })),
+        ObjectKind::Payout => Some(Box::new(Attrs {
+            currency: text("currency"),
+            status: text("status"),
+            destination: id_of(object.get("destination")),
+            arrival_date: object.get("arrival_date").and_then(Value::as_i64),
+            ..Attrs::default()
+        })),
+        _ => None,
+    }
+}
+
+type Prepared = (String, i64, Arc<str>, Option<Box<Attrs>>);
+
+fn prepare(kind: ObjectKind, mut object: Value) -> Prepared {
     let map = object
         .as_object_mut()
         .expect("emulator insert: the object must be a JSON object");
@@ -346,9 +472,10 @@ fn prepare(kind: ObjectKind, mut object: Value) -> (String, i64, Arc<str>) {
         .expect("emulator insert: the object must have an integer \"created\"");
     map.entry("object")
         .or_insert_with(|| Value::from(kind.object_name()));
+    let attrs = attrs_of(kind, map);
     // `Display` rather than `serde_json::to_string`: it is compiled inside
     // serde_json (optimized even in debug builds of this crate), the generic
     // `to_string::<Value>` would be instantiated here, unoptimized, ~2x slower.
     let json: Arc<str> = Arc::from(object.to_string());
-    (id, created, json)
+    (id, created, json, attrs)
 }

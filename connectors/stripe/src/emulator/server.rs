@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::faults::{Limiter, RateLimiter, SlidingCounter, WindowCounter};
 use super::store::{Found, ListQuery, MissingCursor, Store};
-use super::{Arrival, EmulatorConfig, ObjectKind, RateLimitMode, StripeFault};
+use super::{Arrival, EmulatorConfig, LoggedRequest, ObjectKind, RateLimitMode, StripeFault};
 use recon_emulator_kit::{
     base64_decode, percent_decode, splitmix64, AfterWork, IdSeq, Injected, Transport,
     MALFORMED_JSON_BODY,
@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub origin: Instant,
     /// Every request the limiter decided on.
     pub arrivals: Mutex<Vec<Arrival>>,
+    /// Every request received (see `Emulator::requests`).
+    pub requests: Mutex<Vec<LoggedRequest>>,
     request_ids: IdSeq,
 }
 
@@ -60,6 +62,7 @@ impl Shared {
             }),
             origin,
             arrivals: Mutex::new(Vec::new()),
+            requests: Mutex::new(Vec::new()),
             request_ids: IdSeq::new(),
         }
     }
@@ -248,9 +251,25 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Option<Reply> {
 // ---------------------------------------------------------------------------
 // Routing
 
+/// How many requests `Emulator::requests` keeps (the first ones): enough
+/// for any test, bounded for long benchmark and demo servers.
+pub(crate) const REQUEST_LOG_LIMIT: usize = 100_000;
+
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     // Everything that depends on arrival order is decided now.
     let arrival = shared.transport.arrive(&req);
+    {
+        let mut log = shared.requests.lock().unwrap();
+        if log.len() < REQUEST_LOG_LIMIT {
+            log.push(LoggedRequest {
+                method: req.method().to_string(),
+                path: req.uri().path().to_owned(),
+                query: Query::<Vec<(String, String)>>::try_from_uri(req.uri())
+                    .map(|Query(q)| q)
+                    .unwrap_or_default(),
+            });
+        }
+    }
     let request_id = shared.next_request_id();
     let early = match arrival.injected() {
         Some(injected) => Some(fault_reply(injected)),
@@ -372,40 +391,100 @@ fn int_param(name: &str, value: &str) -> Result<i64, Reply> {
     })
 }
 
+/// A range filter (`created`, `arrival_date`) as Stripe takes it: an integer
+/// timestamp, or a hash of `gt`, `gte`, `lt`, `lte`, all applying at once.
+/// `None` in a bound list is a bound no timestamp meets
+/// (`created[gt]=<i64::MAX>`, `created[lt]=<i64::MIN>`).
+#[derive(Default)]
+struct Range {
+    lower: Vec<Option<i64>>,
+    upper: Vec<Option<i64>>,
+}
+
+impl Range {
+    /// Takes `name` (`{field}` or `{field}[op]`) if it belongs to `field`:
+    /// `Ok(true)` when taken.
+    fn take(&mut self, field: &str, name: &str, value: &str) -> Result<bool, Reply> {
+        let Some(op) = name.strip_prefix(field) else {
+            return Ok(false);
+        };
+        match op {
+            "" => {
+                let v = int_param(name, value)?;
+                self.lower.push(Some(v));
+                self.upper.push(Some(v));
+            }
+            "[gte]" => self.lower.push(Some(int_param(name, value)?)),
+            "[gt]" => self.lower.push(int_param(name, value)?.checked_add(1)),
+            "[lte]" => self.upper.push(Some(int_param(name, value)?)),
+            "[lt]" => self.upper.push(int_param(name, value)?.checked_sub(1)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// (inclusive min, inclusive max, unsatisfiable).
+    fn bounds(self) -> (Option<i64>, Option<i64>, bool) {
+        let mut empty = self.lower.contains(&None) || self.upper.contains(&None);
+        let min = self.lower.into_iter().flatten().max();
+        let max = self.upper.into_iter().flatten().min();
+        if let (Some(lo), Some(hi)) = (min, max) {
+            empty |= lo > hi;
+        }
+        (min, max, empty)
+    }
+}
+
+/// The plain (string) filters `kind`'s list endpoint takes beyond the
+/// common ones, per Stripe's API reference:
+/// <https://docs.stripe.com/api/balance_transactions/list> (`currency`,
+/// `payout`, `source`, `type`) and <https://docs.stripe.com/api/payouts/list>
+/// (`destination`, `status`; `arrival_date` is a range, see
+/// [`parse_list_query`]). The other kinds' own filters (e.g. a charge's
+/// `customer`) are not emulated.
+fn kind_filters(kind: ObjectKind) -> &'static [&'static str] {
+    match kind {
+        ObjectKind::BalanceTransaction => &["currency", "payout", "source", "type"],
+        ObjectKind::Payout => &["destination", "status"],
+        _ => &[],
+    }
+}
+
 /// Validates the list parameters Stripe documents for `GET /v1/<kind>`: `limit`
 /// ("Limit can range between 1 and 100, and the default is 10"), the
 /// `starting_after` / `ending_before` cursors, the `created` filter (an integer
 /// timestamp, or a hash of `gt`, `gte`, `lt`, `lte`) and `expand` (accepted and
-/// ignored: the emulator stores objects with whatever the caller put in them).
+/// ignored: the emulator stores objects with whatever the caller put in them),
+/// plus the kind's own filters: for balance transactions `type`, `source`,
+/// `payout` (exact matches) and `currency` (case-insensitive; Stripe asks
+/// for lowercase), for payouts `status`, `destination` and the
+/// `arrival_date` range (<https://docs.stripe.com/api/payouts/list>).
 /// Stripe rejects parameters an endpoint does not take with "Received unknown
 /// parameter: <name>" (code `parameter_unknown`); so does the emulator. The
-/// per-kind filters Stripe also offers (e.g. `customer`, `status`) are not
-/// emulated and are rejected the same way.
-fn parse_list_query(params: &[(String, String)]) -> Result<ListQuery, Reply> {
+/// per-kind filters Stripe offers on the other kinds (e.g. `customer`) are
+/// not emulated and are rejected the same way.
+fn parse_list_query(kind: ObjectKind, params: &[(String, String)]) -> Result<ListQuery, Reply> {
     let mut q = ListQuery {
         limit: 10,
         ..Default::default()
     };
-    // Inclusive bounds on `created`; `None` is a bound no timestamp meets
-    // (`created[gt]=<i64::MAX>`, `created[lt]=<i64::MIN>`).
-    let mut lower: Vec<Option<i64>> = Vec::new();
-    let mut upper: Vec<Option<i64>> = Vec::new();
+    let mut created = Range::default();
+    let mut arrival = Range::default();
     for (name, value) in params {
         let name = name.as_str();
         if name == "expand" || (name.starts_with("expand[") && name.ends_with(']')) {
             continue;
         }
-        let known = matches!(
-            name,
-            "limit"
-                | "starting_after"
-                | "ending_before"
-                | "created"
-                | "created[gt]"
-                | "created[gte]"
-                | "created[lt]"
-                | "created[lte]"
-        );
+        let ranged = |field: &str| {
+            name == field
+                || ["[gt]", "[gte]", "[lt]", "[lte]"]
+                    .iter()
+                    .any(|op| name.strip_prefix(field) == Some(op))
+        };
+        let known = matches!(name, "limit" | "starting_after" | "ending_before")
+            || ranged("created")
+            || (kind == ObjectKind::Payout && ranged("arrival_date"))
+            || kind_filters(kind).contains(&name);
         if !known {
             return Err(invalid(
                 &format!("Received unknown parameter: {name}"),
@@ -423,6 +502,10 @@ fn parse_list_query(params: &[(String, String)]) -> Result<ListQuery, Reply> {
                 Some(name),
             ));
         }
+        if created.take("created", name, value)? || arrival.take("arrival_date", name, value)? {
+            continue;
+        }
+        let f = &mut q.filters;
         match name {
             "limit" => {
                 let n = int_param(name, value)?;
@@ -444,16 +527,13 @@ fn parse_list_query(params: &[(String, String)]) -> Result<ListQuery, Reply> {
             }
             "starting_after" => q.starting_after = Some(value.clone()),
             "ending_before" => q.ending_before = Some(value.clone()),
-            "created" => {
-                let v = int_param(name, value)?;
-                lower.push(Some(v));
-                upper.push(Some(v));
-            }
-            "created[gte]" => lower.push(Some(int_param(name, value)?)),
-            "created[gt]" => lower.push(int_param(name, value)?.checked_add(1)),
-            "created[lte]" => upper.push(Some(int_param(name, value)?)),
-            "created[lt]" => upper.push(int_param(name, value)?.checked_sub(1)),
-            _ => unreachable!(),
+            "type" => f.kind = Some(value.clone()),
+            "currency" => f.currency = Some(value.clone()),
+            "source" => f.source = Some(value.clone()),
+            "payout" => f.payout = Some(value.clone()),
+            "status" => f.status = Some(value.clone()),
+            "destination" => f.destination = Some(value.clone()),
+            _ => unreachable!("`{name}` is known"),
         }
     }
     if q.starting_after.is_some() && q.ending_before.is_some() {
@@ -466,12 +546,13 @@ fn parse_list_query(params: &[(String, String)]) -> Result<ListQuery, Reply> {
         ));
     }
     // Several bounds (e.g. `created=` and `created[gte]=`) all apply.
-    q.empty = lower.contains(&None) || upper.contains(&None);
-    q.created_min = lower.into_iter().flatten().max();
-    q.created_max = upper.into_iter().flatten().min();
-    if let (Some(lo), Some(hi)) = (q.created_min, q.created_max) {
-        q.empty |= lo > hi;
-    }
+    let (min, max, empty) = created.bounds();
+    q.created_min = min;
+    q.created_max = max;
+    let (amin, amax, aempty) = arrival.bounds();
+    q.filters.arrival_min = amin;
+    q.filters.arrival_max = amax;
+    q.empty = empty || aempty;
     Ok(q)
 }
 
@@ -480,7 +561,7 @@ fn list(shared: &Shared, kind: ObjectKind, uri: &axum::http::Uri) -> Reply {
         Ok(Query(p)) => p,
         Err(_) => return invalid("Invalid query string.", None, None),
     };
-    let q = match parse_list_query(&params) {
+    let q = match parse_list_query(kind, &params) {
         Ok(q) => q,
         Err(r) => return r,
     };

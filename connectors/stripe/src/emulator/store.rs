@@ -12,6 +12,11 @@
 //! `starting_after` / `ending_before` cursors become bounds of the range (a cursor
 //! is looked up in an id → created index, then located by the `BTreeMap`'s binary
 //! search), so a page costs O(log n + limit) however many objects are stored.
+//!
+//! The per-object filters of balance transactions and payouts (`type`,
+//! `currency`, `source`, `payout`; `status`, `destination`, `arrival_date`)
+//! are tested on each object of that range, against attributes read from the
+//! object once at insert ([`Attrs`]), so a filtered page costs what it skips.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,6 +27,89 @@ use super::ObjectKind;
 
 /// The sort key: iterating keys in ascending order yields created desc, id desc.
 pub(crate) type Key = (Reverse<i64>, Reverse<String>);
+
+/// The filterable attributes of a balance transaction or payout, read from
+/// the object at insert (other kinds have none).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Attrs {
+    /// Balance transaction `type`.
+    pub kind: Option<String>,
+    /// `currency`, as stored (compared case-insensitively).
+    pub currency: Option<String>,
+    /// Balance transaction `source`: the ID, or an expanded object's `id`.
+    pub source: Option<String>,
+    /// Payout `status`.
+    pub status: Option<String>,
+    /// Payout `destination`: the ID, or an expanded object's `id`.
+    pub destination: Option<String>,
+    /// Payout `arrival_date`.
+    pub arrival_date: Option<i64>,
+}
+
+/// The per-kind filters of a list request (all that are set apply).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Filters {
+    /// Balance transactions: `type`.
+    pub kind: Option<String>,
+    /// Balance transactions: `currency` (case-insensitive).
+    pub currency: Option<String>,
+    /// Balance transactions: `source`.
+    pub source: Option<String>,
+    /// Balance transactions: `payout` (the payout that paid them out).
+    pub payout: Option<String>,
+    /// Payouts: `status`.
+    pub status: Option<String>,
+    /// Payouts: `destination`.
+    pub destination: Option<String>,
+    /// Payouts: inclusive bounds on `arrival_date`.
+    pub arrival_min: Option<i64>,
+    pub arrival_max: Option<i64>,
+}
+
+impl Filters {
+    fn is_empty(&self) -> bool {
+        self.kind.is_none()
+            && self.currency.is_none()
+            && self.source.is_none()
+            && self.payout.is_none()
+            && self.status.is_none()
+            && self.destination.is_none()
+            && self.arrival_min.is_none()
+            && self.arrival_max.is_none()
+    }
+
+    /// Whether the object `id` with `attrs` passes; `paid_out` maps a
+    /// balance transaction to the payout that paid it out.
+    fn admits(&self, id: &str, attrs: Option<&Attrs>, paid_out: &HashMap<String, String>) -> bool {
+        let none = Attrs::default();
+        let a = attrs.unwrap_or(&none);
+        let eq = |want: &Option<String>, have: &Option<String>| match want {
+            None => true,
+            Some(w) => have.as_deref() == Some(w.as_str()),
+        };
+        eq(&self.kind, &a.kind)
+            && match &self.currency {
+                None => true,
+                Some(w) => a
+                    .currency
+                    .as_deref()
+                    .is_some_and(|c| c.eq_ignore_ascii_case(w)),
+            }
+            && eq(&self.source, &a.source)
+            && eq(&self.status, &a.status)
+            && eq(&self.destination, &a.destination)
+            && match &self.payout {
+                None => true,
+                Some(p) => paid_out.get(id) == Some(p),
+            }
+            && self
+                .arrival_min
+                .is_none_or(|m| a.arrival_date.is_some_and(|d| d >= m))
+            && self
+                .arrival_max
+                .is_none_or(|m| a.arrival_date.is_some_and(|d| d <= m))
+    }
+}
 
 /// What the list handler asks the store for, already validated.
 #[derive(Debug, Default, Clone)]
@@ -35,6 +123,8 @@ pub(crate) struct ListQuery {
     pub created_max: Option<i64>,
     /// True when a bound was unsatisfiable (e.g. `created[gt]=i64::MAX`).
     pub empty: bool,
+    /// The per-kind filters.
+    pub filters: Filters,
 }
 
 /// One page of a list, as raw JSON texts in list order.
@@ -59,13 +149,23 @@ pub(crate) enum Found {
     Missing,
 }
 
+/// One stored object: its JSON text and, for the kinds with per-object
+/// filters, the attributes they test.
+struct Stored {
+    json: Arc<str>,
+    attrs: Option<Box<Attrs>>,
+}
+
 #[derive(Default)]
 struct Collection {
-    sorted: BTreeMap<Key, Arc<str>>,
+    sorted: BTreeMap<Key, Stored>,
     /// id → created, to find an object's key (for cursors and replacement).
     created_by_id: HashMap<String, i64>,
     /// Ids of deleted objects that Stripe still answers for (customers only).
     deleted: HashSet<String>,
+    /// Balance transaction id → the automatic payout that paid it out (the
+    /// `payout` filter; the object itself does not name its payout).
+    paid_out: HashMap<String, String>,
 }
 
 /// All collections.
@@ -86,14 +186,36 @@ fn group_ceiling(created: i64) -> Key {
 }
 
 impl Store {
-    /// Inserts or replaces (by id) an object. `json` is its serialized text.
-    pub fn insert(&mut self, kind: ObjectKind, id: String, created: i64, json: Arc<str>) {
+    /// Inserts or replaces (by id) an object. `json` is its serialized text,
+    /// `attrs` what the per-kind filters test.
+    pub fn insert(
+        &mut self,
+        kind: ObjectKind,
+        id: String,
+        created: i64,
+        json: Arc<str>,
+        attrs: Option<Box<Attrs>>,
+    ) {
         let c = self.collections.entry(kind).or_default();
         if let Some(old) = c.created_by_id.insert(id.clone(), created) {
             c.sorted.remove(&key(old, &id));
         }
         c.deleted.remove(&id);
-        c.sorted.insert((Reverse(created), Reverse(id)), json);
+        c.sorted
+            .insert((Reverse(created), Reverse(id)), Stored { json, attrs });
+    }
+
+    /// Records that the automatic payout `payout` paid out the balance
+    /// transactions `txns` (what `GET /v1/balance_transactions?payout=`
+    /// lists).
+    pub fn pay_out(&mut self, payout: &str, txns: &[String]) {
+        let c = self
+            .collections
+            .entry(ObjectKind::BalanceTransaction)
+            .or_default();
+        for t in txns {
+            c.paid_out.insert(t.clone(), payout.to_owned());
+        }
     }
 
     /// Removes an object. Customers leave a tombstone, because Stripe keeps
@@ -120,8 +242,8 @@ impl Store {
             return Found::Missing;
         };
         if let Some(&created) = c.created_by_id.get(id) {
-            if let Some(json) = c.sorted.get(&key(created, id)) {
-                return Found::Object(json.clone());
+            if let Some(stored) = c.sorted.get(&key(created, id)) {
+                return Found::Object(stored.json.clone());
             }
         }
         if c.deleted.contains(id) {
@@ -205,6 +327,10 @@ impl Store {
             return Ok(nothing);
         }
 
+        let filtered = !q.filters.is_empty();
+        let admits = |(k, v): &(&Key, &Stored)| {
+            !filtered || q.filters.admits(&k.1 .0, v.attrs.as_deref(), &c.paid_out)
+        };
         let range = c.sorted.range((start, end));
         let limit = q.limit;
         if backwards {
@@ -213,15 +339,20 @@ impl Store {
             // are even newer ones (the direction of paging).
             let mut data: Vec<Arc<str>> = range
                 .rev()
+                .filter(admits)
                 .take(limit + 1)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| v.json.clone())
                 .collect();
             let has_more = data.len() > limit;
             data.truncate(limit);
             data.reverse();
             Ok(Page { data, has_more })
         } else {
-            let mut data: Vec<Arc<str>> = range.take(limit + 1).map(|(_, v)| v.clone()).collect();
+            let mut data: Vec<Arc<str>> = range
+                .filter(admits)
+                .take(limit + 1)
+                .map(|(_, v)| v.json.clone())
+                .collect();
             let has_more = data.len() > limit;
             data.truncate(limit);
             Ok(Page { data, has_more })
