@@ -53,6 +53,7 @@ mod story;
 #[cfg(test)]
 mod tests;
 mod types;
+pub mod tokens;
 pub mod webhook;
 
 pub use error::StateError;
@@ -61,6 +62,7 @@ pub use roles::{
     BackfillLedger, DeliveryLedger, DiscrepancyHistory, ReportReads, RunLocks, RunLog,
 };
 pub use store::StateStore;
+pub use tokens::LazyTokens;
 pub(crate) use store::{friendly, json_text, random_u64, stable_hash, ts_text, JSON_BATCH};
 pub use story::{ClosedStreak, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
 pub use types::{
