@@ -94,7 +94,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recon_emulator_kit::{Fault, Server, Stats, TransportFault};
+pub use recon_emulator_kit::{Fault, Stats, TransportFault};
+use recon_emulator_kit::Server;
 use serde_json::Value;
 
 use server::Shared;
