@@ -310,6 +310,12 @@ impl Emulator {
         self.shared.bump_sync_token(id);
     }
 
+    /// Another user saves entity `id` just before the next update of it
+    /// arrives: that update's `SyncToken` is stale.
+    pub fn edit_before_next_update(&self, id: &str) {
+        self.shared.edit_before_next_update(id);
+    }
+
     /// The company disconnects the app: every refresh token and access
     /// token stops working.
     pub fn revoke_all(&self) {

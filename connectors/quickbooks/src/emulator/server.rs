@@ -78,6 +78,8 @@ pub(super) struct Shared {
     meter: Mutex<Meter>,
     in_flight: AtomicU64,
     stats: Mutex<EmuStats>,
+    /// An entity another user saves just before the next update of it.
+    edit_before_update: Mutex<Option<u64>>,
 }
 
 /// Decrements the company's in-flight count when dropped.
@@ -143,6 +145,7 @@ impl Shared {
             meter: Mutex::new(Meter::default()),
             in_flight: AtomicU64::new(0),
             stats: Mutex::new(EmuStats::default()),
+            edit_before_update: Mutex::new(None),
         }
     }
 
@@ -219,6 +222,10 @@ impl Shared {
             let t: u64 = e["SyncToken"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
             e["SyncToken"] = json!((t + 1).to_string());
         }
+    }
+
+    pub(super) fn edit_before_next_update(&self, id: &str) {
+        *self.edit_before_update.lock().unwrap() = id.parse().ok();
     }
 
     pub(super) fn seed(&self, kind: Kind, mut entity: Value) -> String {
@@ -417,6 +424,15 @@ impl Shared {
         let id = body["Id"].as_str().unwrap_or("");
         let not_found = || validation("610", "Object Not Found", &format!("Object Not Found : Something you're trying to use has been made inactive. Check the fields with accounts, invoices, items, vendors or employees. ({} {id})", kind.name()));
         let n: u64 = id.parse().map_err(|_| not_found())?;
+        let mut pending = self.edit_before_update.lock().unwrap();
+        if *pending == Some(n) {
+            *pending = None;
+            if let Some((_, e)) = store.entities.get_mut(&n) {
+                let t: u64 = e["SyncToken"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+                e["SyncToken"] = json!((t + 1).to_string());
+            }
+        }
+        drop(pending);
         let Some((k, current)) = store.entities.get(&n).cloned() else {
             return Err(not_found());
         };
