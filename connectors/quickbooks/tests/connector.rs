@@ -176,10 +176,9 @@ async fn writes_create_once_through_a_lost_answer_and_a_rerun() {
     // policy sends it again with the same requestid and gets the original.
     let batches_before = emu.stats().by_route.get("batch").copied().unwrap_or(0);
     let requests = emu.stats().transport.requests;
-    emu.set_faults(vec![Fault {
+    emu.set_batch_faults(vec![Fault {
         kind: TransportFault::DropAfterWork,
-        // After the lookup query: the first batch.
-        after: 1,
+        after: 0,
         times: 1,
     }]);
     let out = t.write(&records, WriteMode::Insert).await.unwrap();

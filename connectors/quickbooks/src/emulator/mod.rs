@@ -343,6 +343,12 @@ impl Emulator {
         self.shared.transport.set_faults(faults);
     }
 
+    /// Faults for batch requests only, counted over batch requests (the
+    /// shared plan of [`Emulator::set_faults`] wins where both strike).
+    pub fn set_batch_faults(&self, faults: Vec<Fault<TransportFault>>) {
+        *self.shared.batch_faults.lock().unwrap() = recon_emulator_kit::FaultPlan::new(faults);
+    }
+
     /// Counters since the start.
     pub fn stats(&self) -> EmuStats {
         self.shared.stats()

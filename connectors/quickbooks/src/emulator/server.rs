@@ -11,8 +11,8 @@ use axum::response::Response;
 use axum::Router;
 use recon_core::Currency;
 use recon_emulator_kit::{
-    base64_decode, fnv1a64, percent_decode, AfterWork, IdSeq, Injected, Transport,
-    MALFORMED_JSON_BODY,
+    base64_decode, fnv1a64, percent_decode, AfterWork, FaultPlan, IdSeq, Injected, Transport,
+    TransportFault, MALFORMED_JSON_BODY,
 };
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
@@ -80,6 +80,8 @@ pub(super) struct Shared {
     stats: Mutex<EmuStats>,
     /// An entity another user saves just before the next update of it.
     edit_before_update: Mutex<Option<u64>>,
+    /// Faults of batch requests only, counted over batch requests.
+    pub(super) batch_faults: Mutex<FaultPlan<TransportFault>>,
 }
 
 /// Decrements the company's in-flight count when dropped.
@@ -146,6 +148,7 @@ impl Shared {
             in_flight: AtomicU64::new(0),
             stats: Mutex::new(EmuStats::default()),
             edit_before_update: Mutex::new(None),
+            batch_faults: Mutex::new(FaultPlan::default()),
         }
     }
 
@@ -862,7 +865,12 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request<Body>) -> Response {
         };
         return respond(r, &tid);
     }
-    let arrival = s.transport.arrive(&req);
+    let is_batch = path.ends_with("/batch");
+    let arrival = s.transport.arrive_with(&req, || {
+        is_batch
+            .then(|| s.batch_faults.lock().unwrap().next())
+            .flatten()
+    });
     let segments: Vec<String> = path
         .trim_matches('/')
         .split('/')
