@@ -236,11 +236,22 @@ async fn stripe_charges_to_quickbooks_invoices() {
     let mut outputs = Vec::new();
 
     // `recon check`: the company, its currencies, its numbering preferences.
-    let args = ["check", "--config", config.to_str().unwrap(), "--job", "sales"];
+    let args = [
+        "check",
+        "--config",
+        config.to_str().unwrap(),
+        "--job",
+        "sales",
+    ];
     let o = recon(args.map(String::from).to_vec(), env(&qbo)).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let shown = String::from_utf8_lossy(&o.stdout).to_string();
-    for want in ["Sandbox Company_US_1", "home currency USD", "multicurrency on", "WarnDuplicateDocNum=false"] {
+    for want in [
+        "Sandbox Company_US_1",
+        "home currency USD",
+        "multicurrency on",
+        "WarnDuplicateDocNum=false",
+    ] {
         assert!(shown.contains(want), "check shows {want}: {}", text(&o));
     }
     outputs.push(o);
@@ -252,12 +263,19 @@ async fn stripe_charges_to_quickbooks_invoices() {
     let s = summary(&dry);
     assert_eq!(s["gaps"], 40, "{s}");
     assert_eq!(s["duplicates"], 1, "{s}");
-    assert_eq!(qbo.entities(Kind::Invoice).len(), 21, "a dry run writes nothing");
+    assert_eq!(
+        qbo.entities(Kind::Invoice).len(),
+        21,
+        "a dry run writes nothing"
+    );
     let dups = std::fs::read_to_string(dry.join("duplicates.csv")).unwrap();
     assert!(dups.contains(DUP) && dups.contains("target"), "{dups}");
     let log = String::from_utf8_lossy(&o.stderr).to_string();
     for id in &dup_ids {
-        assert!(log.contains(&format!("Id {id} ")), "the warning names Id {id}: {log}");
+        assert!(
+            log.contains(&format!("Id {id} ")),
+            "the warning names Id {id}: {log}"
+        );
     }
     outputs.push(o);
 
@@ -292,7 +310,10 @@ async fn stripe_charges_to_quickbooks_invoices() {
     assert_eq!(docs["ch_00001"][0]["TotalAmt"].to_string(), "1001", "JPY");
     assert_eq!(docs["ch_00002"][0]["TotalAmt"].to_string(), "1.002", "KWD");
     assert_eq!(docs["ch_00002"][0]["CurrencyRef"]["value"], "KWD");
-    assert_eq!(docs["ch_00002"][0]["CustomerRef"]["value"], json!(customers["kwd"]));
+    assert_eq!(
+        docs["ch_00002"][0]["CustomerRef"]["value"],
+        json!(customers["kwd"])
+    );
     outputs.push(o);
 
     // Rerun: nothing to write. The configured refresh token was rotated
@@ -300,7 +321,12 @@ async fn stripe_charges_to_quickbooks_invoices() {
     assert!(!qbo.valid_refresh_tokens().contains(&qbo.refresh_token));
     let again = out("again");
     let o = run(&config, &again, &[], env(&qbo)).await;
-    assert_eq!(o.status.code(), Some(1), "only the duplicate remains: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "only the duplicate remains: {}",
+        text(&o)
+    );
     let s = summary(&again);
     assert_eq!(s["gaps"], 0, "{s}");
     assert_eq!(s["backfilled"], 0, "{s}");
@@ -320,7 +346,11 @@ async fn stripe_charges_to_quickbooks_invoices() {
     let o = run(&config, &crash, &[], crash_env).await;
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert_ne!(o.status.code(), Some(1), "{}", text(&o));
-    assert_eq!(qbo.entities(Kind::Invoice).len(), 81, "the first 20 reached QuickBooks");
+    assert_eq!(
+        qbo.entities(Kind::Invoice).len(),
+        81,
+        "the first 20 reached QuickBooks"
+    );
     outputs.push(o);
     let after = out("after");
     let o = run(&config, &after, &[], env(&qbo)).await;
@@ -337,11 +367,33 @@ async fn stripe_charges_to_quickbooks_invoices() {
     let o = run(&config, &revoked, &[], env(&qbo)).await;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(err.contains("invalid_grant") && err.contains("To reconnect"), "{err}");
+    assert!(
+        err.contains("invalid_grant") && err.contains("To reconnect"),
+        "{err}"
+    );
     outputs.push(o);
 
     let all: Vec<&Output> = outputs.iter().collect();
     no_secret_anywhere(&qbo, dir.path(), &all);
     stripe.shutdown().await;
     qbo.shutdown().await;
+}
+
+/// The README's example parses, its target is QuickBooks, and its settings
+/// build (no request is sent before a run).
+#[test]
+fn the_example_config_is_a_quickbooks_job() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickbooks.toml");
+    let file = recon::config::load(&path).unwrap();
+    let job = &file.jobs["stripe_to_quickbooks"];
+    let recon::config::EndpointConfig::Quickbooks(q) = &job.target else {
+        panic!("{:?}", job.target)
+    };
+    assert_eq!(q.object, "Invoice");
+    assert_eq!(q.external_id, "DocNumber");
+    assert_eq!(q.item_ref.as_deref(), Some("1"));
+    assert_eq!(q.time_field, "TxnDate");
+    assert_eq!(q.batch_size, 10);
+    let customer = q.customer.as_ref().unwrap();
+    assert_eq!(customer.match_field.as_deref(), Some("email"));
 }

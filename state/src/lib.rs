@@ -52,8 +52,8 @@ mod store;
 mod story;
 #[cfg(test)]
 mod tests;
-mod types;
 pub mod tokens;
+mod types;
 pub mod webhook;
 
 pub use error::StateError;
@@ -62,9 +62,9 @@ pub use roles::{
     BackfillLedger, DeliveryLedger, DiscrepancyHistory, ReportReads, RunLocks, RunLog,
 };
 pub use store::StateStore;
-pub use tokens::LazyTokens;
 pub(crate) use store::{friendly, json_text, random_u64, stable_hash, ts_text, JSON_BATCH};
 pub use story::{ClosedStreak, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
+pub use tokens::LazyTokens;
 pub use types::{
     discrepancy_id, Backend, BatchOutcome, Class, DiscrepancyDelta, ItemStatus, LedgerBatch,
     LedgerItem, OpenHistory, PlanRecord, RunRow, RunStatus, RUN_STATUSES,

@@ -91,9 +91,7 @@ impl LazyTokens {
                 let handle = tokio::runtime::Handle::current();
                 tokio::task::spawn_blocking(move || handle.block_on(StateStore::open(&url)))
                     .await
-                    .map_err(|e| {
-                        ConnectorError::Database(format!("opening the state store: {e}"))
-                    })?
+                    .map_err(|e| ConnectorError::Database(format!("opening the state store: {e}")))?
                     .map_err(connector_error)
             })
             .await
@@ -130,7 +128,11 @@ mod tests {
         );
         let again = StateStore::open(&db.url).await.unwrap();
         assert_eq!(
-            again.connector_secret("quickbooks/2").await.unwrap().as_deref(),
+            again
+                .connector_secret("quickbooks/2")
+                .await
+                .unwrap()
+                .as_deref(),
             Some("v1:other")
         );
         again.close().await;

@@ -80,7 +80,10 @@ fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 /// Seals `token` with a key derived from `client_secret`:
 /// `v1:` + base64url(nonce ‖ ciphertext ‖ tag).
 pub fn seal(token: &str, client_secret: &Secret) -> String {
-    let key = mac(client_secret.expose().as_bytes(), &[b"recon quickbooks refresh token v1"]);
+    let key = mac(
+        client_secret.expose().as_bytes(),
+        &[b"recon quickbooks refresh token v1"],
+    );
     let nonce: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
     let ct = xor_stream(&key, &nonce, token.as_bytes());
     let tag = mac(&key, &[b"tag", &nonce, &ct]);
@@ -102,7 +105,10 @@ pub fn open(sealed: &str, client_secret: &Secret) -> Option<String> {
     if raw.len() < 32 {
         return None;
     }
-    let key = mac(client_secret.expose().as_bytes(), &[b"recon quickbooks refresh token v1"]);
+    let key = mac(
+        client_secret.expose().as_bytes(),
+        &[b"recon quickbooks refresh token v1"],
+    );
     let (nonce, rest) = raw.split_at(16);
     let (ct, tag) = rest.split_at(rest.len() - 16);
     if mac(&key, &[b"tag", nonce, ct])[..16] != *tag {
@@ -185,7 +191,11 @@ impl RotatingRefresh {
     }
 
     fn basic(&self) -> String {
-        let raw = format!("{}:{}", self.client_id.expose(), self.client_secret.expose());
+        let raw = format!(
+            "{}:{}",
+            self.client_id.expose(),
+            self.client_secret.expose()
+        );
         let b64 = base64::engine::general_purpose::STANDARD.encode(raw);
         register_secret(&b64);
         format!("Basic {b64}")
@@ -197,7 +207,10 @@ impl RotatingRefresh {
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        let sealed = store.get(&self.name).await.map_err(|e| self.store_error(e))?;
+        let sealed = store
+            .get(&self.name)
+            .await
+            .map_err(|e| self.store_error(e))?;
         let Some(sealed) = sealed else {
             return Ok(None);
         };
@@ -258,7 +271,11 @@ impl RotatingRefresh {
 #[async_trait::async_trait]
 impl TokenSource for RotatingRefresh {
     async fn fetch(&self) -> Result<Secret, HttpError> {
-        let current = self.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let mut tried: Vec<String> = Vec::new();
         let mut last: Option<HttpError> = None;
         // The newest first: this process's, the saved one, the configured one.
@@ -341,7 +358,10 @@ mod tests {
     #[test]
     fn names_hide_the_client_id_and_oauth_errors_carry_their_code() {
         let n = token_name("123", &Secret::new("ABclientid"));
-        assert!(n.starts_with("quickbooks/123/") && !n.contains("ABclientid"), "{n}");
+        assert!(
+            n.starts_with("quickbooks/123/") && !n.contains("ABclientid"),
+            "{n}"
+        );
         let e = oauth_error_body(br#"{"error":"invalid_grant"}"#).unwrap();
         assert_eq!(e.code.as_deref(), Some("invalid_grant"));
         assert_eq!(oauth_error_body(b"{}"), None);

@@ -248,7 +248,11 @@ impl Client {
 
     /// One page of `statement`: its rows of `entity` (none when the
     /// response has no array, as QuickBooks answers an empty result).
-    pub(crate) async fn query(&self, statement: &str, entity: &str) -> Result<Vec<Json>, ConnectorError> {
+    pub(crate) async fn query(
+        &self,
+        statement: &str,
+        entity: &str,
+    ) -> Result<Vec<Json>, ConnectorError> {
         let q = [("query".to_string(), statement.to_string()), self.minor()];
         let (mut v, _) = self
             .http
@@ -263,12 +267,20 @@ impl Client {
 
     /// Every row of `select` (a statement without paging), paged by
     /// `STARTPOSITION`/`MAXRESULTS page` until a short page.
-    pub(crate) async fn query_all(&self, select: &str, entity: &str, page: u32) -> Result<Vec<Json>, ConnectorError> {
+    pub(crate) async fn query_all(
+        &self,
+        select: &str,
+        entity: &str,
+        page: u32,
+    ) -> Result<Vec<Json>, ConnectorError> {
         let mut out = Vec::new();
         let mut start = 1u64;
         loop {
             let rows = self
-                .query(&format!("{select} STARTPOSITION {start} MAXRESULTS {page}"), entity)
+                .query(
+                    &format!("{select} STARTPOSITION {start} MAXRESULTS {page}"),
+                    entity,
+                )
                 .await?;
             let n = rows.len();
             out.extend(rows);
@@ -281,12 +293,21 @@ impl Client {
 
     /// `POST batch?requestid=…` with `items`: the `BatchItemResponse`s by
     /// `bId`.
-    pub(crate) async fn batch(&self, items: Vec<Json>, requestid: &str) -> Result<Vec<Json>, HttpError> {
+    pub(crate) async fn batch(
+        &self,
+        items: Vec<Json>,
+        requestid: &str,
+    ) -> Result<Vec<Json>, HttpError> {
         let body = json!({ "BatchItemRequest": items });
-        let q = [("requestid".to_string(), requestid.to_string()), self.minor()];
+        let q = [
+            ("requestid".to_string(), requestid.to_string()),
+            self.minor(),
+        ];
         let (mut v, _) = self
             .batch_http
-            .send_json::<Json>(Method::POST, &self.url("batch"), |r| r.query(&q).json(&body))
+            .send_json::<Json>(Method::POST, &self.url("batch"), |r| {
+                r.query(&q).json(&body)
+            })
             .await?;
         Ok(match v["BatchItemResponse"].take() {
             Json::Array(a) => a,
@@ -295,8 +316,16 @@ impl Client {
     }
 
     /// `POST {entity}?requestid=…` (a create or sparse update).
-    pub(crate) async fn post(&self, entity: &str, body: &Json, requestid: &str) -> Result<Json, HttpError> {
-        let q = [("requestid".to_string(), requestid.to_string()), self.minor()];
+    pub(crate) async fn post(
+        &self,
+        entity: &str,
+        body: &Json,
+        requestid: &str,
+    ) -> Result<Json, HttpError> {
+        let q = [
+            ("requestid".to_string(), requestid.to_string()),
+            self.minor(),
+        ];
         self.http
             .send_json::<Json>(Method::POST, &self.url(&entity.to_ascii_lowercase()), |r| {
                 r.query(&q).json(body)
@@ -309,7 +338,9 @@ impl Client {
     pub async fn company(&self) -> Result<&Company, ConnectorError> {
         self.company
             .get_or_try_init(|| async {
-                let info = self.get(&format!("companyinfo/{}", self.cfg.realm_id)).await?;
+                let info = self
+                    .get(&format!("companyinfo/{}", self.cfg.realm_id))
+                    .await?;
                 let prefs = self.get("preferences").await?;
                 let p = &prefs["Preferences"];
                 let home = p["CurrencyPrefs"]["HomeCurrency"]["value"]
@@ -322,7 +353,11 @@ impl Client {
                     ))
                 })?;
                 let mut custom_fields = Vec::new();
-                for group in p["SalesFormsPrefs"]["CustomField"].as_array().into_iter().flatten() {
+                for group in p["SalesFormsPrefs"]["CustomField"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
                     for f in group["CustomField"].as_array().into_iter().flatten() {
                         let name = f["Name"].as_str().unwrap_or("");
                         if let Some(n) = name.strip_prefix("SalesFormsPrefs.SalesCustomName") {
@@ -333,7 +368,11 @@ impl Client {
                     }
                 }
                 let mut numbering = Vec::new();
-                for nv in p["OtherPrefs"]["NameValue"].as_array().into_iter().flatten() {
+                for nv in p["OtherPrefs"]["NameValue"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
                     let name = nv["Name"].as_str().unwrap_or("");
                     if name.contains("Duplicate") {
                         numbering.push(format!("{name}={}", nv["Value"].as_str().unwrap_or("")));
@@ -344,9 +383,14 @@ impl Client {
                     numbering.push(format!("CustomTxnNumbers={c}"));
                 }
                 Ok(Company {
-                    name: info["CompanyInfo"]["CompanyName"].as_str().unwrap_or("").to_string(),
+                    name: info["CompanyInfo"]["CompanyName"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
                     home_currency,
-                    multicurrency: p["CurrencyPrefs"]["MultiCurrencyEnabled"].as_bool().unwrap_or(false),
+                    multicurrency: p["CurrencyPrefs"]["MultiCurrencyEnabled"]
+                        .as_bool()
+                        .unwrap_or(false),
                     custom_fields,
                     numbering,
                     custom_txn_numbers,
@@ -375,7 +419,10 @@ mod tests {
             br#"{"code":"AuthenticationFailed","type":"INPUT","message":null,"detail":"Token expired","moreInfo":null}"#,
         )
         .unwrap();
-        assert_eq!(g.message.as_deref(), Some("AuthenticationFailed: Token expired"));
+        assert_eq!(
+            g.message.as_deref(),
+            Some("AuthenticationFailed: Token expired")
+        );
         assert_eq!(quickbooks_error_body(b"<html>"), None);
     }
 }

@@ -292,7 +292,11 @@ impl QuickBooks {
 
     /// A transaction as a record in the job's schema (`None` without an
     /// external ID).
-    pub(crate) fn record(&self, e: &Json, prep: &Prepared) -> Result<Option<Record>, ConnectorError> {
+    pub(crate) fn record(
+        &self,
+        e: &Json,
+        prep: &Prepared,
+    ) -> Result<Option<Record>, ConnectorError> {
         let Some(key) = self.key_of(e, prep) else {
             return Ok(None);
         };
@@ -320,17 +324,21 @@ impl QuickBooks {
                 },
                 (FieldKind::Money, Some(t)) => {
                     let c = self.currency_of(e, prep)?;
-                    Value::Money(Money::parse_major(&t, c).map_err(|source| ConnectorError::Money {
-                        location: self.location(e, path),
-                        source,
+                    Value::Money(Money::parse_major(&t, c).map_err(|source| {
+                        ConnectorError::Money {
+                            location: self.location(e, path),
+                            source,
+                        }
                     })?)
                 }
-                (FieldKind::Currency, Some(t)) => Value::Currency(Currency::parse(&t).map_err(|source| {
-                    ConnectorError::Money {
-                        location: self.location(e, path),
-                        source,
-                    }
-                })?),
+                (FieldKind::Currency, Some(t)) => {
+                    Value::Currency(Currency::parse(&t).map_err(|source| {
+                        ConnectorError::Money {
+                            location: self.location(e, path),
+                            source,
+                        }
+                    })?)
+                }
                 (FieldKind::Timestamp, Some(t)) => {
                     let ts = t
                         .parse::<Timestamp>()
@@ -338,7 +346,9 @@ impl QuickBooks {
                         .or_else(|| self.date_instant(&t))
                         .ok_or_else(|| ConnectorError::Malformed {
                             location: self.location(e, path),
-                            message: format!("`{t}` is neither a date nor a date-time with an offset"),
+                            message: format!(
+                                "`{t}` is neither a date nor a date-time with an offset"
+                            ),
                         })?;
                     Value::Timestamp(ts)
                 }
@@ -354,7 +364,11 @@ impl QuickBooks {
             TimeField::CreateTime => format!(
                 "MetaData.CreateTime >= {} AND MetaData.CreateTime < {}",
                 literal(&rfc3339(w.start)),
-                literal(&rfc3339(w.end.checked_add(jiff::SignedDuration::from_secs(1)).unwrap_or(w.end)))
+                literal(&rfc3339(
+                    w.end
+                        .checked_add(jiff::SignedDuration::from_secs(1))
+                        .unwrap_or(w.end)
+                ))
             ),
             TimeField::TxnDate => format!(
                 "TxnDate >= {} AND TxnDate <= {}",
@@ -421,12 +435,16 @@ impl QuickBooks {
                 rows
             }
             _ => {
-                let widen = jiff::SignedDuration::try_from(self.cfg.lookup_widen).unwrap_or_default();
+                let widen =
+                    jiff::SignedDuration::try_from(self.cfg.lookup_widen).unwrap_or_default();
                 let base = around
                     .or(*self.last_window.lock().unwrap_or_else(|p| p.into_inner()))
                     .unwrap_or_else(|| {
                         let now = Timestamp::now();
-                        Window { start: now, end: now }
+                        Window {
+                            start: now,
+                            end: now,
+                        }
                     });
                 let w = Window {
                     start: base.start.checked_sub(widen).unwrap_or(base.start),
@@ -471,7 +489,13 @@ fn report_duplicates(object: &str, seen: &BTreeMap<String, Vec<Json>>) {
     for (key, copies) in seen.iter().filter(|(_, c)| c.len() > 1) {
         let extra: Vec<String> = copies[1..]
             .iter()
-            .map(|e| format!("{} {}", text_at(e, "TotalAmt").unwrap_or_default(), text_at(e, "CurrencyRef").unwrap_or_default()))
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    text_at(e, "TotalAmt").unwrap_or_default(),
+                    text_at(e, "CurrencyRef").unwrap_or_default()
+                )
+            })
             .collect();
         tracing::warn!(
             message = "QuickBooks holds several transactions with one external ID: review them in QuickBooks (recon never deletes or voids).",
@@ -506,48 +530,51 @@ impl Source for QuickBooks {
             seen: BTreeMap::new(),
             unkeyed: 0,
         };
-        Box::pin(futures_util::stream::try_unfold(st, move |mut st| async move {
-            if st.done {
-                return Ok(None);
-            }
-            let prep = self.prepared().await?;
-            let page = self.cfg.page_size;
-            let select = format!(
-                "SELECT * FROM {} WHERE {} ORDERBY Id STARTPOSITION {} MAXRESULTS {page}",
-                self.cfg.object,
-                self.window_filter(window),
-                st.start
-            );
-            let rows = self.client.query(&select, &self.cfg.object).await?;
-            st.done = rows.len() < page as usize;
-            st.start += u64::from(page);
-            let mut records = Vec::with_capacity(rows.len());
-            for e in rows {
-                if !self.in_window(&e, window) {
-                    continue;
+        Box::pin(futures_util::stream::try_unfold(
+            st,
+            move |mut st| async move {
+                if st.done {
+                    return Ok(None);
                 }
-                match self.record(&e, prep)? {
-                    Some(r) => {
-                        let copies = st.seen.entry(r.key.clone()).or_default();
-                        // Kept whole only while a key could still repeat.
-                        copies.push(json_summary(&e));
-                        records.push(r);
+                let prep = self.prepared().await?;
+                let page = self.cfg.page_size;
+                let select = format!(
+                    "SELECT * FROM {} WHERE {} ORDERBY Id STARTPOSITION {} MAXRESULTS {page}",
+                    self.cfg.object,
+                    self.window_filter(window),
+                    st.start
+                );
+                let rows = self.client.query(&select, &self.cfg.object).await?;
+                st.done = rows.len() < page as usize;
+                st.start += u64::from(page);
+                let mut records = Vec::with_capacity(rows.len());
+                for e in rows {
+                    if !self.in_window(&e, window) {
+                        continue;
                     }
-                    None => st.unkeyed += 1,
+                    match self.record(&e, prep)? {
+                        Some(r) => {
+                            let copies = st.seen.entry(r.key.clone()).or_default();
+                            // Kept whole only while a key could still repeat.
+                            copies.push(json_summary(&e));
+                            records.push(r);
+                        }
+                        None => st.unkeyed += 1,
+                    }
                 }
-            }
-            if st.done {
-                report_duplicates(&self.cfg.object, &st.seen);
-                if st.unkeyed > 0 {
-                    tracing::info!(
+                if st.done {
+                    report_duplicates(&self.cfg.object, &st.seen);
+                    if st.unkeyed > 0 {
+                        tracing::info!(
                         message = "QuickBooks transactions without an external ID in the job's placement were not compared.",
                         object = self.cfg.object.as_str(),
                         count = st.unkeyed
                     );
+                    }
                 }
-            }
-            Ok(Some((Page::new(records), st)))
-        }))
+                Ok(Some((Page::new(records), st)))
+            },
+        ))
     }
 
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {

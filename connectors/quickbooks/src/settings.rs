@@ -154,7 +154,9 @@ impl QuickbooksSettings {
         if !(base_url.starts_with("https://") || base_url.starts_with("http://")) {
             return Err(bad(format!("base_url `{base_url}` is not an http(s) URL")));
         }
-        if self.realm_id.trim().is_empty() || !self.realm_id.trim().bytes().all(|b| b.is_ascii_digit()) {
+        if self.realm_id.trim().is_empty()
+            || !self.realm_id.trim().bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(bad(format!(
                 "realm_id `{}` is not a company ID (digits, as in the app's connection or the URL of the company in QuickBooks)",
                 self.realm_id
@@ -162,13 +164,19 @@ impl QuickbooksSettings {
         }
         let object = match self.object.as_str() {
             "Invoice" | "SalesReceipt" => self.object.clone(),
-            other => return Err(bad(format!("object `{other}`: use Invoice or SalesReceipt"))),
+            other => {
+                return Err(bad(format!(
+                    "object `{other}`: use Invoice or SalesReceipt"
+                )))
+            }
         };
         let placement = match self.external_id.as_str() {
             "DocNumber" => Placement::DocNumber,
             "PrivateNote" => Placement::PrivateNote,
             other => match other.strip_prefix("custom_field:") {
-                Some(name) if !name.trim().is_empty() => Placement::CustomField(name.trim().to_string()),
+                Some(name) if !name.trim().is_empty() => {
+                    Placement::CustomField(name.trim().to_string())
+                }
                 _ => {
                     return Err(bad(format!(
                         "external_id `{other}`: use DocNumber, PrivateNote or custom_field:NAME"
@@ -301,7 +309,10 @@ impl ConnectorConfig for QuickbooksSettings {
         if let Some(s) = &mut self.refresh_token {
             *s = Secret::new(expand(s.expose(), &format!("{side}.refresh_token"))?);
         }
-        for (name, u) in [("base_url", &mut self.base_url), ("token_url", &mut self.token_url)] {
+        for (name, u) in [
+            ("base_url", &mut self.base_url),
+            ("token_url", &mut self.token_url),
+        ] {
             if let Some(v) = u {
                 *v = expand(v, &format!("{side}.{name}"))?;
             }

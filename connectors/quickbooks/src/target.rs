@@ -59,7 +59,10 @@ pub fn request_id(
         h.update(k.as_bytes());
         h.update([0]);
     }
-    h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// What one item becomes before it is sent.
@@ -107,7 +110,8 @@ impl QuickBooks {
                 }
                 (Placement::PrivateNote, _) => b["PrivateNote"] = json!(r.key),
                 (Placement::CustomField(_), Some(def)) => {
-                    b["CustomField"] = json!([{"DefinitionId": def, "Type": "StringType", "StringValue": r.key}]);
+                    b["CustomField"] =
+                        json!([{"DefinitionId": def, "Type": "StringType", "StringValue": r.key}]);
                 }
                 (Placement::CustomField(name), None) => {
                     return Err(format!("custom field `{name}` is not resolved"))
@@ -144,7 +148,9 @@ impl QuickBooks {
         }
         // Mapped text fields QuickBooks lets a create set.
         for (i, f) in self.schema.fields.iter().enumerate() {
-            let Value::Text(text) = &r.values[i] else { continue };
+            let Value::Text(text) = &r.values[i] else {
+                continue;
+            };
             let path = self.cfg.paths[i].as_str();
             if f.kind != FieldKind::Text {
                 continue;
@@ -157,7 +163,9 @@ impl QuickBooks {
                 (_, Some(def)) if prep.key_definition.as_deref() != Some(def) => {
                     let fields = b["CustomField"].as_array().cloned().unwrap_or_default();
                     let mut fields = fields;
-                    fields.push(json!({"DefinitionId": def, "Type": "StringType", "StringValue": text}));
+                    fields.push(
+                        json!({"DefinitionId": def, "Type": "StringType", "StringValue": text}),
+                    );
                     b["CustomField"] = Json::Array(fields);
                 }
                 _ => {}
@@ -167,9 +175,15 @@ impl QuickBooks {
     }
 
     /// The customer of each record to create, or why there is none.
-    async fn customers(&self, records: &[&Record]) -> Result<Vec<Result<String, String>>, ConnectorError> {
+    async fn customers(
+        &self,
+        records: &[&Record],
+    ) -> Result<Vec<Result<String, String>>, ConnectorError> {
         match self.cfg.customer.as_ref() {
-            None => Ok(records.iter().map(|_| Err("the job names no customer".to_string())).collect()),
+            None => Ok(records
+                .iter()
+                .map(|_| Err("the job names no customer".to_string()))
+                .collect()),
             Some(CustomerChoice::Fixed(id)) => Ok(records.iter().map(|_| Ok(id.clone())).collect()),
             Some(CustomerChoice::Lookup { field, by }) => {
                 let values: Vec<Option<String>> = records
@@ -189,7 +203,11 @@ impl QuickBooks {
                         "SELECT * FROM Customer WHERE {by} IN ({}) ORDERBY Id",
                         list.join(", ")
                     );
-                    for c in self.client.query_all(&select, "Customer", self.cfg.page_size).await? {
+                    for c in self
+                        .client
+                        .query_all(&select, "Customer", self.cfg.page_size)
+                        .await?
+                    {
                         let v = crate::connector::text_at(&c, by).unwrap_or_default();
                         let id = c["Id"].as_str().unwrap_or_default().to_string();
                         found.entry(v).or_default().push(id);
@@ -268,7 +286,10 @@ impl QuickBooks {
                 let answer = match by_bid.get(&(i + 1).to_string()) {
                     Some(a) if a.get("Fault").is_some() => Err(fault_text(&a["Fault"])),
                     Some(a) if a.get(&self.cfg.object).is_some() => Ok(a[&self.cfg.object].clone()),
-                    _ => Err((None, "the batch answer has no item for this operation".into())),
+                    _ => Err((
+                        None,
+                        "the batch answer has no item for this operation".into(),
+                    )),
                 };
                 out.insert(key.clone(), answer);
             }
@@ -278,10 +299,20 @@ impl QuickBooks {
 
     /// A repair whose `SyncToken` went stale: read again by `Id`, once.
     async fn retry_stale(&self, key: &str, id: &str, patch: &Json) -> WriteOutcome {
-        let read = self.client.get(&format!("{}/{id}", self.cfg.object.to_ascii_lowercase())).await;
+        let read = self
+            .client
+            .get(&format!("{}/{id}", self.cfg.object.to_ascii_lowercase()))
+            .await;
         let fresh = match read {
-            Ok(v) => v[&self.cfg.object]["SyncToken"].as_str().map(str::to_string),
-            Err(e) => return WriteOutcome::Failed(format!("re-reading {} {id} after a stale SyncToken: {e}", self.cfg.object)),
+            Ok(v) => v[&self.cfg.object]["SyncToken"]
+                .as_str()
+                .map(str::to_string),
+            Err(e) => {
+                return WriteOutcome::Failed(format!(
+                    "re-reading {} {id} after a stale SyncToken: {e}",
+                    self.cfg.object
+                ))
+            }
         };
         let Some(token) = fresh else {
             return WriteOutcome::Failed(format!("{} {id} has no SyncToken", self.cfg.object));
@@ -311,13 +342,17 @@ impl QuickBooks {
 impl Target for QuickBooks {
     async fn check_idempotent(&self) -> Result<(), ConnectorError> {
         let prep = self.prepared().await?;
-        if self.cfg.placement == Placement::DocNumber && prep.company.custom_txn_numbers == Some(false) {
+        if self.cfg.placement == Placement::DocNumber
+            && prep.company.custom_txn_numbers == Some(false)
+        {
             return Err(ConnectorError::NotIdempotent(format!(
                 "QuickBooks company {} numbers its transactions itself (SalesFormsPrefs.CustomTxnNumbers is false), so DocNumber cannot hold the external ID: turn on Custom transaction numbers (Account and settings → Sales), or keep the ID in a custom field (external_id = \"custom_field:NAME\")",
                 self.cfg.client.realm_id
             )));
         }
-        if self.cfg.time_field == TimeField::CreateTime && self.cfg.placement != Placement::DocNumber {
+        if self.cfg.time_field == TimeField::CreateTime
+            && self.cfg.placement != Placement::DocNumber
+        {
             tracing::info!(
                 message = "Lookups of this external ID read the window widened by lookup_widen; time_field = \"TxnDate\" keeps backfilled transactions on the source's dates.",
                 object = self.cfg.object.as_str()
@@ -336,7 +371,11 @@ impl Target for QuickBooks {
         Ok(())
     }
 
-    async fn write(&self, records: &[Record], mode: WriteMode) -> Result<Vec<WriteOutcome>, ConnectorError> {
+    async fn write(
+        &self,
+        records: &[Record],
+        mode: WriteMode,
+    ) -> Result<Vec<WriteOutcome>, ConnectorError> {
         let prep = self.prepared().await?;
         let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
         // Around the records' own times, up to now: a transaction recon
@@ -393,7 +432,9 @@ impl Target for QuickBooks {
             plans.push(plan);
         }
         // Customers of the creates.
-        let creating: Vec<usize> = (0..records.len()).filter(|i| matches!(plans[*i], Plan::Create(_))).collect();
+        let creating: Vec<usize> = (0..records.len())
+            .filter(|i| matches!(plans[*i], Plan::Create(_)))
+            .collect();
         let refs: Vec<&Record> = creating.iter().map(|i| &records[*i]).collect();
         let customers = self.customers(&refs).await?;
         let mut creates: Vec<(String, Json)> = Vec::new();
@@ -429,7 +470,11 @@ impl Target for QuickBooks {
                     Some(Ok(_)) => WriteOutcome::Created,
                     Some(Err((code, text))) if code.as_deref() == Some("6140") => {
                         // Someone holds the number: the record exists now.
-                        match self.find(std::slice::from_ref(&r.key), around).await?.get(&r.key) {
+                        match self
+                            .find(std::slice::from_ref(&r.key), around)
+                            .await?
+                            .get(&r.key)
+                        {
                             Some(found) if !found.is_empty() => WriteOutcome::Unchanged,
                             _ => WriteOutcome::Failed(text.clone()),
                         }

@@ -124,12 +124,21 @@ async fn reads_page_exactly_keep_duplicates_and_look_up_in_batches() {
     .unwrap();
     emu.add_customer("Acme", "ap@acme.test", None);
     for i in 0..23 {
-        emu.insert(Kind::Invoice, seeded(&format!("ch_{i:03}"), "19.99", "USD", "2026-03-02"));
+        emu.insert(
+            Kind::Invoice,
+            seeded(&format!("ch_{i:03}"), "19.99", "USD", "2026-03-02"),
+        );
     }
     emu.insert(Kind::Invoice, seeded("ch_jpy", "1500", "JPY", "2026-03-03"));
-    emu.insert(Kind::Invoice, seeded("ch_kwd", "1.234", "KWD", "2026-03-03"));
+    emu.insert(
+        Kind::Invoice,
+        seeded("ch_kwd", "1.234", "KWD", "2026-03-03"),
+    );
     // The seed case: a retried webhook booked ch_005 twice.
-    let dup = emu.insert(Kind::Invoice, seeded("ch_005", "19.99", "USD", "2026-03-04"));
+    let dup = emu.insert(
+        Kind::Invoice,
+        seeded("ch_005", "19.99", "USD", "2026-03-04"),
+    );
     // Outside the window, and one without an external ID.
     emu.insert(Kind::Invoice, seeded("ch_old", "1.00", "USD", "2026-02-01"));
     let mut unkeyed = seeded("x", "1.00", "USD", "2026-03-02");
@@ -142,20 +151,39 @@ async fn reads_page_exactly_keep_duplicates_and_look_up_in_batches() {
     assert_eq!(pages.len(), 4, "27 rows in pages of 7");
     let records: Vec<Record> = pages.into_iter().flat_map(|p| p.records).collect();
     assert_eq!(records.len(), 26, "the unkeyed one is not a record");
-    assert_eq!(records.iter().filter(|r| r.key == "ch_005").count(), 2, "a duplicate stays two records");
+    assert_eq!(
+        records.iter().filter(|r| r.key == "ch_005").count(),
+        2,
+        "a duplicate stays two records"
+    );
     let by_key = |k: &str| records.iter().find(|r| r.key == k).unwrap().values[0].clone();
-    assert_eq!(by_key("ch_jpy"), Value::Money(Money::from_minor(1500, Currency::parse("JPY").unwrap())));
-    assert_eq!(by_key("ch_kwd"), Value::Money(Money::from_minor(1234, Currency::parse("KWD").unwrap())));
-    assert_eq!(by_key("ch_001"), Value::Money(Money::from_minor(1999, Currency::parse("USD").unwrap())));
+    assert_eq!(
+        by_key("ch_jpy"),
+        Value::Money(Money::from_minor(1500, Currency::parse("JPY").unwrap()))
+    );
+    assert_eq!(
+        by_key("ch_kwd"),
+        Value::Money(Money::from_minor(1234, Currency::parse("KWD").unwrap()))
+    );
+    assert_eq!(
+        by_key("ch_001"),
+        Value::Money(Money::from_minor(1999, Currency::parse("USD").unwrap()))
+    );
     assert_eq!(emu.stats().minorversions.keys().collect::<Vec<_>>(), ["75"]);
 
     let before = emu.stats().by_route.get("query").copied().unwrap_or(0);
-    let keys: Vec<String> = (0..10).map(|i| format!("ch_{i:03}")).chain(["nope".to_string()]).collect();
+    let keys: Vec<String> = (0..10)
+        .map(|i| format!("ch_{i:03}"))
+        .chain(["nope".to_string()])
+        .collect();
     let found = t.lookup(&keys).await.unwrap();
     assert_eq!(found.len(), 11, "ten keys, ch_005 twice");
     let after = emu.stats().by_route.get("query").copied().unwrap_or(0);
     assert_eq!(after - before, 3, "11 keys in IN chunks of 4");
-    assert!(emu.entities(Kind::Invoice).iter().any(|e| e["Id"] == json!(dup)));
+    assert!(emu
+        .entities(Kind::Invoice)
+        .iter()
+        .any(|e| e["Id"] == json!(dup)));
     emu.shutdown().await;
 }
 
@@ -163,15 +191,25 @@ async fn reads_page_exactly_keep_duplicates_and_look_up_in_batches() {
 async fn writes_create_once_through_a_lost_answer_and_a_rerun() {
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
     emu.add_customer("Acme", "ap@acme.test", None);
-    emu.insert(Kind::Invoice, seeded("ch_have", "5.00", "USD", "2026-03-02"));
+    emu.insert(
+        Kind::Invoice,
+        seeded("ch_have", "5.00", "USD", "2026-03-02"),
+    );
     let s = settings(&emu, json!({"batch_size": 3}));
     let tokens = store();
     let t = target(&s, &tokens).await;
     t.check_idempotent().await.unwrap();
-    let mut records: Vec<Record> = (0..7).map(|i| record(&format!("ch_{i}"), 1000 + i, "USD", "2026-03-03")).collect();
+    let mut records: Vec<Record> = (0..7)
+        .map(|i| record(&format!("ch_{i}"), 1000 + i, "USD", "2026-03-03"))
+        .collect();
     records.push(record("ch_have", 500, "USD", "2026-03-02"));
     records.push(record("ch_in_jpy", 500, "JPY", "2026-03-02"));
-    records.push(record("ch_0123456789012345678901", 100, "USD", "2026-03-02"));
+    records.push(record(
+        "ch_0123456789012345678901",
+        100,
+        "USD",
+        "2026-03-02",
+    ));
     // The first create batch is done, then its connection drops: the
     // policy sends it again with the same requestid and gets the original.
     let batches_before = emu.stats().by_route.get("batch").copied().unwrap_or(0);
@@ -184,13 +222,29 @@ async fn writes_create_once_through_a_lost_answer_and_a_rerun() {
     let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert!(emu.stats().transport.requests > requests);
     assert_eq!(&out[..7], &vec![WriteOutcome::Created; 7][..], "{out:?}");
-    assert_eq!(out[7], WriteOutcome::Unchanged, "found right before creating");
-    let WriteOutcome::Failed(m) = &out[8] else { panic!("{out:?}") };
+    assert_eq!(
+        out[7],
+        WriteOutcome::Unchanged,
+        "found right before creating"
+    );
+    let WriteOutcome::Failed(m) = &out[8] else {
+        panic!("{out:?}")
+    };
     assert!(m.contains("multicurrency is off"), "{m}");
-    let WriteOutcome::Failed(m) = &out[9] else { panic!("{out:?}") };
+    let WriteOutcome::Failed(m) = &out[9] else {
+        panic!("{out:?}")
+    };
     assert!(m.contains("21"), "{m}");
-    assert_eq!(emu.stats().replays, 1, "the lost answer came back from the replay");
-    assert_eq!(emu.stats().by_route["batch"] - batches_before, 4, "3 + 3 + 1 creates, one batch resent");
+    assert_eq!(
+        emu.stats().replays,
+        1,
+        "the lost answer came back from the replay"
+    );
+    assert_eq!(
+        emu.stats().by_route["batch"] - batches_before,
+        4,
+        "3 + 3 + 1 creates, one batch resent"
+    );
     let invoices = emu.entities(Kind::Invoice);
     assert_eq!(invoices.len(), 8, "seven created once each");
     let one = invoices.iter().find(|e| e["DocNumber"] == "ch_3").unwrap();
@@ -200,7 +254,11 @@ async fn writes_create_once_through_a_lost_answer_and_a_rerun() {
     assert!(one.get("CurrencyRef").is_some());
 
     // A rerun of the same call (a crash before the ledger settled it).
-    let again = target(&s, &tokens).await.write(&records[..7], WriteMode::Insert).await.unwrap();
+    let again = target(&s, &tokens)
+        .await
+        .write(&records[..7], WriteMode::Insert)
+        .await
+        .unwrap();
     assert_eq!(again, vec![WriteOutcome::Unchanged; 7]);
     assert_eq!(emu.entities(Kind::Invoice).len(), 8);
     emu.shutdown().await;
@@ -222,15 +280,26 @@ async fn customers_are_looked_up_by_a_mapped_field_or_the_item_fails() {
     };
     let out = t
         .write(
-            &[with("a", "bob@b.test"), with("b", "nobody@x.test"), with("c", "twin@t.test")],
+            &[
+                with("a", "bob@b.test"),
+                with("b", "nobody@x.test"),
+                with("c", "twin@t.test"),
+            ],
             WriteMode::Insert,
         )
         .await
         .unwrap();
     assert_eq!(out[0], WriteOutcome::Created);
-    let WriteOutcome::Failed(m) = &out[1] else { panic!("{out:?}") };
-    assert!(m.contains("no QuickBooks customer has PrimaryEmailAddr = `nobody@x.test`"), "{m}");
-    let WriteOutcome::Failed(m) = &out[2] else { panic!("{out:?}") };
+    let WriteOutcome::Failed(m) = &out[1] else {
+        panic!("{out:?}")
+    };
+    assert!(
+        m.contains("no QuickBooks customer has PrimaryEmailAddr = `nobody@x.test`"),
+        "{m}"
+    );
+    let WriteOutcome::Failed(m) = &out[2] else {
+        panic!("{out:?}")
+    };
     assert!(m.contains("2 QuickBooks customers"), "{m}");
     let inv = emu.entities(Kind::Invoice);
     assert_eq!(inv.len(), 1);
@@ -249,9 +318,13 @@ async fn upserts_repair_with_the_sync_token_and_retry_a_stale_one_once() {
     let t = target(&s, &store()).await;
     let fixed = record("ch_1", 600, "USD", "2026-03-02");
     let same = record("ch_2", 700, "USD", "2026-03-02");
-    let out = t.write(&[fixed.clone()], WriteMode::Upsert).await.unwrap();
+    let out = t.write(&[fixed], WriteMode::Upsert).await.unwrap();
     assert_eq!(out, vec![WriteOutcome::Updated]);
-    let e = emu.entities(Kind::Invoice).into_iter().find(|e| e["Id"] == json!(id)).unwrap();
+    let e = emu
+        .entities(Kind::Invoice)
+        .into_iter()
+        .find(|e| e["Id"] == json!(id))
+        .unwrap();
     assert_eq!(e["TotalAmt"].to_string(), "6.00");
     assert_eq!(e["SyncToken"], "1");
     // Stale: another user saves it between recon's lookup and its update.
@@ -259,14 +332,33 @@ async fn upserts_repair_with_the_sync_token_and_retry_a_stale_one_once() {
     emu.edit_before_next_update(&id);
     let reads = emu.stats().by_route.get("read").copied().unwrap_or(0);
     let out = t.write(&[stale_fix], WriteMode::Upsert).await.unwrap();
-    assert_eq!(out, vec![WriteOutcome::Updated], "read again by Id, retried once");
+    assert_eq!(
+        out,
+        vec![WriteOutcome::Updated],
+        "read again by Id, retried once"
+    );
     assert_eq!(emu.stats().by_route["read"] - reads, 1);
-    let e = emu.entities(Kind::Invoice).into_iter().find(|e| e["Id"] == json!(id)).unwrap();
+    let e = emu
+        .entities(Kind::Invoice)
+        .into_iter()
+        .find(|e| e["Id"] == json!(id))
+        .unwrap();
     assert_eq!(e["TotalAmt"].to_string(), "6.50");
     // A duplicate is never picked for a repair.
-    let out = t.write(&[record("ch_2", 800, "USD", "2026-03-02")], WriteMode::Upsert).await.unwrap();
-    let WriteOutcome::Failed(m) = &out[0] else { panic!("{out:?}") };
-    assert!(m.contains("2 QuickBooks Invoices carry this external ID"), "{m}");
+    let out = t
+        .write(
+            &[record("ch_2", 800, "USD", "2026-03-02")],
+            WriteMode::Upsert,
+        )
+        .await
+        .unwrap();
+    let WriteOutcome::Failed(m) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert!(
+        m.contains("2 QuickBooks Invoices carry this external ID"),
+        "{m}"
+    );
     let out = t.write(&[same], WriteMode::Upsert).await.unwrap();
     assert!(matches!(out[0], WriteOutcome::Failed(_)), "{out:?}");
     emu.shutdown().await;
@@ -284,7 +376,9 @@ async fn custom_field_ids_are_looked_up_by_one_widened_read() {
     let s = settings(&emu, json!({"external_id": "custom_field:Stripe ID"}));
     let tokens = store();
     let t = target(&s, &tokens).await;
-    let records: Vec<Record> = (0..5).map(|i| record(&format!("ch_{i}"), 100 + i, "USD", "2026-03-02")).collect();
+    let records: Vec<Record> = (0..5)
+        .map(|i| record(&format!("ch_{i}"), 100 + i, "USD", "2026-03-02"))
+        .collect();
     let out = t.write(&records, WriteMode::Insert).await.unwrap();
     assert_eq!(out, vec![WriteOutcome::Created; 5]);
     let inv = emu.entities(Kind::Invoice);
@@ -293,14 +387,29 @@ async fn custom_field_ids_are_looked_up_by_one_widened_read() {
     // Edge lookups read the last window, widened.
     let _: Vec<_> = t.read(window()).try_collect().await.unwrap();
     let queries = emu.stats().by_route["query"];
-    let found = t.lookup(&records.iter().map(|r| r.key.clone()).collect::<Vec<_>>()).await.unwrap();
+    let found = t
+        .lookup(&records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
+        .await
+        .unwrap();
     assert_eq!(found.len(), 5);
-    assert_eq!(emu.stats().by_route["query"] - queries, 1, "one read for five keys");
+    assert_eq!(
+        emu.stats().by_route["query"] - queries,
+        1,
+        "one read for five keys"
+    );
     let again = t.write(&records, WriteMode::Insert).await.unwrap();
     assert_eq!(again, vec![WriteOutcome::Unchanged; 5]);
     let bad = settings(&emu, json!({"external_id": "custom_field:Nope"}));
-    let e = target(&bad, &tokens).await.check_idempotent().await.unwrap_err().to_string();
-    assert!(e.contains("no custom field named `Nope`") && e.contains("`Stripe ID`"), "{e}");
+    let e = target(&bad, &tokens)
+        .await
+        .check_idempotent()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no custom field named `Nope`") && e.contains("`Stripe ID`"),
+        "{e}"
+    );
     emu.shutdown().await;
 }
 
@@ -314,8 +423,14 @@ async fn rotated_refresh_tokens_are_saved_sealed_and_a_revoked_one_says_how_to_r
     let t = target(&s, &tokens).await;
     let probe = t.probe().await.unwrap();
     assert!(probe.reached.contains("Sandbox Company_US_1"), "{probe:?}");
-    assert!(probe.limits.iter().any(|l| l == "home currency USD"), "{probe:?}");
-    assert!(probe.limits.iter().any(|l| l == "multicurrency off"), "{probe:?}");
+    assert!(
+        probe.limits.iter().any(|l| l == "home currency USD"),
+        "{probe:?}"
+    );
+    assert!(
+        probe.limits.iter().any(|l| l == "multicurrency off"),
+        "{probe:?}"
+    );
     let newest = emu.valid_refresh_tokens();
     assert_eq!(newest.len(), 1);
     assert_ne!(newest[0], emu.refresh_token, "rotated");
@@ -334,7 +449,10 @@ async fn rotated_refresh_tokens_are_saved_sealed_and_a_revoked_one_says_how_to_r
     emu.revoke_all();
     let t3 = target(&s, &tokens).await;
     let e = t3.probe().await.unwrap_err().to_string();
-    assert!(e.contains("invalid_grant") && e.contains("To reconnect"), "{e}");
+    assert!(
+        e.contains("invalid_grant") && e.contains("To reconnect"),
+        "{e}"
+    );
     for token in emu.issued_tokens() {
         assert!(!e.contains(&token), "{e}");
     }

@@ -30,7 +30,10 @@ impl Api {
     }
 
     fn url(&self, tail: &str) -> String {
-        format!("{}/v3/company/{}/{tail}", self.emu.base_url, self.emu.realm_id)
+        format!(
+            "{}/v3/company/{}/{tail}",
+            self.emu.base_url, self.emu.realm_id
+        )
     }
 
     async fn query(&self, q: &str) -> (u16, Value) {
@@ -42,7 +45,10 @@ impl Api {
             .send()
             .await
             .unwrap();
-        assert!(r.headers().get("intuit_tid").is_some(), "intuit_tid on every answer");
+        assert!(
+            r.headers().get("intuit_tid").is_some(),
+            "intuit_tid on every answer"
+        );
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
@@ -94,26 +100,48 @@ async fn queries_page_filter_and_refuse_what_the_language_lacks() {
     let api = Api::start(EmulatorConfig::default()).await;
     api.emu.add_customer("Acme", "ap@acme.test", None);
     for i in 0..25 {
-        api.emu.insert(Kind::Invoice, invoice(&format!("ch_{i:03}"), "10.00"));
+        api.emu
+            .insert(Kind::Invoice, invoice(&format!("ch_{i:03}"), "10.00"));
     }
-    let (s, v) = api.query("SELECT * FROM Invoice ORDERBY Id STARTPOSITION 11 MAXRESULTS 10").await;
+    let (s, v) = api
+        .query("SELECT * FROM Invoice ORDERBY Id STARTPOSITION 11 MAXRESULTS 10")
+        .await;
     assert_eq!(s, 200, "{v}");
     let rows = v["QueryResponse"]["Invoice"].as_array().unwrap();
     assert_eq!(rows.len(), 10);
     assert_eq!(rows[0]["DocNumber"], "ch_010");
     assert_eq!(v["QueryResponse"]["startPosition"], 11);
     assert_eq!(v["QueryResponse"]["maxResults"], 10);
-    assert_eq!(rows[0]["Id"].as_str().map(|s| !s.is_empty()), Some(true), "Ids are strings");
-    assert_eq!(rows[0]["TotalAmt"].to_string(), "10.00", "exact decimal text");
+    assert_eq!(
+        rows[0]["Id"].as_str().map(|s| !s.is_empty()),
+        Some(true),
+        "Ids are strings"
+    );
+    assert_eq!(
+        rows[0]["TotalAmt"].to_string(),
+        "10.00",
+        "exact decimal text"
+    );
 
-    let (_, v) = api.query("SELECT * FROM Invoice WHERE DocNumber IN ('ch_001', 'ch_024', 'nope')").await;
+    let (_, v) = api
+        .query("SELECT * FROM Invoice WHERE DocNumber IN ('ch_001', 'ch_024', 'nope')")
+        .await;
     assert_eq!(v["QueryResponse"]["Invoice"].as_array().unwrap().len(), 2);
-    let (_, v) = api.query("SELECT * FROM Invoice WHERE DocNumber = 'nope'").await;
-    assert_eq!(v["QueryResponse"], json!({}), "no rows: an empty QueryResponse");
+    let (_, v) = api
+        .query("SELECT * FROM Invoice WHERE DocNumber = 'nope'")
+        .await;
+    assert_eq!(
+        v["QueryResponse"],
+        json!({}),
+        "no rows: an empty QueryResponse"
+    );
     let (_, v) = api.query("SELECT count(*) FROM Invoice").await;
     assert_eq!(v["QueryResponse"]["totalCount"], 25);
     let (_, v) = api.query("SELECT * FROM Invoice MAXRESULTS 5000").await;
-    assert_eq!(v["QueryResponse"]["maxResults"], 25, "clamped at 1000, all 25 fit");
+    assert_eq!(
+        v["QueryResponse"]["maxResults"], 25,
+        "clamped at 1000, all 25 fit"
+    );
 
     for bad in [
         "SELECT * FROM Invoice WHERE PrivateNote = 'x'",
@@ -137,7 +165,8 @@ async fn creates_sparse_updates_and_stale_sync_tokens() {
     .await;
     api.emu.add_customer("Acme", "ap@acme.test", None);
     let mut body = invoice("ch_1", "19.99");
-    body["CustomField"] = json!([{"DefinitionId": "1", "Type": "StringType", "StringValue": "ch_1"}]);
+    body["CustomField"] =
+        json!([{"DefinitionId": "1", "Type": "StringType", "StringValue": "ch_1"}]);
     let (s, v) = api.post("invoice", &body, None).await;
     assert_eq!(s, 200, "{v}");
     let inv = &v["Invoice"];
@@ -153,7 +182,10 @@ async fn creates_sparse_updates_and_stale_sync_tokens() {
     let (s, v) = api.post("invoice", &patch, None).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["Invoice"]["SyncToken"], "1");
-    assert_eq!(v["Invoice"]["DocNumber"], "ch_1", "a sparse update keeps what it does not send");
+    assert_eq!(
+        v["Invoice"]["DocNumber"], "ch_1",
+        "a sparse update keeps what it does not send"
+    );
     let (s, v) = api.post("invoice", &patch, None).await;
     assert_eq!((s, code(&v)), (400, "5010"), "{v}");
     assert_eq!(v["Fault"]["Error"][0]["Message"], "Stale Object Error");
@@ -184,7 +216,9 @@ async fn multicurrency_companies_take_a_customers_currency_with_its_own_decimals
         ..EmulatorConfig::default()
     })
     .await;
-    let yen = api.emu.add_customer("Tokyo KK", "ap@tokyo.test", Some("JPY"));
+    let yen = api
+        .emu
+        .add_customer("Tokyo KK", "ap@tokyo.test", Some("JPY"));
     let mut b = invoice("ch_jpy", "1500");
     b["CustomerRef"] = json!({"value": yen});
     b["CurrencyRef"] = json!({"value": "JPY"});
@@ -193,7 +227,11 @@ async fn multicurrency_companies_take_a_customers_currency_with_its_own_decimals
     assert_eq!(v["Invoice"]["TotalAmt"].to_string(), "1500");
     b["CurrencyRef"] = json!({"value": "USD"});
     let (s, v) = api.post("invoice", &b, None).await;
-    assert_eq!((s, code(&v)), (400, "6000"), "a customer has one currency: {v}");
+    assert_eq!(
+        (s, code(&v)),
+        (400, "6000"),
+        "a customer has one currency: {v}"
+    );
     api.emu.shutdown().await;
 }
 
@@ -212,7 +250,9 @@ async fn batches_answer_per_item_and_refuse_more_than_the_cap() {
             json!({"bId": "5", "Query": "SELECT * FROM Invoice WHERE DocNumber = 'b0'"}),
         ])
         .collect();
-    let (s, v) = api.post("batch", &json!({"BatchItemRequest": items}), None).await;
+    let (s, v) = api
+        .post("batch", &json!({"BatchItemRequest": items}), None)
+        .await;
     assert_eq!(s, 200, "{v}");
     let answers = v["BatchItemResponse"].as_array().unwrap();
     assert_eq!(answers.len(), 5);
@@ -226,12 +266,17 @@ async fn batches_answer_per_item_and_refuse_more_than_the_cap() {
     let eleven: Vec<Value> = (0..11)
         .map(|i| json!({"bId": i.to_string(), "Query": "SELECT * FROM Invoice"}))
         .collect();
-    let (s, v) = api.post("batch", &json!({"BatchItemRequest": eleven}), None).await;
+    let (s, v) = api
+        .post("batch", &json!({"BatchItemRequest": eleven}), None)
+        .await;
     assert_eq!((s, code(&v)), (400, "1040"), "{v}");
-    let (s, v) = api.post("batch", &json!({"BatchItemRequest": []}), None).await;
+    let (s, v) = api
+        .post("batch", &json!({"BatchItemRequest": []}), None)
+        .await;
     assert_eq!(s, 400);
     assert_eq!(v["Fault"]["Error"][0]["Message"], "MalformedRequest");
-    let long_bid = json!({"BatchItemRequest": [{"bId": "01234567890", "Query": "SELECT * FROM Invoice"}]});
+    let long_bid =
+        json!({"BatchItemRequest": [{"bId": "01234567890", "Query": "SELECT * FROM Invoice"}]});
     let (s, _) = api.post("batch", &long_bid, Some("rid-1")).await;
     assert_eq!(s, 400, "bId over 10 characters with a requestid");
     api.emu.shutdown().await;
@@ -250,13 +295,23 @@ async fn a_repeated_requestid_gets_the_original_answer_and_no_second_invoice() {
     let body = invoice("ch_lost", "42.00");
     let (s, _) = api.post("invoice", &body, Some("req-4957")).await;
     assert_eq!(s, 500);
-    assert_eq!(api.emu.entities(Kind::Invoice).len(), 1, "created before the 500");
+    assert_eq!(
+        api.emu.entities(Kind::Invoice).len(),
+        1,
+        "created before the 500"
+    );
     let (s, v) = api.post("invoice", &body, Some("req-4957")).await;
     assert_eq!(s, 200, "{v}");
-    assert_eq!(api.emu.entities(Kind::Invoice).len(), 1, "the replay creates nothing");
+    assert_eq!(
+        api.emu.entities(Kind::Invoice).len(),
+        1,
+        "the replay creates nothing"
+    );
     assert_eq!(v["Invoice"]["Id"], api.emu.entities(Kind::Invoice)[0]["Id"]);
     assert_eq!(api.emu.stats().replays, 1);
-    let (s, v) = api.post("invoice", &invoice("other", "1.00"), Some("req-4957")).await;
+    let (s, v) = api
+        .post("invoice", &invoice("other", "1.00"), Some("req-4957"))
+        .await;
     assert_eq!((s, code(&v)), (400, "600"), "same ID, another body: {v}");
     let (s, _) = api.post("invoice", &body, Some(&"x".repeat(51))).await;
     assert_eq!(s, 400, "requestid over 50 characters");
@@ -266,10 +321,14 @@ async fn a_repeated_requestid_gets_the_original_answer_and_no_second_invoice() {
         after: 0,
         times: 1,
     }]);
-    let (s, _) = api.post("invoice", &invoice("ch_b", "1.00"), Some("req-b")).await;
+    let (s, _) = api
+        .post("invoice", &invoice("ch_b", "1.00"), Some("req-b"))
+        .await;
     assert_eq!(s, 500);
     assert_eq!(api.emu.entities(Kind::Invoice).len(), 1);
-    let (s, _) = api.post("invoice", &invoice("ch_b", "1.00"), Some("req-b")).await;
+    let (s, _) = api
+        .post("invoice", &invoice("ch_b", "1.00"), Some("req-b"))
+        .await;
     assert_eq!(s, 200);
     assert_eq!(api.emu.entities(Kind::Invoice).len(), 2);
     api.emu.shutdown().await;
@@ -292,7 +351,10 @@ async fn refresh_tokens_rotate_and_the_old_one_is_refused() {
     let r = http
         .post(emu.token_url())
         .basic_auth(&emu.client_id, Some("wrong"))
-        .form(&[("grant_type", "refresh_token"), ("refresh_token", second.as_str())])
+        .form(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", second.as_str()),
+        ])
         .send()
         .await
         .unwrap();
@@ -337,7 +399,11 @@ async fn the_companys_minute_and_batch_minute_are_throttled() {
     for _ in 0..3 {
         statuses.push(api.post("batch", &batch, None).await.0);
     }
-    assert_eq!(statuses, [200, 200, 429], "40 batch requests a minute, here 2");
+    assert_eq!(
+        statuses,
+        [200, 200, 429],
+        "40 batch requests a minute, here 2"
+    );
     assert!(api.emu.stats().transport.throttled >= 3);
     api.emu.shutdown().await;
 }

@@ -94,8 +94,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use recon_emulator_kit::{Fault, Stats, TransportFault};
 use recon_emulator_kit::Server;
+pub use recon_emulator_kit::{Fault, Stats, TransportFault};
 use serde_json::Value;
 
 use server::Shared;

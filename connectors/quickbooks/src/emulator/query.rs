@@ -108,7 +108,8 @@ fn tokens(text: &str) -> Result<Vec<(Tok, usize)>, String> {
             out.push((Tok::Str(s), at));
         } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.' {
             let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'.' | b'-'))
+            while i < b.len()
+                && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'.' | b'-'))
             {
                 i += 1;
             }
@@ -217,13 +218,15 @@ impl Parser {
     }
 
     fn sym(&mut self, s: &str) -> bool {
-        if self.peek() == Some(&Tok::Sym(match s {
-            "*" => "*",
-            "(" => "(",
-            ")" => ")",
-            "," => ",",
-            _ => return false,
-        })) {
+        if self.peek()
+            == Some(&Tok::Sym(match s {
+                "*" => "*",
+                "(" => "(",
+                ")" => ")",
+                "," => ",",
+                _ => return false,
+            }))
+        {
             self.pos += 1;
             return true;
         }
@@ -307,7 +310,9 @@ pub fn parse(text: &str) -> Result<Query, String> {
         }
         true
     } else {
-        return Err(wrap(p.err("\"*\" or \"count(*)\" (projections are not supported)")));
+        return Err(wrap(
+            p.err("\"*\" or \"count(*)\" (projections are not supported)"),
+        ));
     };
     if !p.keyword("FROM") {
         return Err(wrap(p.err("\"FROM\"")));
@@ -500,7 +505,9 @@ fn instant(text: &str) -> Option<jiff::Timestamp> {
     // `-0700` without a colon, as in Intuit's URI example.
     if text.len() > 5 {
         let (head, tail) = text.split_at(text.len() - 5);
-        if (tail.starts_with('-') || tail.starts_with('+')) && tail[1..].bytes().all(|b| b.is_ascii_digit()) {
+        if (tail.starts_with('-') || tail.starts_with('+'))
+            && tail[1..].bytes().all(|b| b.is_ascii_digit())
+        {
             let fixed = format!("{head}{}:{}", &tail[..3], &tail[3..]);
             if let Ok(t) = fixed.parse::<jiff::Timestamp>() {
                 return Some(t);
@@ -508,7 +515,9 @@ fn instant(text: &str) -> Option<jiff::Timestamp> {
         }
     }
     let d: jiff::civil::Date = text.parse().ok()?;
-    jiff::tz::TimeZone::UTC.to_timestamp(d.to_datetime(jiff::civil::Time::midnight())).ok()
+    jiff::tz::TimeZone::UTC
+        .to_timestamp(d.to_datetime(jiff::civil::Time::midnight()))
+        .ok()
 }
 
 fn like(pattern: &str, text: &str) -> bool {
@@ -597,10 +606,7 @@ mod tests {
         let q = parse("select * from Invoice where DocNumber IN ('a', 'b\\'c') and TxnDate >= '2026-01-01' ORDERBY Id DESC STARTPOSITION 11 MAXRESULTS 10").unwrap();
         assert_eq!(q.entity, "Invoice");
         assert_eq!(q.conds.len(), 2);
-        assert_eq!(
-            q.conds[0].value,
-            Lit::List(vec!["a".into(), "b'c".into()])
-        );
+        assert_eq!(q.conds[0].value, Lit::List(vec!["a".into(), "b'c".into()]));
         assert_eq!(q.order, Some(("Id".into(), true)));
         assert_eq!((q.start, q.max), (11, Some(10)));
         assert!(parse("SELECT count(*) FROM SalesReceipt").unwrap().count);
@@ -613,9 +619,18 @@ mod tests {
             ("SELECT * FROM invoice", "case sensitive"),
             ("SELECT * FROM Invoice, Customer", "one entity"),
             ("SELECT * FROM Invoice WHERE Id = '1' OR Id = '2'", "OR"),
-            ("SELECT * FROM Invoice WHERE PrivateNote = 'x'", "not queryable"),
-            ("SELECT * FROM Invoice WHERE CustomField = 'x'", "not queryable"),
-            ("SELECT * FROM Invoice WHERE Id = ('1', '2')", "only supported for IN"),
+            (
+                "SELECT * FROM Invoice WHERE PrivateNote = 'x'",
+                "not queryable",
+            ),
+            (
+                "SELECT * FROM Invoice WHERE CustomField = 'x'",
+                "not queryable",
+            ),
+            (
+                "SELECT * FROM Invoice WHERE Id = ('1', '2')",
+                "only supported for IN",
+            ),
             ("SELECT * FROM Invoice WHERE Id != '1'", "!="),
             ("SELECT * FROM Invoice WHERE DocNumber = 'x", "unterminated"),
             ("SELECT * FROM Invoice GROUP BY Id", "GROUP"),
@@ -637,10 +652,18 @@ mod tests {
         assert!(m("SELECT * FROM Invoice WHERE CustomerRef = '7'"));
         assert!(m("SELECT * FROM Invoice WHERE DocNumber LIKE 'ch%'"));
         assert!(!m("SELECT * FROM Invoice WHERE DocNumber LIKE 'x%'"));
-        assert!(m("SELECT * FROM Invoice WHERE MetaData.CreateTime >= '2026-03-02T18:00:00Z'"));
-        assert!(!m("SELECT * FROM Invoice WHERE MetaData.CreateTime > '2026-03-02T18:00:00Z'"));
-        assert!(m("SELECT * FROM Invoice WHERE MetaData.CreateTime < '2026-03-02T11:00:00-0800'"));
-        assert!(m("SELECT * FROM Invoice WHERE TxnDate >= '2026-03-01' AND TxnDate < '2026-03-03'"));
+        assert!(m(
+            "SELECT * FROM Invoice WHERE MetaData.CreateTime >= '2026-03-02T18:00:00Z'"
+        ));
+        assert!(!m(
+            "SELECT * FROM Invoice WHERE MetaData.CreateTime > '2026-03-02T18:00:00Z'"
+        ));
+        assert!(m(
+            "SELECT * FROM Invoice WHERE MetaData.CreateTime < '2026-03-02T11:00:00-0800'"
+        ));
+        assert!(m(
+            "SELECT * FROM Invoice WHERE TxnDate >= '2026-03-01' AND TxnDate < '2026-03-03'"
+        ));
     }
 
     #[test]

@@ -134,7 +134,10 @@ impl Shared {
     pub(super) fn new(cfg: EmulatorConfig) -> Shared {
         let ids = IdSeq::new();
         let client_id = format!("AB{:016x}", ids.next());
-        let client_secret = format!("sec{:032x}", u128::from(ids.next()) << 64 | u128::from(ids.next()));
+        let client_secret = format!(
+            "sec{:032x}",
+            u128::from(ids.next()) << 64 | u128::from(ids.next())
+        );
         Shared {
             transport: Transport::new(cfg.latency),
             cfg,
@@ -221,8 +224,15 @@ impl Shared {
 
     pub(super) fn bump_sync_token(&self, id: &str) {
         let mut store = self.store.lock().unwrap();
-        if let Some((_, e)) = id.parse().ok().and_then(|n: u64| store.entities.get_mut(&n)) {
-            let t: u64 = e["SyncToken"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        if let Some((_, e)) = id
+            .parse()
+            .ok()
+            .and_then(|n: u64| store.entities.get_mut(&n))
+        {
+            let t: u64 = e["SyncToken"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
             e["SyncToken"] = json!((t + 1).to_string());
         }
     }
@@ -285,7 +295,11 @@ impl Shared {
             any = true;
             let text = decimal_text(&l["Amount"]).unwrap_or_default();
             let Some(m) = micros(&text) else {
-                return Err(validation("2020", "Required param missing, need to supply the required value for the API", "Required parameter Line.Amount is missing in the request"));
+                return Err(validation(
+                    "2020",
+                    "Required param missing, need to supply the required value for the API",
+                    "Required parameter Line.Amount is missing in the request",
+                ));
             };
             if format_micros(m, decimals).is_none() {
                 return Err(validation(
@@ -297,7 +311,11 @@ impl Shared {
             total += m;
         }
         if !any {
-            return Err(validation("6000", "A business validation error has occurred while processing your request", "Business Validation Error: a transaction needs at least one sales line."));
+            return Err(validation(
+                "6000",
+                "A business validation error has occurred while processing your request",
+                "Business Validation Error: a transaction needs at least one sales line.",
+            ));
         }
         Ok(format_micros(total, decimals).unwrap_or_default())
     }
@@ -324,8 +342,14 @@ impl Shared {
         }
         if let Some(Value::Array(fields)) = e.get_mut("CustomField") {
             for f in fields.iter_mut() {
-                let idx: usize = f["DefinitionId"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
-                if let Some(name) = idx.checked_sub(1).and_then(|i| self.cfg.custom_fields.get(i)) {
+                let idx: usize = f["DefinitionId"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                if let Some(name) = idx
+                    .checked_sub(1)
+                    .and_then(|i| self.cfg.custom_fields.get(i))
+                {
                     f["Name"] = json!(name);
                     f["Type"] = json!("StringType");
                 }
@@ -336,13 +360,26 @@ impl Shared {
     /// Checks and completes a create of `kind` from `body`.
     fn create(&self, store: &mut Store, kind: Kind, body: &Value) -> Result<Value, Value> {
         let Some(src) = body.as_object() else {
-            return Err(validation("2310", "Invalid Request", "The request body is not a JSON object"));
+            return Err(validation(
+                "2310",
+                "Invalid Request",
+                "The request body is not a JSON object",
+            ));
         };
         let mut e = src.clone();
-        for k in ["Id", "SyncToken", "MetaData", "TotalAmt", "Balance", "domain"] {
+        for k in [
+            "Id",
+            "SyncToken",
+            "MetaData",
+            "TotalAmt",
+            "Balance",
+            "domain",
+        ] {
             e.remove(k);
         }
-        let customer = e.get("CustomerRef").and_then(|c| query::prop_text(&json!({"c": c}), "c"));
+        let customer = e
+            .get("CustomerRef")
+            .and_then(|c| query::prop_text(&json!({"c": c}), "c"));
         let customer = match customer {
             Some(id) => {
                 let found = id.parse::<u64>().ok().and_then(|n| store.entities.get(&n));
@@ -358,15 +395,30 @@ impl Shared {
                 }
             }
             None if kind == Kind::Invoice => {
-                return Err(validation("2020", "Required param missing, need to supply the required value for the API", "Required parameter CustomerRef is missing in the request"));
+                return Err(validation(
+                    "2020",
+                    "Required param missing, need to supply the required value for the API",
+                    "Required parameter CustomerRef is missing in the request",
+                ));
             }
             None => None,
         };
-        for l in e.get("Line").and_then(Value::as_array).into_iter().flatten() {
+        for l in e
+            .get("Line")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if l["DetailType"] == json!("SalesItemLineDetail") {
-                let item = l["SalesItemLineDetail"]["ItemRef"]["value"].as_str().unwrap_or("");
+                let item = l["SalesItemLineDetail"]["ItemRef"]["value"]
+                    .as_str()
+                    .unwrap_or("");
                 if !self.cfg.items.iter().any(|i| i == item) {
-                    return Err(validation("2500", "Invalid Reference Id", &format!("Invalid Reference Id : Item {item:?} does not exist")));
+                    return Err(validation(
+                        "2500",
+                        "Invalid Reference Id",
+                        &format!("Invalid Reference Id : Item {item:?} does not exist"),
+                    ));
                 }
             }
         }
@@ -375,7 +427,10 @@ impl Shared {
                 return Err(validation("6000", "A business validation error has occurred while processing your request", &format!("Business Validation Error: DocNumber {doc:?} is longer than 21 characters.")));
             }
             if self.cfg.duplicate_docnumber_error
-                && store.entities.values().any(|(k, x)| *k == kind && x["DocNumber"] == json!(doc))
+                && store
+                    .entities
+                    .values()
+                    .any(|(k, x)| *k == kind && x["DocNumber"] == json!(doc))
             {
                 return Err(validation("6140", "Duplicate Document Number Error", "Duplicate Document Number Error : You must specify a different number. This number has already been used."));
             }
@@ -397,9 +452,19 @@ impl Shared {
         }
         if let Some(fields) = e.get("CustomField").and_then(Value::as_array) {
             for f in fields {
-                let idx: usize = f["DefinitionId"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let idx: usize = f["DefinitionId"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
                 if idx == 0 || idx > self.cfg.custom_fields.len().min(3) {
-                    return Err(validation("2500", "Invalid Reference Id", &format!("Invalid Reference Id : custom field definition {} does not exist", f["DefinitionId"])));
+                    return Err(validation(
+                        "2500",
+                        "Invalid Reference Id",
+                        &format!(
+                            "Invalid Reference Id : custom field definition {} does not exist",
+                            f["DefinitionId"]
+                        ),
+                    ));
                 }
             }
         }
@@ -411,7 +476,10 @@ impl Shared {
         e.insert("SyncToken".into(), json!("0"));
         e.insert("domain".into(), json!("QBO"));
         e.insert("sparse".into(), json!(false));
-        e.insert("MetaData".into(), json!({"CreateTime": now, "LastUpdatedTime": now}));
+        e.insert(
+            "MetaData".into(),
+            json!({"CreateTime": now, "LastUpdatedTime": now}),
+        );
         e.entry("TxnDate").or_insert(json!(now[..10].to_string()));
         e.insert("CurrencyRef".into(), json!({"value": currency}));
         e.entry("ExchangeRate").or_insert(json!(1));
@@ -425,13 +493,18 @@ impl Shared {
     /// A sparse (or full) update of `kind` from `body`.
     fn update(&self, store: &mut Store, kind: Kind, body: &Value) -> Result<Value, Value> {
         let id = body["Id"].as_str().unwrap_or("");
-        let not_found = || validation("610", "Object Not Found", &format!("Object Not Found : Something you're trying to use has been made inactive. Check the fields with accounts, invoices, items, vendors or employees. ({} {id})", kind.name()));
+        let not_found = || {
+            validation("610", "Object Not Found", &format!("Object Not Found : Something you're trying to use has been made inactive. Check the fields with accounts, invoices, items, vendors or employees. ({} {id})", kind.name()))
+        };
         let n: u64 = id.parse().map_err(|_| not_found())?;
         let mut pending = self.edit_before_update.lock().unwrap();
         if *pending == Some(n) {
             *pending = None;
             if let Some((_, e)) = store.entities.get_mut(&n) {
-                let t: u64 = e["SyncToken"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let t: u64 = e["SyncToken"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
                 e["SyncToken"] = json!((t + 1).to_string());
             }
         }
@@ -449,18 +522,33 @@ impl Shared {
         let mut e = current.as_object().cloned().unwrap_or_default();
         if body["sparse"] != json!(true) {
             // A full update: what is not sent is cleared.
-            e.retain(|k, _| matches!(k.as_str(), "Id" | "SyncToken" | "MetaData" | "domain" | "CurrencyRef" | "ExchangeRate"));
+            e.retain(|k, _| {
+                matches!(
+                    k.as_str(),
+                    "Id" | "SyncToken" | "MetaData" | "domain" | "CurrencyRef" | "ExchangeRate"
+                )
+            });
         }
         for (k, v) in body.as_object().into_iter().flatten() {
-            if matches!(k.as_str(), "Id" | "SyncToken" | "sparse" | "MetaData" | "TotalAmt" | "Balance" | "domain") {
+            if matches!(
+                k.as_str(),
+                "Id" | "SyncToken" | "sparse" | "MetaData" | "TotalAmt" | "Balance" | "domain"
+            ) {
                 continue;
             }
             if k == "CurrencyRef" && v["value"] != e["CurrencyRef"]["value"] {
-                return Err(validation("6000", "A business validation error has occurred while processing your request", "Business Validation Error: the currency of a transaction cannot be changed."));
+                return Err(validation(
+                    "6000",
+                    "A business validation error has occurred while processing your request",
+                    "Business Validation Error: the currency of a transaction cannot be changed.",
+                ));
             }
             e.insert(k.clone(), v.clone());
         }
-        let currency = e["CurrencyRef"]["value"].as_str().unwrap_or(&self.cfg.home_currency).to_string();
+        let currency = e["CurrencyRef"]["value"]
+            .as_str()
+            .unwrap_or(&self.cfg.home_currency)
+            .to_string();
         let total = self.line_total(e.get("Line"), &currency)?;
         e.insert("TotalAmt".into(), number(&total));
         e.remove("Balance");
@@ -473,13 +561,19 @@ impl Shared {
         Ok(v)
     }
 
-    fn run_query(&self, entities: &BTreeMap<u64, (Kind, Value)>, text: &str) -> Result<Value, Value> {
+    fn run_query(
+        &self,
+        entities: &BTreeMap<u64, (Kind, Value)>,
+        text: &str,
+    ) -> Result<Value, Value> {
         let parse_error = |d: String| validation("4000", "Error parsing query", &d);
         let q = query::parse(text).map_err(parse_error)?;
         let kind = Kind::parse(&q.entity).expect("parsed entity");
         if let Some(m) = q.max {
             if m > 1000 && self.cfg.maxresults_over_limit_fails {
-                return Err(parse_error(format!("QueryValidationError: MAXRESULTS {m} exceeds the absolute upper limit (1000)")));
+                return Err(parse_error(format!(
+                    "QueryValidationError: MAXRESULTS {m} exceeds the absolute upper limit (1000)"
+                )));
             }
         }
         let mut rows: Vec<Value> = entities
@@ -545,10 +639,18 @@ impl Shared {
         let now = Instant::now();
         let minute = std::time::Duration::from_secs(60);
         let mut m = self.meter.lock().unwrap();
-        while m.requests.front().is_some_and(|t| now.duration_since(*t) >= minute) {
+        while m
+            .requests
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= minute)
+        {
             m.requests.pop_front();
         }
-        while m.batches.front().is_some_and(|t| now.duration_since(*t) >= minute) {
+        while m
+            .batches
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= minute)
+        {
             m.batches.pop_front();
         }
         let cost = match batch_items {
@@ -556,10 +658,20 @@ impl Shared {
             _ => 1,
         };
         let over_minute = m.requests.len() + cost > self.cfg.requests_per_minute as usize;
-        let over_batch = batch_items.is_some() && m.batches.len() >= self.cfg.batch_per_minute as usize;
-        let over_concurrent = self.in_flight.load(Ordering::SeqCst) > u64::from(self.cfg.max_concurrent);
+        let over_batch =
+            batch_items.is_some() && m.batches.len() >= self.cfg.batch_per_minute as usize;
+        let over_concurrent =
+            self.in_flight.load(Ordering::SeqCst) > u64::from(self.cfg.max_concurrent);
         if over_minute || over_batch || over_concurrent {
-            let mut r = reply(429, fault("ThrottleExceeded", "3001", "message=ThrottleExceeded; errorCode=003001; statusCode=429", "The request is throttled as it exceeded the throttle policy"));
+            let mut r = reply(
+                429,
+                fault(
+                    "ThrottleExceeded",
+                    "3001",
+                    "message=ThrottleExceeded; errorCode=003001; statusCode=429",
+                    "The request is throttled as it exceeded the throttle policy",
+                ),
+            );
             r.throttled = true;
             r.retry_after = self.cfg.retry_after;
             return Some(r);
@@ -575,10 +687,18 @@ impl Shared {
 
     fn authorized(&self, auth: Option<&str>) -> Result<(), Reply> {
         let gateway = |detail: &str| {
-            reply(401, json!({"code": "AuthenticationFailed", "type": "INPUT", "message": null, "detail": detail, "moreInfo": null}))
+            reply(
+                401,
+                json!({"code": "AuthenticationFailed", "type": "INPUT", "message": null, "detail": detail, "moreInfo": null}),
+            )
         };
-        let Some(token) = auth.and_then(|a| a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer "))) else {
-            return Err(gateway("Authorization header is missing or not a bearer token"));
+        let Some(token) = auth.and_then(|a| {
+            a.strip_prefix("Bearer ")
+                .or_else(|| a.strip_prefix("bearer "))
+        }) else {
+            return Err(gateway(
+                "Authorization header is missing or not a bearer token",
+            ));
         };
         let tokens = self.tokens.lock().unwrap();
         match tokens.access.get(token.trim()) {
@@ -630,13 +750,16 @@ impl Shared {
         };
         drop(tokens);
         self.stats.lock().unwrap().refreshes += 1;
-        reply(200, json!({
-            "access_token": access,
-            "refresh_token": refresh,
-            "token_type": "bearer",
-            "expires_in": self.cfg.access_token_ttl.as_secs(),
-            "x_refresh_token_expires_in": 8_726_400,
-        }))
+        reply(
+            200,
+            json!({
+                "access_token": access,
+                "refresh_token": refresh,
+                "token_type": "bearer",
+                "expires_in": self.cfg.access_token_ttl.as_secs(),
+                "x_refresh_token_expires_in": 8_726_400,
+            }),
+        )
     }
 
     fn revoke(&self, auth: Option<&str>, body: &[u8]) -> Reply {
@@ -644,7 +767,10 @@ impl Shared {
         if !self.client_ok(auth) {
             return reply(401, json!({"error": "invalid_client"}));
         }
-        let token = serde_json::from_slice::<Value>(body).ok().and_then(|v| v["token"].as_str().map(str::to_string)).unwrap_or_default();
+        let token = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v["token"].as_str().map(str::to_string))
+            .unwrap_or_default();
         let mut tokens = self.tokens.lock().unwrap();
         if let Some(v) = tokens.refresh.get_mut(&token) {
             *v = false;
@@ -655,12 +781,29 @@ impl Shared {
     }
 
     /// An API request under `/v3/company/{realm}/…`.
-    fn api(&self, method: &str, rest: &[&str], params: &HashMap<String, String>, body: &[u8]) -> Reply {
+    fn api(
+        &self,
+        method: &str,
+        rest: &[&str],
+        params: &HashMap<String, String>,
+        body: &[u8],
+    ) -> Reply {
         if let Some(v) = params.get("minorversion") {
-            *self.stats.lock().unwrap().minorversions.entry(v.clone()).or_insert(0) += 1;
+            *self
+                .stats
+                .lock()
+                .unwrap()
+                .minorversions
+                .entry(v.clone())
+                .or_insert(0) += 1;
         }
         let requestid = params.get("requestid").cloned();
-        let bad = |d: &str| reply(400, validation("2010", "Request has invalid or unsupported property", d));
+        let bad = |d: &str| {
+            reply(
+                400,
+                validation("2010", "Request has invalid or unsupported property", d),
+            )
+        };
         match (method, rest) {
             ("GET" | "POST", ["query"]) => {
                 self.count_route("query");
@@ -671,16 +814,22 @@ impl Shared {
                 };
                 let store = self.store.lock().unwrap();
                 match self.run_query(&store.entities, &text) {
-                    Ok(v) => reply(200, json!({"QueryResponse": v, "time": now_text(self.cfg.utc_offset_hours)})),
+                    Ok(v) => reply(
+                        200,
+                        json!({"QueryResponse": v, "time": now_text(self.cfg.utc_offset_hours)}),
+                    ),
                     Err(f) => reply(400, f),
                 }
             }
             ("GET", ["companyinfo", _]) => {
                 self.count_route("companyinfo");
-                reply(200, json!({"CompanyInfo": {
+                reply(
+                    200,
+                    json!({"CompanyInfo": {
                     "Id": self.cfg.realm_id, "CompanyName": self.cfg.company_name, "LegalName": self.cfg.company_name,
                     "Country": "US", "SyncToken": "0", "domain": "QBO", "sparse": false,
-                }, "time": now_text(self.cfg.utc_offset_hours)}))
+                }, "time": now_text(self.cfg.utc_offset_hours)}),
+                )
             }
             ("GET", ["preferences"]) => {
                 self.count_route("preferences");
@@ -689,11 +838,14 @@ impl Shared {
                     custom.push(json!({"Name": format!("SalesFormsPrefs.UseSalesCustom{}", i + 1), "Type": "BooleanType", "BooleanValue": true}));
                     custom.push(json!({"Name": format!("SalesFormsPrefs.SalesCustomName{}", i + 1), "Type": "StringType", "StringValue": name}));
                 }
-                reply(200, json!({"Preferences": {
+                reply(
+                    200,
+                    json!({"Preferences": {
                     "CurrencyPrefs": {"HomeCurrency": {"value": self.cfg.home_currency}, "MultiCurrencyEnabled": self.cfg.multicurrency},
                     "SalesFormsPrefs": {"CustomField": [{"CustomField": custom}], "CustomTxnNumbers": true},
                     "OtherPrefs": {"NameValue": [{"Name": "WarnDuplicateDocNum", "Value": if self.cfg.duplicate_docnumber_error { "true" } else { "false" }}]},
-                }, "time": now_text(self.cfg.utc_offset_hours)}))
+                }, "time": now_text(self.cfg.utc_offset_hours)}),
+                )
             }
             ("GET", [entity, id]) => {
                 self.count_route("read");
@@ -702,8 +854,18 @@ impl Shared {
                 };
                 let store = self.store.lock().unwrap();
                 match id.parse::<u64>().ok().and_then(|n| store.entities.get(&n)) {
-                    Some((k, e)) if *k == kind => reply(200, json!({kind.name(): e, "time": now_text(self.cfg.utc_offset_hours)})),
-                    _ => reply(400, validation("610", "Object Not Found", &format!("Object Not Found : {} {id} does not exist", kind.name()))),
+                    Some((k, e)) if *k == kind => reply(
+                        200,
+                        json!({kind.name(): e, "time": now_text(self.cfg.utc_offset_hours)}),
+                    ),
+                    _ => reply(
+                        400,
+                        validation(
+                            "610",
+                            "Object Not Found",
+                            &format!("Object Not Found : {} {id} does not exist", kind.name()),
+                        ),
+                    ),
                 }
             }
             ("POST", ["batch"]) => {
@@ -713,7 +875,9 @@ impl Shared {
                         return bad("requestid of a batch has at most 36 characters");
                     }
                 }
-                let key = requestid.as_ref().map(|r| format!("{}|{r}", self.cfg.realm_id));
+                let key = requestid
+                    .as_ref()
+                    .map(|r| format!("{}|{r}", self.cfg.realm_id));
                 let hash = fnv1a64(&[b"batch|".as_slice(), body].concat());
                 if let Some(k) = &key {
                     if let Some(r) = self.remembered(k, hash) {
@@ -735,7 +899,9 @@ impl Shared {
                         return bad("requestid has at most 50 characters");
                     }
                 }
-                let key = requestid.as_ref().map(|r| format!("{}|{r}", self.cfg.realm_id));
+                let key = requestid
+                    .as_ref()
+                    .map(|r| format!("{}|{r}", self.cfg.realm_id));
                 let hash = fnv1a64(&[entity.as_bytes(), b"|", body].concat());
                 if let Some(k) = &key {
                     if let Some(r) = self.remembered(k, hash) {
@@ -743,14 +909,28 @@ impl Shared {
                     }
                 }
                 let r = match serde_json::from_slice::<Value>(body) {
-                    Err(e) => reply(400, validation("2310", "Invalid Request", &format!("Request body is not JSON: {e}"))),
+                    Err(e) => reply(
+                        400,
+                        validation(
+                            "2310",
+                            "Invalid Request",
+                            &format!("Request body is not JSON: {e}"),
+                        ),
+                    ),
                     Ok(v) => {
                         let mut store = self.store.lock().unwrap();
                         let is_update = v.get("Id").is_some();
                         self.count_route(if is_update { "update" } else { "create" });
-                        let done = if is_update { self.update(&mut store, kind, &v) } else { self.create(&mut store, kind, &v) };
+                        let done = if is_update {
+                            self.update(&mut store, kind, &v)
+                        } else {
+                            self.create(&mut store, kind, &v)
+                        };
                         match done {
-                            Ok(e) => reply(200, json!({kind.name(): e, "time": now_text(self.cfg.utc_offset_hours)})),
+                            Ok(e) => reply(
+                                200,
+                                json!({kind.name(): e, "time": now_text(self.cfg.utc_offset_hours)}),
+                            ),
                             Err(f) => reply(400, f),
                         }
                     }
@@ -760,24 +940,69 @@ impl Shared {
                 }
                 r
             }
-            _ => reply(404, fault("SystemFault", "404", "Resource not found", &format!("{method} {} is not an API resource", rest.join("/")))),
+            _ => reply(
+                404,
+                fault(
+                    "SystemFault",
+                    "404",
+                    "Resource not found",
+                    &format!("{method} {} is not an API resource", rest.join("/")),
+                ),
+            ),
         }
     }
 
     fn batch(&self, body: &[u8], with_requestid: bool) -> Reply {
         let v: Value = match serde_json::from_slice(body) {
             Ok(v) => v,
-            Err(e) => return reply(400, validation("2310", "Invalid Request", &format!("Request body is not JSON: {e}"))),
+            Err(e) => {
+                return reply(
+                    400,
+                    validation(
+                        "2310",
+                        "Invalid Request",
+                        &format!("Request body is not JSON: {e}"),
+                    ),
+                )
+            }
         };
-        let items = v["BatchItemRequest"].as_array().cloned().unwrap_or_default();
+        let items = v["BatchItemRequest"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         if items.is_empty() {
-            return reply(400, validation("400", "MalformedRequest", "Batch Request is Empty"));
+            return reply(
+                400,
+                validation("400", "MalformedRequest", "Batch Request is Empty"),
+            );
         }
         if items.len() > self.cfg.batch_max_items {
-            return reply(400, validation("1040", "Batch size exceeds allowed limit", &format!("Batch size {} exceeds the allowed limit of {}", items.len(), self.cfg.batch_max_items)));
+            return reply(
+                400,
+                validation(
+                    "1040",
+                    "Batch size exceeds allowed limit",
+                    &format!(
+                        "Batch size {} exceeds the allowed limit of {}",
+                        items.len(),
+                        self.cfg.batch_max_items
+                    ),
+                ),
+            );
         }
-        if with_requestid && items.iter().any(|i| i["bId"].as_str().is_none_or(|b| b.chars().count() > 10)) {
-            return reply(400, validation("2010", "Request has invalid or unsupported property", "With a requestid, each bId has at most 10 characters"));
+        if with_requestid
+            && items
+                .iter()
+                .any(|i| i["bId"].as_str().is_none_or(|b| b.chars().count() > 10))
+        {
+            return reply(
+                400,
+                validation(
+                    "2010",
+                    "Request has invalid or unsupported property",
+                    "With a requestid, each bId has at most 10 characters",
+                ),
+            );
         }
         {
             let mut s = self.stats.lock().unwrap();
@@ -797,22 +1022,33 @@ impl Shared {
                 }
             } else {
                 let op = item["operation"].as_str().unwrap_or("");
-                let entity = ["Invoice", "SalesReceipt"].into_iter().find(|e| item.get(*e).is_some());
+                let entity = ["Invoice", "SalesReceipt"]
+                    .into_iter()
+                    .find(|e| item.get(*e).is_some());
                 match (op, entity.and_then(Kind::parse)) {
                     ("create" | "update", Some(kind)) => {
                         let payload = &item[kind.name()];
-                        let done = if op == "create" { self.create(&mut store, kind, payload) } else { self.update(&mut store, kind, payload) };
+                        let done = if op == "create" {
+                            self.create(&mut store, kind, payload)
+                        } else {
+                            self.update(&mut store, kind, payload)
+                        };
                         match done {
                             Ok(e) => json!({"bId": bid, kind.name(): e}),
                             Err(f) => json!({"bId": bid, "Fault": f["Fault"]}),
                         }
                     }
-                    _ => json!({"bId": bid, "Fault": validation("2010", "Request has invalid or unsupported property", "Each BatchItemRequest needs a Query, or an operation (create, update) and an Invoice or SalesReceipt")["Fault"]}),
+                    _ => {
+                        json!({"bId": bid, "Fault": validation("2010", "Request has invalid or unsupported property", "Each BatchItemRequest needs a Query, or an operation (create, update) and an Invoice or SalesReceipt")["Fault"]})
+                    }
                 }
             };
             out.push(answer);
         }
-        reply(200, json!({"BatchItemResponse": out, "time": now_text(self.cfg.utc_offset_hours)}))
+        reply(
+            200,
+            json!({"BatchItemResponse": out, "time": now_text(self.cfg.utc_offset_hours)}),
+        )
     }
 }
 
@@ -822,7 +1058,10 @@ fn form(text: &str) -> HashMap<String, String> {
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(&k.replace('+', " ")), percent_decode(&v.replace('+', " ")))
+            (
+                percent_decode(&k.replace('+', " ")),
+                percent_decode(&v.replace('+', " ")),
+            )
         })
         .collect()
 }
@@ -833,7 +1072,8 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 
 fn respond(r: Reply, tid: &str) -> Response {
     let mut resp = Response::new(Body::from(r.body));
-    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *resp.status_mut() =
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = resp.headers_mut();
     h.insert("content-type", HeaderValue::from_static("application/json"));
     if let Ok(v) = HeaderValue::from_str(tid) {
@@ -896,17 +1136,38 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request<Body>) -> Response {
         return finish(r);
     }
     let ["v3", "company", realm, rest @ ..] = seg.as_slice() else {
-        return finish(reply(404, fault("SystemFault", "404", "Resource not found", &format!("{path} is not an API resource"))));
+        return finish(reply(
+            404,
+            fault(
+                "SystemFault",
+                "404",
+                "Resource not found",
+                &format!("{path} is not an API resource"),
+            ),
+        ));
     };
     if let Err(r) = s.authorized(auth.as_deref()) {
         return finish(r);
     }
     if *realm != s.cfg.realm_id {
-        return finish(reply(403, fault("AuthorizationFault", "003100", "ApplicationAuthorizationFailed", "The access token does not grant access to this company (realm)")));
+        return finish(reply(
+            403,
+            fault(
+                "AuthorizationFault",
+                "003100",
+                "ApplicationAuthorizationFailed",
+                "The access token does not grant access to this company (realm)",
+            ),
+        ));
     }
     let body = match to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
-        Err(_) => return finish(reply(400, validation("2310", "Invalid Request", "Body too large"))),
+        Err(_) => {
+            return finish(reply(
+                400,
+                validation("2310", "Invalid Request", "Body too large"),
+            ))
+        }
     };
     let batch_items = (rest == ["batch"]).then(|| {
         serde_json::from_slice::<Value>(&body)
