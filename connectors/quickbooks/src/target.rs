@@ -342,6 +342,9 @@ impl QuickBooks {
 impl Target for QuickBooks {
     async fn check_idempotent(&self) -> Result<(), ConnectorError> {
         let prep = self.prepared().await?;
+        // `SalesFormsPrefs.CustomTxnNumbers` is the preference's common
+        // name, not read on an Intuit page: refused only when QuickBooks
+        // reports it, and reports it off.
         if self.cfg.placement == Placement::DocNumber
             && prep.company.custom_txn_numbers == Some(false)
         {

@@ -61,7 +61,12 @@
 //!   `MultiCurrencyEnabled`; legacy custom field names in
 //!   `SalesFormsPrefs.CustomField` ("Manage custom fields",
 //!   https://developer.intuit.com/app/developer/qbo/docs/develop/tutorials/create-custom-fields:
-//!   three string fields, named in the UI only). A currency other than the
+//!   three string fields, named in the UI only; the `SalesFormsPrefs.CustomField`
+//!   path is the common implementation, not read on an Intuit page). The
+//!   names of the numbering preferences are undocumented: the emulator
+//!   reports `SalesFormsPrefs.CustomTxnNumbers` and an `OtherPrefs.NameValue`
+//!   entry `WarnDuplicateDocNum` (modelling choices, following
+//!   [`EmulatorConfig::duplicate_docnumber_error`]). A currency other than the
 //!   home currency is refused without multicurrency, and a customer takes
 //!   its own currency only (Intuit blog on multicurrency,
 //!   https://developer.intuit.com/hub/blog/2015/06/18/multicurrency-for-us-companies-coming-in-quickbooks-online-v87).
