@@ -459,3 +459,63 @@ async fn rotated_refresh_tokens_are_saved_sealed_and_a_revoked_one_says_how_to_r
     assert!(!e.contains(&emu.client_secret));
     emu.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sales_receipts_read_over_create_times_with_offsets_through_429s() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let receipt = |doc: &str, created: &str| -> Json {
+        let mut r = seeded(doc, "3.50", "USD", "2026-03-02");
+        r.as_object_mut().unwrap().remove("CustomerRef");
+        r["MetaData"] = json!({"CreateTime": created, "LastUpdatedTime": created});
+        r
+    };
+    // Window [2026-03-01T12:00Z, 2026-03-05T12:00Z): -08:00 offsets as
+    // QuickBooks writes them.
+    emu.insert(
+        Kind::SalesReceipt,
+        receipt("in_1", "2026-03-01T04:00:00-08:00"),
+    );
+    emu.insert(
+        Kind::SalesReceipt,
+        receipt("out_early", "2026-03-01T03:59:59-08:00"),
+    );
+    emu.insert(
+        Kind::SalesReceipt,
+        receipt("in_2", "2026-03-05T04:00:00-07:00"),
+    );
+    emu.insert(
+        Kind::SalesReceipt,
+        receipt("out_late", "2026-03-05T04:00:00-08:00"),
+    );
+    emu.insert(
+        Kind::Invoice,
+        seeded("an_invoice", "1.00", "USD", "2026-03-02"),
+    );
+    let s = settings(
+        &emu,
+        json!({"object": "SalesReceipt", "time_field": "MetaData.CreateTime", "fields": {"email": "BillEmail.Address"}}),
+    );
+    let t = target(&s, &store()).await;
+    // Two 429s first: the shared policy waits and asks again.
+    emu.set_faults(vec![Fault {
+        kind: TransportFault::RateLimited,
+        after: 0,
+        times: 2,
+    }]);
+    let pages: Vec<_> = t.read(window()).try_collect().await.unwrap();
+    let mut keys: Vec<String> = pages
+        .into_iter()
+        .flat_map(|p| p.records)
+        .map(|r| r.key)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["in_1", "in_2"]);
+    assert_eq!(emu.stats().transport.throttled, 2);
+    let created = t.lookup(&["in_1".to_string()]).await.unwrap();
+    assert_eq!(
+        created[0].values[3],
+        Value::Timestamp("2026-03-01T12:00:00Z".parse().unwrap()),
+        "the create time, offset applied"
+    );
+    emu.shutdown().await;
+}

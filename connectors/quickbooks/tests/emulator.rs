@@ -407,3 +407,30 @@ async fn the_companys_minute_and_batch_minute_are_throttled() {
     assert!(api.emu.stats().transport.throttled >= 3);
     api.emu.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn request_ids_are_forgotten_after_the_configured_window() {
+    let api = Api::start(EmulatorConfig {
+        requestid_window: Some(Duration::from_secs(600)),
+        ..EmulatorConfig::default()
+    })
+    .await;
+    api.emu.add_customer("Acme", "ap@acme.test", None);
+    let body = invoice("ch_w", "1.00");
+    assert_eq!(api.post("invoice", &body, Some("rid-w")).await.0, 200);
+    assert_eq!(api.post("invoice", &body, Some("rid-w")).await.0, 200);
+    assert_eq!(
+        api.emu.entities(Kind::Invoice).len(),
+        1,
+        "replayed inside the window"
+    );
+    tokio::time::advance(Duration::from_secs(601)).await;
+    assert_eq!(api.post("invoice", &body, Some("rid-w")).await.0, 200);
+    assert_eq!(
+        api.emu.entities(Kind::Invoice).len(),
+        2,
+        "past the window the same ID is new work: why recon never relies on it across runs"
+    );
+    assert_eq!(api.emu.stats().replays, 1);
+    api.emu.shutdown().await;
+}
