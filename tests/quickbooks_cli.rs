@@ -251,6 +251,7 @@ async fn stripe_charges_to_quickbooks_invoices() {
         "home currency USD",
         "multicurrency on",
         "WarnDuplicateDocNum=false",
+        "no unique constraint on the external ID in QuickBooks: writes are insert-only",
     ] {
         assert!(shown.contains(want), "check shows {want}: {}", text(&o));
     }

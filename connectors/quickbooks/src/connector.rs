@@ -613,6 +613,9 @@ impl Source for QuickBooks {
                 c.numbering.join(", ")
             ));
         }
+        p = p.limit(
+            "no unique constraint on the external ID in QuickBooks: writes are insert-only, looked up right before each create, sent with a deterministic requestid and recorded in the ledger",
+        );
         if let Some(def) = &prep.key_definition {
             p = p.limit(format!("external ID in custom field DefinitionId {def}"));
         }
