@@ -351,3 +351,153 @@ impl ConnectorConfig for QuickbooksSettings {
         Some("base_url")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::{Field, Schema};
+    use serde_json::{json, Value};
+
+    fn schema() -> Schema {
+        let f = |name: &str, kind| Field {
+            name: name.into(),
+            kind,
+            compared: true,
+        };
+        Schema {
+            fields: vec![
+                f("amount", FieldKind::Money),
+                f("currency", FieldKind::Currency),
+                f("email", FieldKind::Text),
+                f("created", FieldKind::Timestamp),
+            ],
+        }
+    }
+
+    fn settings(extra: Value) -> Result<QuickbooksSettings, serde_json::Error> {
+        let mut v = json!({
+            "realm_id": "9341453000000001",
+            "client_id": "id",
+            "client_secret": "the-client-secret",
+            "refresh_token": "RT1-the-refresh-token",
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v)
+    }
+
+    fn config(s: &QuickbooksSettings) -> Result<QboConfig, ConnectorError> {
+        let schema = schema();
+        s.config(BuildContext {
+            schema: &schema,
+            time_field: Some(3),
+            job: "payments",
+            tokens: None,
+        })
+    }
+
+    #[test]
+    fn defaults_are_documented_ones_and_secrets_stay_out_of_debug() {
+        let s = settings(json!({})).unwrap();
+        let c = config(&s).unwrap();
+        assert_eq!(c.client.base_url, "https://quickbooks.api.intuit.com");
+        assert_eq!(c.client.token_url, TOKEN_URL);
+        assert_eq!(c.client.minorversion, 75);
+        assert_eq!(c.object, "Invoice");
+        assert_eq!(c.placement, Placement::DocNumber);
+        assert_eq!(c.time_field, TimeField::CreateTime);
+        assert_eq!(
+            c.paths,
+            ["TotalAmt", "CurrencyRef", "email", "MetaData.CreateTime"]
+        );
+        assert_eq!(c.batch_size, 10);
+        let sandbox = settings(json!({"environment": "sandbox"})).unwrap();
+        assert_eq!(
+            config(&sandbox).unwrap().client.base_url,
+            "https://sandbox-quickbooks.api.intuit.com"
+        );
+        let dbg = format!("{s:?} {c:?}");
+        assert!(
+            !dbg.contains("the-client-secret") && !dbg.contains("RT1-the-refresh-token"),
+            "{dbg}"
+        );
+    }
+
+    #[test]
+    fn bad_settings_name_the_setting_and_the_fix() {
+        for (extra, want) in [
+            (json!({"realm_id": "acme"}), "realm_id"),
+            (json!({"object": "Bill"}), "Invoice or SalesReceipt"),
+            (
+                json!({"external_id": "Memo"}),
+                "DocNumber, PrivateNote or custom_field:NAME",
+            ),
+            (
+                json!({"external_id": "custom_field: "}),
+                "custom_field:NAME",
+            ),
+            (
+                json!({"time_field": "DueDate"}),
+                "MetaData.CreateTime or TxnDate",
+            ),
+            (json!({"batch_size": 31}), "1 to 30"),
+            (json!({"page_size": 1001}), "1 to 1000"),
+            (
+                json!({"company_timezone": "Mars/Olympus"}),
+                "company_timezone",
+            ),
+            (
+                json!({"customer": {"id": "1", "match_field": "email"}}),
+                "customer must be either",
+            ),
+            (
+                json!({"customer": {"match_field": "nope"}}),
+                "not one of the job's fields",
+            ),
+            (
+                json!({"customer": {"match_field": "email", "by": "Phone"}}),
+                "PrimaryEmailAddr or DisplayName",
+            ),
+            (json!({"base_url": "quickbooks.example"}), "base_url"),
+            (json!({"lookup_widen": "0s"}), "lookup_widen"),
+        ] {
+            let e = config(&settings(extra.clone()).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        assert!(
+            settings(json!({"password": "x"})).is_err(),
+            "unknown keys are refused"
+        );
+    }
+
+    #[test]
+    fn secrets_and_urls_take_environment_variables() {
+        let mut s = settings(json!({
+            "realm_id": "${QBO_REALM_ID}",
+            "client_secret": "${QBO_CLIENT_SECRET}",
+            "refresh_token": "${QBO_REFRESH_TOKEN}",
+            "base_url": "${QBO_URL}",
+        }))
+        .unwrap();
+        let expand = |v: &str, setting: &str| -> Result<String, ConnectorError> {
+            assert!(setting.starts_with("target."), "{setting}");
+            Ok(match v {
+                "${QBO_REALM_ID}" => "123".into(),
+                "${QBO_CLIENT_SECRET}" => "s3cret".into(),
+                "${QBO_REFRESH_TOKEN}" => "RT1-x".into(),
+                "${QBO_URL}" => "http://127.0.0.1:9".into(),
+                other => other.into(),
+            })
+        };
+        s.expand_env("target", &expand).unwrap();
+        let c = config(&s).unwrap();
+        assert_eq!(c.client.realm_id, "123");
+        assert_eq!(c.client.client_secret.expose(), "s3cret");
+        assert_eq!(c.client.refresh_token.as_ref().unwrap().expose(), "RT1-x");
+        assert_eq!(c.client.base_url, "http://127.0.0.1:9");
+        assert_eq!(s.target_role(), TargetRole::Writable);
+    }
+}

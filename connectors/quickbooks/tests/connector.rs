@@ -519,3 +519,59 @@ async fn sales_receipts_read_over_create_times_with_offsets_through_429s() {
     );
     emu.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_access_token_is_refreshed_mid_run_and_the_newest_refresh_token_saved() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    emu.add_customer("Acme", "ap@acme.test", None);
+    let memory = Arc::new(MemoryStore::default());
+    let tokens: Arc<dyn TokenStore> = memory.clone();
+    let s = settings(&emu, json!({}));
+    let t = target(&s, &tokens).await;
+    let first = t
+        .write(
+            &[record("ch_a", 100, "USD", "2026-03-02")],
+            WriteMode::Insert,
+        )
+        .await
+        .unwrap();
+    assert_eq!(first, vec![WriteOutcome::Created]);
+    let saved_once = memory.0.lock().unwrap().values().next().cloned().unwrap();
+    // An hour later: the gateway refuses the access token, the policy
+    // refreshes once (QuickBooks rotates the refresh token again) and the
+    // request goes through; a 5xx before the next batch's work is retried.
+    emu.expire_access_tokens();
+    emu.set_batch_faults(vec![Fault {
+        kind: TransportFault::ServerError,
+        after: 0,
+        times: 1,
+    }]);
+    let second = t
+        .write(
+            &[record("ch_b", 200, "USD", "2026-03-02")],
+            WriteMode::Insert,
+        )
+        .await
+        .unwrap();
+    assert_eq!(second, vec![WriteOutcome::Created]);
+    assert_eq!(
+        emu.entities(Kind::Invoice).len(),
+        2,
+        "the 500 came before the work"
+    );
+    assert_eq!(emu.stats().refreshes, 2);
+    let saved_twice = memory.0.lock().unwrap().values().next().cloned().unwrap();
+    assert_ne!(
+        saved_once, saved_twice,
+        "the newest refresh token is saved after each refresh"
+    );
+    // A new client (the next run) uses what was saved last.
+    let next = target(&s, &tokens).await;
+    assert!(next.probe().await.is_ok());
+    assert_eq!(
+        emu.stats().invalid_grants,
+        0,
+        "never a stale refresh token sent"
+    );
+    emu.shutdown().await;
+}
