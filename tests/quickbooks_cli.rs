@@ -278,6 +278,10 @@ async fn stripe_charges_to_quickbooks_invoices() {
             "the warning names Id {id}: {log}"
         );
     }
+    assert!(
+        log.contains("counted_more_than_once") && log.contains("1004 JPY"),
+        "the money booked twice: {log}"
+    );
     outputs.push(o);
 
     // Apply the reviewed plan; the first create batch's answer is lost

@@ -483,27 +483,50 @@ fn describe(e: &Json) -> String {
     )
 }
 
-/// Logs every external ID two or more transactions carry, with each
-/// transaction and the money counted more than once.
-fn report_duplicates(object: &str, seen: &BTreeMap<String, Vec<Json>>) {
-    for (key, copies) in seen.iter().filter(|(_, c)| c.len() > 1) {
-        let extra: Vec<String> = copies[1..]
-            .iter()
-            .map(|e| {
-                format!(
+/// The transactions of a read that share an external ID: the first of
+/// each key is kept as one line (the `seen` map), the others added when a
+/// key repeats.
+#[derive(Default)]
+struct Duplicates {
+    seen: HashMap<String, String>,
+    /// Key → every copy, and the amounts counted more than once.
+    repeated: BTreeMap<String, (Vec<String>, Vec<String>)>,
+}
+
+impl Duplicates {
+    fn note(&mut self, key: &str, e: &Json) {
+        let line = describe(e);
+        match self.seen.get(key) {
+            None => {
+                self.seen.insert(key.to_string(), line);
+            }
+            Some(first) => {
+                let (copies, extra) = self
+                    .repeated
+                    .entry(key.to_string())
+                    .or_insert_with(|| (vec![first.clone()], Vec::new()));
+                copies.push(line);
+                extra.push(format!(
                     "{} {}",
                     text_at(e, "TotalAmt").unwrap_or_default(),
                     text_at(e, "CurrencyRef").unwrap_or_default()
-                )
-            })
-            .collect();
-        tracing::warn!(
-            message = "QuickBooks holds several transactions with one external ID: review them in QuickBooks (recon never deletes or voids).",
-            object,
-            external_id = key.as_str(),
-            transactions = copies.iter().map(describe).collect::<Vec<_>>().join("; ").as_str(),
-            counted_more_than_once = extra.join(" + ").as_str()
-        );
+                ));
+            }
+        }
+    }
+
+    /// Logs every external ID two or more transactions carry, with each
+    /// transaction and the money counted more than once.
+    fn report(&self, object: &str) {
+        for (key, (copies, extra)) in &self.repeated {
+            tracing::warn!(
+                message = "QuickBooks holds several transactions with one external ID: review them in QuickBooks (recon never deletes or voids).",
+                object,
+                external_id = key.as_str(),
+                transactions = copies.join("; ").as_str(),
+                counted_more_than_once = extra.join(" + ").as_str()
+            );
+        }
     }
 }
 
@@ -521,13 +544,13 @@ impl Source for QuickBooks {
         struct St {
             start: u64,
             done: bool,
-            seen: BTreeMap<String, Vec<Json>>,
+            dups: Duplicates,
             unkeyed: u64,
         }
         let st = St {
             start: 1,
             done: false,
-            seen: BTreeMap::new(),
+            dups: Duplicates::default(),
             unkeyed: 0,
         };
         Box::pin(futures_util::stream::try_unfold(
@@ -554,16 +577,14 @@ impl Source for QuickBooks {
                     }
                     match self.record(&e, prep)? {
                         Some(r) => {
-                            let copies = st.seen.entry(r.key.clone()).or_default();
-                            // Kept whole only while a key could still repeat.
-                            copies.push(json_summary(&e));
+                            st.dups.note(&r.key, &e);
                             records.push(r);
                         }
                         None => st.unkeyed += 1,
                     }
                 }
                 if st.done {
-                    report_duplicates(&self.cfg.object, &st.seen);
+                    st.dups.report(&self.cfg.object);
                     if st.unkeyed > 0 {
                         tracing::info!(
                         message = "QuickBooks transactions without an external ID in the job's placement were not compared.",
@@ -621,14 +642,6 @@ impl Source for QuickBooks {
         }
         Ok(p)
     }
-}
-
-/// What a duplicate warning needs of a transaction.
-fn json_summary(e: &Json) -> Json {
-    serde_json::json!({
-        "Id": e["Id"], "DocNumber": e["DocNumber"], "TxnDate": e["TxnDate"],
-        "TotalAmt": e["TotalAmt"], "CurrencyRef": e["CurrencyRef"],
-    })
 }
 
 #[cfg(test)]
