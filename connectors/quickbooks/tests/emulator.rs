@@ -434,3 +434,31 @@ async fn request_ids_are_forgotten_after_the_configured_window() {
     assert_eq!(api.emu.stats().replays, 1);
     api.emu.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_sent_only_when_asked() {
+    for (knob, want) in [(false, None), (true, Some("60"))] {
+        let api = Api::start(EmulatorConfig {
+            requests_per_minute: 1,
+            retry_after: knob,
+            ..EmulatorConfig::default()
+        })
+        .await;
+        assert_eq!(api.query("SELECT * FROM Invoice").await.0, 200);
+        let r = api
+            .http
+            .get(api.url("query"))
+            .bearer_auth(&api.access)
+            .query(&[("query", "SELECT * FROM Invoice")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 429);
+        let header = r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(header.as_deref(), want);
+        api.emu.shutdown().await;
+    }
+}
