@@ -402,3 +402,97 @@ fn the_example_config_is_a_quickbooks_job() {
     let customer = q.customer.as_ref().unwrap();
     assert_eq!(customer.match_field.as_deref(), Some("email"));
 }
+
+/// QuickBooks as the source: the company's invoices (entered over the last
+/// hours, `MetaData.CreateTime` in the company's -08:00 offset) against a
+/// warehouse export. Gaps, a mismatch, and a duplicate in QuickBooks
+/// itself, named with both Ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quickbooks_invoices_as_the_source_against_a_warehouse_export() {
+    let qbo = Qbo::start(QboConfig::default()).await.unwrap();
+    qbo.add_customer("Acme", "ap@acme.test", None);
+    let now = jiff::Timestamp::now();
+    let pacific = jiff::tz::TimeZone::fixed(jiff::tz::offset(-8));
+    let mut csv = String::from("id,amount,currency,created\n");
+    let mut ids = Vec::new();
+    for i in 0..10i64 {
+        let at = now - jiff::SignedDuration::from_mins(30 + i * 7);
+        let created = at
+            .to_zoned_datetime(pacific.clone())
+            .strftime("%Y-%m-%dT%H:%M:%S%:z")
+            .to_string();
+        let doc = format!("inv_{i}");
+        let mut e: Value = serde_json::from_str(&format!(
+            r#"{{"DocNumber": "{doc}", "CustomerRef": {{"value": "1"}},
+                "Line": [{{"Amount": 19.99, "DetailType": "SalesItemLineDetail",
+                           "SalesItemLineDetail": {{"ItemRef": {{"value": "1"}}}}}}]}}"#
+        ))
+        .unwrap();
+        e["MetaData"] = json!({"CreateTime": created, "LastUpdatedTime": created});
+        let copies = if i == 3 { 2 } else { 1 };
+        for _ in 0..copies {
+            ids.push((doc.clone(), qbo.insert(Kind::Invoice, e.clone())));
+        }
+        if i < 8 {
+            let amount = if i == 1 { "20.00" } else { "19.99" };
+            csv.push_str(&format!(
+                "{doc},{amount},USD,{}\n",
+                at.round(jiff::Unit::Second).unwrap()
+            ));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("warehouse.csv");
+    std::fs::write(&export, csv).unwrap();
+    let config = dir.path().join("recon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+state = "sqlite://{state}"
+[jobs.ledger]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+compare = ["amount", "currency"]
+time_field = "created"
+window = "last:24h"
+[jobs.ledger.source]
+type = "quickbooks"
+base_url = "{qbo}"
+token_url = "{qbo}/oauth2/v1/tokens/bearer"
+realm_id = "${{QBO_REALM_ID}}"
+client_id = "${{QBO_CLIENT_ID}}"
+client_secret = "${{QBO_CLIENT_SECRET}}"
+refresh_token = "${{QBO_REFRESH_TOKEN}}"
+time_field = "MetaData.CreateTime"
+{target}amount_format = "major"
+[jobs.ledger.backfill]
+mode = "off"
+"#,
+            state = dir.path().join("state.db").display(),
+            qbo = qbo.base_url,
+            target = common::file_side("ledger", "target", &export),
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = run(&config, &out, &[], env(&qbo)).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["gaps"], 2, "{s}");
+    assert_eq!(s["mismatches"], 1, "{s}");
+    assert_eq!(s["duplicates"], 1, "{s}");
+    let mismatches = std::fs::read_to_string(out.join("mismatches.csv")).unwrap();
+    assert!(
+        mismatches.contains("inv_1")
+            && mismatches.contains("19.99")
+            && mismatches.contains("20.00"),
+        "{mismatches}"
+    );
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    for (doc, id) in ids.iter().filter(|(d, _)| d == "inv_3") {
+        assert!(log.contains(&format!("Id {id} (DocNumber {doc}")), "{log}");
+    }
+    no_secret_anywhere(&qbo, dir.path(), &[&o]);
+    qbo.shutdown().await;
+}
