@@ -26,6 +26,11 @@
 //!   one live run per job, whatever the scheduler does. See [`RunLock`].
 //!   [`ReportReads::lock_holder_gone`] tells `recon runs` that a run still
 //!   `running` was killed.
+//! - **Connector secrets** (`recon_connector_secrets`, [`tokens`]): what a
+//!   connector must keep between runs, such as the newest OAuth refresh
+//!   token QuickBooks Online issued, sealed by the connector before it is
+//!   saved ([`recon_core::TokenStore`], reached through
+//!   `BuildContext::tokens`).
 //! - **Reviewed plans** (`recon_plans`): each plan.jsonl a dry run wrote,
 //!   with its SHA-256, window and size, so that `recon apply --plan`
 //!   applies only a plan recon made, unedited ([`PlanRecord`]).
