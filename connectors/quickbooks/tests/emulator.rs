@@ -462,3 +462,23 @@ async fn retry_after_is_sent_only_when_asked() {
         api.emu.shutdown().await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_grace_period_keeps_a_rotated_refresh_token_working_for_a_while() {
+    let emu = Emulator::start(EmulatorConfig {
+        refresh_grace: Some(Duration::from_secs(60)),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let first = emu.refresh_token.clone();
+    let (s, _) = refresh(&http, &emu, &first).await;
+    assert_eq!(s, 200);
+    let (s, v) = refresh(&http, &emu, &first).await;
+    assert_eq!(s, 200, "inside the grace period: {v}");
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let (s, v) = refresh(&http, &emu, &first).await;
+    assert_eq!((s, v["error"].as_str()), (400, Some("invalid_grant")));
+    emu.shutdown().await;
+}

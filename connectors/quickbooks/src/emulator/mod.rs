@@ -77,7 +77,8 @@
 //!   it); "the latest refresh_token returned to you from the previous
 //!   request": each refresh returns a new refresh token and the old one
 //!   stops working at once (strict; how long Intuit keeps the old one
-//!   working is undocumented: [`EmulatorConfig::rotate_refresh_tokens`]).
+//!   working is undocumented: [`EmulatorConfig::refresh_grace`],
+//!   [`EmulatorConfig::rotate_refresh_tokens`]).
 //!   An unknown, rotated or revoked refresh token is `400 {"error": "invalid_grant"}`;
 //!   a bad client `401 {"error": "invalid_client"}`. An API call without a
 //!   valid access token is the gateway's `401 {"code": "AuthenticationFailed", …}`.
@@ -136,6 +137,9 @@ pub struct EmulatorConfig {
     /// Each refresh returns a new refresh token and retires the old one
     /// (default `true`); `false`: the same refresh token stays valid.
     pub rotate_refresh_tokens: bool,
+    /// How long a rotated-out refresh token still works (default `None`:
+    /// not at all; Intuit documents no grace period).
+    pub refresh_grace: Option<Duration>,
     /// A create with a `DocNumber` already used is `6140` (default `false`:
     /// QuickBooks only warns, in its UI).
     pub duplicate_docnumber_error: bool,
@@ -176,6 +180,7 @@ impl Default for EmulatorConfig {
             meter_batch_items: true,
             access_token_ttl: Duration::from_secs(3600),
             rotate_refresh_tokens: true,
+            refresh_grace: None,
             duplicate_docnumber_error: false,
             subtotal_line: true,
             default_max_results: 100,

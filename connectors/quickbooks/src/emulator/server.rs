@@ -41,6 +41,8 @@ fn reply(status: u16, body: Value) -> Reply {
 struct Tokens {
     /// Refresh token → still valid.
     refresh: HashMap<String, bool>,
+    /// Refresh tokens rotated out, and when (for `refresh_grace`).
+    retired: HashMap<String, Instant>,
     /// Access token → when it expires.
     access: HashMap<String, Instant>,
     issued: Vec<String>,
@@ -172,6 +174,7 @@ impl Shared {
         for v in tokens.refresh.values_mut() {
             *v = false;
         }
+        tokens.retired.clear();
         tokens.access.clear();
     }
 
@@ -729,7 +732,12 @@ impl Shared {
         }
         let presented = form.get("refresh_token").cloned().unwrap_or_default();
         let mut tokens = self.tokens.lock().unwrap();
-        if tokens.refresh.get(&presented) != Some(&true) {
+        let in_grace = tokens.retired.get(&presented).is_some_and(|at| {
+            self.cfg
+                .refresh_grace
+                .is_some_and(|g| Instant::now().duration_since(*at) < g)
+        });
+        if tokens.refresh.get(&presented) != Some(&true) && !in_grace {
             drop(tokens);
             self.stats.lock().unwrap().invalid_grants += 1;
             return reply(400, json!({"error": "invalid_grant"}));
@@ -741,7 +749,18 @@ impl Shared {
         tokens.issued.push(access.clone());
         let refresh = if self.cfg.rotate_refresh_tokens {
             let t = self.token("RT1-");
-            tokens.refresh.insert(presented, false);
+            // Every token valid now is retired by this rotation.
+            let now = Instant::now();
+            let valid: Vec<String> = tokens
+                .refresh
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in valid {
+                tokens.refresh.insert(k.clone(), false);
+                tokens.retired.insert(k, now);
+            }
             tokens.refresh.insert(t.clone(), true);
             tokens.issued.push(t.clone());
             t
