@@ -439,9 +439,12 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         return write_webhook(plan, wh, ledger, items).await;
     }
     let job = &plan.job.name;
+    let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
     let cx = BuildContext {
         schema: &plan.spec.schema,
         time_field: plan.time_field,
+        job: &plan.job.name,
+        tokens: Some(&tokens),
     };
     let target = plan.job.job.target.connector().build_target(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
@@ -544,9 +547,12 @@ async fn write_webhook(
 ) -> Result<Written> {
     let job = &plan.job.name;
     let prepared = planned_requests(plan, wh, items)?;
+    let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
     let cx = BuildContext {
         schema: &plan.spec.schema,
         time_field: plan.time_field,
+        job: &plan.job.name,
+        tokens: Some(&tokens),
     };
     let target = plan.job.job.target.connector().build_source(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;

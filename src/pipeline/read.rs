@@ -38,9 +38,12 @@ impl Sides {
     /// writes (then its idempotency precondition is checked first).
     pub async fn build(plan: &RunPlan, write: bool) -> Result<Sides> {
         let job = &plan.job.name;
+        let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
         let cx = BuildContext {
             schema: &plan.spec.schema,
             time_field: plan.time_field,
+            job: &plan.job.name,
+            tokens: Some(&tokens),
         };
         let source = plan.job.job.source.connector().build_source(cx).await;
         let source = source.with_context(|| format!("job `{job}`: source"))?;

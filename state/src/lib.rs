@@ -26,6 +26,11 @@
 //!   one live run per job, whatever the scheduler does. See [`RunLock`].
 //!   [`ReportReads::lock_holder_gone`] tells `recon runs` that a run still
 //!   `running` was killed.
+//! - **Connector secrets** (`recon_connector_secrets`, [`tokens`]): what a
+//!   connector must keep between runs, such as the newest OAuth refresh
+//!   token QuickBooks Online issued, sealed by the connector before it is
+//!   saved ([`recon_core::TokenStore`], reached through
+//!   `BuildContext::tokens`).
 //! - **Reviewed plans** (`recon_plans`): each plan.jsonl a dry run wrote,
 //!   with its SHA-256, window and size, so that `recon apply --plan`
 //!   applies only a plan recon made, unedited ([`PlanRecord`]).
@@ -52,6 +57,7 @@ mod store;
 mod story;
 #[cfg(test)]
 mod tests;
+pub mod tokens;
 mod types;
 pub mod webhook;
 
@@ -63,6 +69,7 @@ pub use roles::{
 pub use store::StateStore;
 pub(crate) use store::{friendly, json_text, random_u64, stable_hash, ts_text, JSON_BATCH};
 pub use story::{ClosedStreak, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
+pub use tokens::LazyTokens;
 pub use types::{
     discrepancy_id, Backend, BatchOutcome, Class, DiscrepancyDelta, ItemStatus, LedgerBatch,
     LedgerItem, OpenHistory, PlanRecord, RunRow, RunStatus, RUN_STATUSES,

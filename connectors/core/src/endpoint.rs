@@ -5,6 +5,7 @@
 //! registry, one line per connector, and never looks inside one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::connector::{Source, Target};
 use crate::error::ConnectorError;
@@ -17,6 +18,35 @@ pub struct BuildContext<'a> {
     pub schema: &'a Schema,
     /// Schema index of the timestamp field windows filter on.
     pub time_field: Option<usize>,
+    /// The job's name (`[jobs.NAME]`): part of what a connector derives
+    /// deterministic request IDs from.
+    pub job: &'a str,
+    /// Where the connector may keep secrets that change between runs (a
+    /// rotating OAuth refresh token): the job's state store. `None` where
+    /// no store is at hand (unit tests).
+    pub tokens: Option<&'a Arc<dyn TokenStore>>,
+}
+
+/// Secrets a connector keeps between runs, by name, in the job's state
+/// store: an OAuth refresh token that the provider replaces on every
+/// refresh (QuickBooks Online) must outlive the run that received it.
+/// Values are opaque to the store; the connector encrypts them before
+/// `put` (the store never holds a token in clear). Runs of one job are
+/// serialised by the run lock, so one job never refreshes twice at once.
+#[async_trait::async_trait]
+pub trait TokenStore: Send + Sync {
+    /// The value saved under `name`, if any.
+    async fn get(&self, name: &str) -> Result<Option<String>, ConnectorError>;
+
+    /// Saves `value` under `name`, replacing what was there, durably
+    /// before it returns.
+    async fn put(&self, name: &str, value: &str) -> Result<(), ConnectorError>;
+}
+
+impl std::fmt::Debug for dyn TokenStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenStore")
+    }
 }
 
 impl BuildContext<'_> {

@@ -315,6 +315,8 @@ mod tests {
         s.client_config(BuildContext {
             schema: &schema,
             time_field,
+            job: "payments",
+            tokens: None,
         })
     }
 
