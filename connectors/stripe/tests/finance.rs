@@ -1012,6 +1012,8 @@ fn a_time_field_other_than_created_is_refused_naming_the_fix() {
     let cx = |i| BuildContext {
         schema: &schema,
         time_field: Some(i),
+        job: "fees",
+        tokens: None,
     };
     let e = settings(&[]).client_config(cx(1)).unwrap_err().to_string();
     assert!(
