@@ -84,6 +84,8 @@ registry! {
     Shopify => recon_shopify::ShopifySettings,
     /// `type = "salesforce"`: Salesforce sObjects keyed by an external ID field.
     Salesforce => recon_salesforce::SalesforceSettings,
+    /// `type = "http"`: any REST API, its requests, paging, fields and writes declared.
+    Http => recon_http::HttpSettings,
 }
 
 macro_rules! envelopes {
@@ -133,7 +135,7 @@ mod tests {
     #[test]
     fn type_names_are_the_config_tags() {
         let names = EndpointConfig::type_names();
-        assert_eq!(names.len(), 6, "{names:?}");
+        assert_eq!(names.len(), 7, "{names:?}");
         for name in names {
             let e = serde_json::from_value::<EndpointConfig>(serde_json::json!({ "type": name }))
                 .unwrap_err()
