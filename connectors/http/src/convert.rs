@@ -30,13 +30,15 @@ pub struct Mapping {
     pub timestamp_unit: Unit,
     /// Schema index of the job's time field.
     pub time_field: Option<usize>,
+    /// Whether a date and time without an offset is UTC.
+    pub naive_is_utc: bool,
 }
 
 impl Mapping {
     fn rules(&self) -> TimestampRules {
         TimestampRules {
             integers: Some(self.timestamp_unit),
-            naive_is_utc: false,
+            naive_is_utc: self.naive_is_utc,
             date_is_midnight_utc: true,
         }
     }
@@ -168,12 +170,11 @@ pub fn kind_of(v: &Json) -> String {
 mod tests {
     use super::*;
     use recon_core::{Field, Money};
-    use serde_json::json;
-
     fn mapping(format: AmountFormat) -> (Schema, Mapping) {
         let f = |name: &str, kind| Field {
             name: name.into(),
             kind,
+            compared: true,
         };
         let schema = Schema {
             fields: vec![
@@ -200,6 +201,7 @@ mod tests {
             amount_format: format,
             timestamp_unit: Unit::Seconds,
             time_field: Some(3),
+            naive_is_utc: false,
         };
         (schema, m)
     }
@@ -235,7 +237,7 @@ mod tests {
         let (schema, m) = mapping(AmountFormat::Minor);
         let r = m
             .to_record(
-                &parse(r#"{"id": "o1", "price": {"amount": 2999, "currency": "JPY"}, "created_at": 1764306000}"#),
+                &parse(r#"{"id": "o1", "price": {"amount": 2999, "currency": "JPY"}, "created_at": 1795842000}"#),
                 "GET /orders",
                 "order",
             )
@@ -243,7 +245,7 @@ mod tests {
         let jpy = Currency::parse("JPY").unwrap();
         assert_eq!(r.values[0], Value::Money(Money::from_minor(2999, jpy)));
         assert_eq!(r.values[2], Value::Null);
-        assert_eq!(r.values[3], Value::Timestamp(Timestamp::from_second(1_764_306_000).unwrap()));
+        assert_eq!(r.values[3], Value::Timestamp(Timestamp::from_second(1_795_842_000).unwrap()));
         assert_eq!(m.field_val(&schema, &r, "amount"), Val::Money(Money::from_minor(2999, jpy), Major(false)));
         assert_eq!(m.field_val(&schema, &r, "status"), Val::Null);
     }

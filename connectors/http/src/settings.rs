@@ -74,6 +74,11 @@ pub struct HttpSettings {
     /// or `milliseconds`. Text is read as RFC 3339 or a date.
     #[serde(default)]
     pub timestamp_unit: TimestampUnit,
+    /// Whether a date and time without an offset (`2026-11-28 10:00:00`,
+    /// Pipedrive's `add_time`) is UTC, as the API documents; default
+    /// `false`: such text is refused rather than guessed.
+    #[serde(default)]
+    pub naive_timestamps_are_utc: bool,
     /// The request that lists the records of a window.
     pub list: ListSettings,
     /// How records are fetched by external ID, to confirm discrepancies at
@@ -686,6 +691,7 @@ impl HttpSettings {
                 TimestampUnit::Milliseconds => Unit::Milliseconds,
             },
             time_field: cx.time_field,
+            naive_is_utc: self.naive_timestamps_are_utc,
         };
 
         let window_names = Names {

@@ -115,6 +115,13 @@ impl Inner {
     /// missing altogether is a config error naming the path.
     fn records<'a>(&self, records: &Path, answer: &'a Json, endpoint: &str) -> Result<Vec<&'a Json>, ConnectorError> {
         let found = records.all(answer);
+        if let Some(odd) = found.iter().find(|n| !n.is_object()) {
+            return Err(records.failed(
+                &format!("selected {} where each record (a JSON object) should be", kind_of(odd)),
+                endpoint,
+                answer,
+            ));
+        }
         if !found.is_empty() {
             return Ok(found);
         }
