@@ -22,9 +22,11 @@
 //! (`2026-11-28T00:00:00Z`) and `date` (`2026-11-28`, UTC) for instants;
 //! `minor` and `major` for amounts (minor units, `2999`, or a decimal in
 //! major units, `29.99`; the default is the connector's `amount_format`);
-//! `currency` for an amount's currency code; `lower` and `upper` for
-//! letter case; `text` to send a value as a JSON string. An instant without a
-//! format is RFC 3339.
+//! `currency` for an amount's currency code. After it (or alone), one of
+//! `text` (the value as a JSON string), `lower` or `upper` (the same, in
+//! that letter case): `{{ fields.created | unix_ms | text }}` is
+//! `"1795824000000"`. At most one of each kind, in that order. An instant
+//! without a format is RFC 3339.
 //!
 //! In a JSON body template (a TOML table), a string that is exactly one
 //! placeholder becomes the value's own JSON type: a number for amounts and
@@ -97,8 +99,10 @@ impl Format {
 pub struct Var {
     /// `start`, `fields.amount`, …
     pub name: String,
-    /// The format, if any.
+    /// The value's format (`unix`, `major`, …), if any.
     pub format: Option<Format>,
+    /// `text`, `lower` or `upper` after it, if any: the value as a string.
+    pub text: Option<Format>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,13 +145,11 @@ impl Template {
                 )));
             };
             let inner = after[..close].trim();
-            let (name, format) = match inner.split_once('|') {
-                Some((n, f)) => (n.trim(), Some(f.trim())),
-                None => (inner, None),
-            };
-            let format = match format {
-                None => None,
-                Some(f) => Some(Format::parse(f).ok_or_else(|| {
+            let mut pieces = inner.split('|').map(str::trim);
+            let name = pieces.next().unwrap_or("");
+            let (mut format, mut as_text) = (None, None);
+            for f in pieces {
+                let parsed = Format::parse(f).ok_or_else(|| {
                     ConnectorError::Config(format!(
                         "{key} = {text:?}: unknown format `{f}` in {{{{ {inner} }}}}; formats are {}",
                         Format::ALL
@@ -156,8 +158,19 @@ impl Template {
                             .collect::<Vec<_>>()
                             .join(", ")
                     ))
-                })?),
-            };
+                })?;
+                let textual = matches!(parsed, Format::Text | Format::Lower | Format::Upper);
+                if as_text.is_some() || (!textual && format.is_some()) {
+                    return Err(ConnectorError::Config(format!(
+                        "{key} = {text:?}: {{{{ {inner} }}}} has too many formats; use at most one value format (unix, unix_ms, rfc3339, date, minor, major, currency) followed by at most one of text, lower, upper"
+                    )));
+                }
+                if textual {
+                    as_text = Some(parsed);
+                } else {
+                    format = Some(parsed);
+                }
+            }
             let known = names.exact.contains(&name)
                 || name
                     .strip_prefix("fields.")
@@ -177,6 +190,7 @@ impl Template {
             parts.push(Part::Var(Var {
                 name: name.to_string(),
                 format,
+                text: as_text,
             }));
             rest = &after[close + 2..];
         }
@@ -303,7 +317,7 @@ fn number(text: &str) -> Result<Json, String> {
 
 fn time_text(t: Timestamp, f: Option<Format>) -> Result<String, String> {
     Ok(match f {
-        None | Some(Format::Rfc3339) | Some(Format::Text) => recon_core::format_timestamp(t),
+        None | Some(Format::Rfc3339) => recon_core::format_timestamp(t),
         Some(Format::Unix) => t.as_second().to_string(),
         Some(Format::UnixMs) => t.as_millisecond().to_string(),
         Some(Format::Date) => t.strftime("%Y-%m-%d").to_string(),
@@ -316,7 +330,7 @@ fn money_text(m: &Money, major: Major, f: Option<Format>) -> Result<String, Stri
         Some(Format::Minor) => m.minor.to_string(),
         Some(Format::MajorUnits) => m.to_major_string(),
         Some(Format::Currency) => m.currency.code().to_string(),
-        None | Some(Format::Text) => {
+        None => {
             if major.0 {
                 m.to_major_string()
             } else {
@@ -332,9 +346,15 @@ fn as_text(v: &Val, var: &Var) -> Result<String, String> {
     let fail = |e: String| format!("{{{{ {} }}}}: {e}", var.name);
     let text = match v {
         Val::Null => String::new(),
+        Val::Time(t) => time_text(*t, f).map_err(fail)?,
+        Val::Money(m, major) => money_text(m, *major, f).map_err(fail)?,
+        _ if f.is_some() => {
+            return Err(fail(format!(
+                "format {:?} does not apply to this value",
+                f.unwrap_or(Format::Text)
+            )))
+        }
         Val::Text(s) | Val::Number(s) => s.clone(),
-        Val::Time(t) => return time_text(*t, f).map_err(fail),
-        Val::Money(m, major) => return money_text(m, *major, f).map_err(fail),
         Val::Json(Json::Array(items)) => items
             .iter()
             .map(|i| match i {
@@ -346,31 +366,36 @@ fn as_text(v: &Val, var: &Var) -> Result<String, String> {
         Val::Json(Json::String(s)) => s.clone(),
         Val::Json(other) => other.to_string(),
     };
-    Ok(match f {
+    Ok(match var.text {
         Some(Format::Lower) => text.to_lowercase(),
         Some(Format::Upper) => text.to_uppercase(),
-        None | Some(Format::Text) => text,
-        Some(other) => return Err(fail(format!("format {other:?} does not apply to text"))),
+        _ => text,
     })
 }
 
 fn as_json(v: &Val, var: &Var) -> Result<Json, String> {
     let f = var.format;
     let fail = |e: String| format!("{{{{ {} }}}}: {e}", var.name);
-    Ok(match (v, f) {
-        (Val::Null, _) => Json::Null,
-        (_, Some(Format::Text | Format::Lower | Format::Upper)) => Json::String(as_text(v, var)?),
-        (Val::Text(s), _) => Json::String(s.clone()),
-        (Val::Number(n), _) => number(n).map_err(fail)?,
-        (Val::Time(t), Some(Format::Unix | Format::UnixMs)) => {
+    if var.text.is_some() {
+        return Ok(match v {
+            Val::Null => Json::Null,
+            _ => Json::String(as_text(v, var)?),
+        });
+    }
+    Ok(match v {
+        Val::Null => Json::Null,
+        Val::Time(t) if matches!(f, Some(Format::Unix | Format::UnixMs)) => {
             number(&time_text(*t, f).map_err(fail)?).map_err(fail)?
         }
-        (Val::Time(t), _) => Json::String(time_text(*t, f).map_err(fail)?),
-        (Val::Money(m, major), Some(Format::Currency)) => {
+        Val::Time(t) => Json::String(time_text(*t, f).map_err(fail)?),
+        Val::Money(m, major) if f == Some(Format::Currency) => {
             Json::String(money_text(m, *major, f).map_err(fail)?)
         }
-        (Val::Money(m, major), _) => number(&money_text(m, *major, f).map_err(fail)?).map_err(fail)?,
-        (Val::Json(j), _) => j.clone(),
+        Val::Money(m, major) => number(&money_text(m, *major, f).map_err(fail)?).map_err(fail)?,
+        _ if f.is_some() => Json::String(as_text(v, var)?),
+        Val::Text(s) => Json::String(s.clone()),
+        Val::Number(n) => number(n).map_err(fail)?,
+        Val::Json(j) => j.clone(),
     })
 }
 
@@ -454,12 +479,14 @@ mod tests {
             "currency": "{{fields.amount|currency}}",
             "note": "{{fields.note}}",
             "label": "charge {{key}} of {{fields.amount|major}} {{fields.amount|currency|lower}}",
+            "stamp": "{{ fields.amount | minor | text }}",
             "fixed": [1, true],
         });
-        // `|currency|lower` is not one format: refused.
-        assert!(JsonTemplate::parse("create.body", &body, names).is_err());
-        let mut body = body;
-        body["label"] = json!("charge {{key}} of {{fields.amount|major}} {{fields.amount|currency}}");
+        // Two value formats are refused.
+        let mut twice = body.clone();
+        twice["label"] = json!("{{fields.amount|major|minor}}");
+        let e = JsonTemplate::parse("create.body", &twice, names).unwrap_err().to_string();
+        assert!(e.contains("create.body.label") && e.contains("too many formats"), "{e}");
         let t = JsonTemplate::parse("create.body", &body, names).unwrap();
         let usd = Currency::parse("USD").unwrap();
         let m = Money::parse_minor("90071992547409931", usd).unwrap();
@@ -476,7 +503,8 @@ mod tests {
         assert_eq!(out["minor"].to_string(), "90071992547409931");
         assert_eq!(out["currency"], json!("USD"));
         assert_eq!(out["note"], Json::Null);
-        assert_eq!(out["label"], json!("charge ch_1 of 900719925474099.31 USD"));
+        assert_eq!(out["label"], json!("charge ch_1 of 900719925474099.31 usd"));
+        assert_eq!(out["stamp"], json!("90071992547409931"));
         assert_eq!(out["fixed"], json!([1, true]));
     }
 
