@@ -144,8 +144,7 @@ impl Api {
                 }))
             }
         };
-        let mut headers: Vec<(String, String)> =
-            vec![("Accept".into(), "application/json".into())];
+        let mut headers: Vec<(String, String)> = vec![("Accept".into(), "application/json".into())];
         headers.extend(settings.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut http = HttpClient::with_auth(provider, policy, auth, headers).map_err(config)?;
         if !settings.retry_statuses.is_empty() {
@@ -327,7 +326,10 @@ mod tests {
 
     #[test]
     fn the_ietf_combined_header_is_read_in_both_draft_forms() {
-        assert_eq!(combined("limit=100, remaining=50, reset=30"), (Some(50), Some(30)));
+        assert_eq!(
+            combined("limit=100, remaining=50, reset=30"),
+            (Some(50), Some(30))
+        );
         assert_eq!(combined("\"default\";r=7;t=2"), (Some(7), Some(2)));
     }
 }

@@ -61,7 +61,12 @@ impl Mapping {
     }
 
     /// The canonical record of `record`, the JSON of one object.
-    pub fn to_record(&self, record: &Json, endpoint: &str, noun: &str) -> Result<Record, ConnectorError> {
+    pub fn to_record(
+        &self,
+        record: &Json,
+        endpoint: &str,
+        noun: &str,
+    ) -> Result<Record, ConnectorError> {
         let key = self.key_of(record, endpoint)?;
         let bad = |p: &Path, message: String| ConnectorError::Malformed {
             location: Location(format!("{noun} {key}")),
@@ -73,21 +78,24 @@ impl Mapping {
             let value = match (kind, raw) {
                 (_, None | Some(Json::Null)) => Value::Null,
                 (FieldKind::Money, Some(a)) => {
-                    let text = scalar_text(a).ok_or_else(|| {
-                        bad(p, format!("is {}, not an amount", kind_of(a)))
-                    })?;
+                    let text = scalar_text(a)
+                        .ok_or_else(|| bad(p, format!("is {}, not an amount", kind_of(a))))?;
                     let cp = self.currency.as_ref().ok_or_else(|| {
-                        bad(p, "an amount needs a currency: set `currency` to its JSONPath".into())
+                        bad(
+                            p,
+                            "an amount needs a currency: set `currency` to its JSONPath".into(),
+                        )
                     })?;
-                    let code = match cp.first(record) {
-                        Some(Json::String(c)) if !c.is_empty() => c.clone(),
-                        _ => {
-                            return Err(bad(
+                    let code =
+                        match cp.first(record) {
+                            Some(Json::String(c)) if !c.is_empty() => c.clone(),
+                            _ => return Err(bad(
                                 cp,
-                                format!("is missing or not a currency code; amount `{text}` needs one"),
-                            ))
-                        }
-                    };
+                                format!(
+                                    "is missing or not a currency code; amount `{text}` needs one"
+                                ),
+                            )),
+                        };
                     let c = Currency::parse(&code).map_err(|e| bad(cp, e.to_string()))?;
                     Value::Money(
                         parse::money(&text, c, self.amount_format)
@@ -99,7 +107,10 @@ impl Mapping {
                 }
                 (FieldKind::Currency, Some(Json::String(_))) => Value::Null,
                 (FieldKind::Currency, Some(other)) => {
-                    return Err(bad(p, format!("is {}, not a currency code", kind_of(other))))
+                    return Err(bad(
+                        p,
+                        format!("is {}, not a currency code", kind_of(other)),
+                    ))
                 }
                 (FieldKind::Integer, Some(n)) => {
                     let text = scalar_text(n)
@@ -120,7 +131,10 @@ impl Mapping {
                 (FieldKind::Text, Some(other)) => {
                     return Err(bad(
                         p,
-                        format!("is {}; point the path at a string inside it", kind_of(other)),
+                        format!(
+                            "is {}; point the path at a string inside it",
+                            kind_of(other)
+                        ),
                     ))
                 }
             };
@@ -138,7 +152,9 @@ impl Mapping {
             None | Some(Value::Null) => Val::Null,
             Some(Value::Text(s)) => Val::Text(s.clone()),
             Some(Value::Integer(n)) => Val::Number(n.to_string()),
-            Some(Value::Money(m)) => Val::Money(*m, Major(self.amount_format == AmountFormat::Major)),
+            Some(Value::Money(m)) => {
+                Val::Money(*m, Major(self.amount_format == AmountFormat::Major))
+            }
             Some(Value::Currency(c)) => Val::Text(c.code().to_string()),
             Some(Value::Timestamp(t)) => Val::Time(*t),
         }
@@ -222,7 +238,10 @@ mod tests {
             .unwrap();
         assert_eq!(r.key, "42");
         let usd = Currency::parse("USD").unwrap();
-        assert_eq!(r.values[0], Value::Money(Money::from_minor(9_007_199_254_740_993, usd)));
+        assert_eq!(
+            r.values[0],
+            Value::Money(Money::from_minor(9_007_199_254_740_993, usd))
+        );
         assert_eq!(r.values[1], Value::Currency(usd));
         assert_eq!(r.values[2], Value::Text("true".into()));
         assert_eq!(
@@ -245,8 +264,14 @@ mod tests {
         let jpy = Currency::parse("JPY").unwrap();
         assert_eq!(r.values[0], Value::Money(Money::from_minor(2999, jpy)));
         assert_eq!(r.values[2], Value::Null);
-        assert_eq!(r.values[3], Value::Timestamp(Timestamp::from_second(1_795_842_000).unwrap()));
-        assert_eq!(m.field_val(&schema, &r, "amount"), Val::Money(Money::from_minor(2999, jpy), Major(false)));
+        assert_eq!(
+            r.values[3],
+            Value::Timestamp(Timestamp::from_second(1_795_842_000).unwrap())
+        );
+        assert_eq!(
+            m.field_val(&schema, &r, "amount"),
+            Val::Money(Money::from_minor(2999, jpy), Major(false))
+        );
         assert_eq!(m.field_val(&schema, &r, "status"), Val::Null);
     }
 
@@ -263,12 +288,22 @@ mod tests {
             )
             .unwrap_err()
             .to_string();
-        assert!(e.contains("order o1") && e.contains("fields.amount = \"$.price.amount\""), "{e}");
+        assert!(
+            e.contains("order o1") && e.contains("fields.amount = \"$.price.amount\""),
+            "{e}"
+        );
         let e = m
-            .to_record(&parse(r#"{"id": "o2", "status": {"a": 1}}"#), "GET /orders", "order")
+            .to_record(
+                &parse(r#"{"id": "o2", "status": {"a": 1}}"#),
+                "GET /orders",
+                "order",
+            )
             .unwrap_err()
             .to_string();
-        assert!(e.contains("fields.status") && e.contains("an object"), "{e}");
+        assert!(
+            e.contains("fields.status") && e.contains("an object"),
+            "{e}"
+        );
         let e = m
             .to_record(&parse(r#"{"uuid": "o3"}"#), "GET /orders", "order")
             .unwrap_err()

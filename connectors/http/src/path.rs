@@ -105,14 +105,28 @@ mod tests {
 
     #[test]
     fn bad_paths_and_failed_lookups_name_the_key_and_show_the_answer() {
-        let e = Path::parse("fields.amount", "amount").unwrap_err().to_string();
-        assert!(e.contains("fields.amount") && e.contains("\"amount\"") && e.contains("RFC 9535"), "{e}");
+        let e = Path::parse("fields.amount", "amount")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fields.amount") && e.contains("\"amount\"") && e.contains("RFC 9535"),
+            "{e}"
+        );
         let p = Path::parse("list.records", "$.items[*]").unwrap();
         let long = "x".repeat(500);
         let e = p
-            .failed("matched nothing", "GET /v1/charges", &json!({"data": [], "pad": long}))
+            .failed(
+                "matched nothing",
+                "GET /v1/charges",
+                &json!({"data": [], "pad": long}),
+            )
             .to_string();
-        assert!(e.contains("list.records = \"$.items[*]\" matched nothing in the answer of GET /v1/charges"), "{e}");
+        assert!(
+            e.contains(
+                "list.records = \"$.items[*]\" matched nothing in the answer of GET /v1/charges"
+            ),
+            "{e}"
+        );
         assert!(e.contains("{\"data\":[]"), "{e}");
         assert!(e.len() < 500, "the answer is cut at 200 bytes: {e}");
     }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use recon_core::http::Method;
 use recon_core::parse::{positive_duration, Unit};
 use recon_core::{
-    AmountFormat, BuildContext, ConnectorConfig, ConnectorError, Expand, FieldKind, Secret,
-    Source, Target, TargetRole,
+    AmountFormat, BuildContext, ConnectorConfig, ConnectorError, Expand, FieldKind, Secret, Source,
+    Target, TargetRole,
 };
 use serde::Deserialize;
 use serde_json::Value as Json;
@@ -485,7 +485,12 @@ impl RequestSpec {
         let path_t = Template::parse(&format!("{key}.path"), path, names)?;
         let query = query
             .iter()
-            .map(|(k, v)| Ok((k.clone(), Template::parse(&format!("{key}.query.{k}"), v, names)?)))
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    Template::parse(&format!("{key}.query.{k}"), v, names)?,
+                ))
+            })
             .collect::<Result<Vec<_>, ConnectorError>>()?;
         let body = body
             .map(|b| JsonTemplate::parse(&format!("{key}.body"), b, names))
@@ -1016,15 +1021,23 @@ fn write_spec(
                 result_key: p("result_key", &b.result_key)?,
                 created: b.created.as_deref().map(|t| p("created", t)).transpose()?,
                 errors: b.errors.as_deref().map(|t| p("errors", t)).transpose()?,
-                error_keys: b.error_keys.as_deref().map(|t| p("error_keys", t)).transpose()?,
-                error_message: p("error_message", b.error_message.as_deref().unwrap_or("$.message"))?,
+                error_keys: b
+                    .error_keys
+                    .as_deref()
+                    .map(|t| p("error_keys", t))
+                    .transpose()?,
+                error_message: p(
+                    "error_message",
+                    b.error_message.as_deref().unwrap_or("$.message"),
+                )?,
                 idempotency_header: b.idempotency_header.clone(),
             })
         })
         .transpose()?;
     if create.is_none() && batch.is_none() {
         return Err(ConnectorError::Config(
-            "write: declare write.create (one record per request) or write.batch (many), or both".into(),
+            "write: declare write.create (one record per request) or write.batch (many), or both"
+                .into(),
         ));
     }
     if w.batch_size == 0 {

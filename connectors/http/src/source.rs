@@ -48,7 +48,10 @@ const MAX_PAGES: u64 = 1_000_000;
 
 impl HttpSource {
     /// Builds the source (no call is made).
-    pub fn new(settings: &HttpSettings, cx: BuildContext<'_>) -> Result<HttpSource, ConnectorError> {
+    pub fn new(
+        settings: &HttpSettings,
+        cx: BuildContext<'_>,
+    ) -> Result<HttpSource, ConnectorError> {
         let spec = settings.spec(cx)?;
         let api = Api::new(settings, spec.rate)?;
         Ok(HttpSource {
@@ -78,14 +81,24 @@ impl Inner {
     }
 
     /// Renders `r` with `lookup`; errors name the template.
-    pub fn render(&self, r: &RequestSpec, lookup: &dyn Fn(&str) -> Val) -> Result<Request, ConnectorError> {
-        let fail = |what: &str, e: String| {
-            ConnectorError::Config(format!("{} ({what}): {e}", r.label))
-        };
-        let path = r.path.render(lookup, path_segment).map_err(|e| fail("path", e))?;
+    pub fn render(
+        &self,
+        r: &RequestSpec,
+        lookup: &dyn Fn(&str) -> Val,
+    ) -> Result<Request, ConnectorError> {
+        let fail =
+            |what: &str, e: String| ConnectorError::Config(format!("{} ({what}): {e}", r.label));
+        let path = r
+            .path
+            .render(lookup, path_segment)
+            .map_err(|e| fail("path", e))?;
         let mut query = Vec::with_capacity(r.query.len());
         for (k, t) in &r.query {
-            query.push((k.clone(), t.render(lookup, |s| s.to_string()).map_err(|e| fail(k, e))?));
+            query.push((
+                k.clone(),
+                t.render(lookup, |s| s.to_string())
+                    .map_err(|e| fail(k, e))?,
+            ));
         }
         let body = r
             .body
@@ -107,17 +120,31 @@ impl Inner {
         headers: &[(String, String)],
     ) -> Result<(Json, ResponseMeta), HttpError> {
         self.api
-            .call(req.method.clone(), &req.url, &req.query, req.body.as_ref(), headers)
+            .call(
+                req.method.clone(),
+                &req.url,
+                &req.query,
+                req.body.as_ref(),
+                headers,
+            )
             .await
     }
 
     /// The records `records` selects in `answer`; an answer whose list is
     /// missing altogether is a config error naming the path.
-    fn records<'a>(&self, records: &Path, answer: &'a Json, endpoint: &str) -> Result<Vec<&'a Json>, ConnectorError> {
+    fn records<'a>(
+        &self,
+        records: &Path,
+        answer: &'a Json,
+        endpoint: &str,
+    ) -> Result<Vec<&'a Json>, ConnectorError> {
         let found = records.all(answer);
         if let Some(odd) = found.iter().find(|n| !n.is_object()) {
             return Err(records.failed(
-                &format!("selected {} where each record (a JSON object) should be", kind_of(odd)),
+                &format!(
+                    "selected {} where each record (a JSON object) should be",
+                    kind_of(odd)
+                ),
                 endpoint,
                 answer,
             ));
@@ -129,7 +156,10 @@ impl Inner {
             Some((Some(Json::Array(_)), _)) => Ok(found),
             Some((Some(Json::Object(ref o)), _)) if o.is_empty() => Ok(found),
             Some((Some(other), _)) => Err(records.failed(
-                &format!("found {} where a list of records should be", kind_of(&other)),
+                &format!(
+                    "found {} where a list of records should be",
+                    kind_of(&other)
+                ),
                 endpoint,
                 answer,
             )),
@@ -155,7 +185,8 @@ impl Inner {
         match next {
             Next::First => req.query.extend(first_params(&spec.paging)),
             Next::Params(extra) => {
-                req.query.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+                req.query
+                    .retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
                 req.query.extend(extra.iter().cloned());
             }
             Next::Url(u) => {
@@ -251,9 +282,14 @@ impl Inner {
                 let id = match last_id.first(last) {
                     Some(Json::String(s)) if !s.is_empty() => s.clone(),
                     Some(Json::Number(n)) => n.to_string(),
-                    _ => return Err(last_id.failed("matched no ID in the last record", label, last)),
+                    _ => {
+                        return Err(last_id.failed("matched no ID in the last record", label, last))
+                    }
                 };
-                Some(Next::Params(vec![(param.clone(), seen(id, "list.paging.last_id")?)]))
+                Some(Next::Params(vec![(
+                    param.clone(),
+                    seen(id, "list.paging.last_id")?,
+                )]))
             }
             Paging::NextCursor { param, cursor } => match cursor.first(answer) {
                 None | Some(Json::Null) => None,
@@ -278,9 +314,8 @@ impl Inner {
                 None | Some(Json::Null) => None,
                 Some(Json::String(s)) if s.is_empty() => None,
                 Some(Json::String(s)) => {
-                    let url = resolve(&req.url, s).ok_or_else(|| {
-                        next.failed("found no URL", label, answer)
-                    })?;
+                    let url = resolve(&req.url, s)
+                        .ok_or_else(|| next.failed("found no URL", label, answer))?;
                     Some(Next::Url(seen(url, "list.paging.next")?))
                 }
                 Some(other) => {
@@ -365,7 +400,10 @@ impl Inner {
 
     /// The looked-up records of `keys` with their JSON, by the declared
     /// lookup; `None` when none is declared.
-    pub async fn lookup_json(&self, keys: &[String]) -> Result<Option<Vec<(Record, Json)>>, ConnectorError> {
+    pub async fn lookup_json(
+        &self,
+        keys: &[String],
+    ) -> Result<Option<Vec<(Record, Json)>>, ConnectorError> {
         let Some(lookup) = &self.spec.lookup else {
             return Ok(None);
         };
@@ -385,9 +423,14 @@ impl Inner {
                             match self.send(&req, &[]).await {
                                 Ok((answer, _)) => {
                                     let Some(node) = record.first(&answer) else {
-                                        return Err(record.failed("matched nothing", &label, &answer));
+                                        return Err(record.failed(
+                                            "matched nothing",
+                                            &label,
+                                            &answer,
+                                        ));
                                     };
-                                    let r = self.spec.mapping.to_record(node, &label, &self.noun())?;
+                                    let r =
+                                        self.spec.mapping.to_record(node, &label, &self.noun())?;
                                     Ok(Some((r, node.clone())))
                                 }
                                 Err(HttpError::Status { status: 404, .. }) => Ok(None),
@@ -574,7 +617,11 @@ impl Source for HttpSource {
         let (page, _) = inner
             .page(window, &Next::First, &mut PageState::default())
             .await?;
-        let mut probe = Probe::reached(format!("{} at {}", self.describe(), recon_core::redact_url(&spec.base_url)));
+        let mut probe = Probe::reached(format!(
+            "{} at {}",
+            self.describe(),
+            recon_core::redact_url(&spec.base_url)
+        ));
         probe.authenticated = true;
         let (n, per) = spec.rate;
         probe = probe.limit(format!(
@@ -619,7 +666,9 @@ impl Source for HttpSource {
             None => {
                 probe = probe.limit("no record in the last 7 days (lookup not tried)".to_string());
                 if spec.lookup.is_none() {
-                    probe = probe.limit("no lookup declared: edge confirmation is off for this side".to_string());
+                    probe = probe.limit(
+                        "no lookup declared: edge confirmation is off for this side".to_string(),
+                    );
                 }
             }
         }
@@ -629,7 +678,10 @@ impl Source for HttpSource {
 
 /// The records of `found` by key.
 pub(crate) fn by_key(found: Vec<(Record, Json)>) -> HashMap<String, (Record, Json)> {
-    found.into_iter().map(|(r, j)| (r.key.clone(), (r, j))).collect()
+    found
+        .into_iter()
+        .map(|(r, j)| (r.key.clone(), (r, j)))
+        .collect()
 }
 
 /// The first 200 scrubbed bytes of an answer, for messages.

@@ -13,12 +13,12 @@
 
 use std::collections::HashMap;
 
+use futures_core::stream::BoxStream;
 use recon_core::http::HttpError;
 use recon_core::{
     format_timestamp, ConnectorError, Page, Probe, Record, Source, Target, Value, Window,
     WriteMode, WriteOutcome,
 };
-use futures_core::stream::BoxStream;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
@@ -53,8 +53,9 @@ impl HttpTarget {
 }
 
 /// recon's deterministic idempotency key of one record's create: `recon-`
-/// + hex SHA-256 of the API's create template, the external ID and the
-/// record's time (RFC 3339 UTC, empty without one), NUL-separated.
+/// followed by the hex SHA-256 of the API's create template, the external
+/// ID and the record's time (RFC 3339 UTC, empty without one),
+/// NUL-separated.
 pub fn idempotency_key(scope: &str, key: &str, created: Option<&str>) -> String {
     let mut h = Sha256::new();
     h.update(scope.as_bytes());
@@ -196,7 +197,11 @@ impl Inner {
     }
 
     /// One batch request for `records`; an outcome per record, in order.
-    async fn batch(&self, b: &BatchSpec, records: &[&Record]) -> Result<Vec<WriteOutcome>, ConnectorError> {
+    async fn batch(
+        &self,
+        b: &BatchSpec,
+        records: &[&Record],
+    ) -> Result<Vec<WriteOutcome>, ConnectorError> {
         let label = b.request.label.clone();
         let items = records
             .iter()
@@ -228,7 +233,10 @@ impl Inner {
                     "{label} refused the batch with {status}{}: {message}",
                     body_code.map(|c| format!(" ({c})")).unwrap_or_default()
                 );
-                return Ok(records.iter().map(|_| WriteOutcome::Failed(m.clone())).collect());
+                return Ok(records
+                    .iter()
+                    .map(|_| WriteOutcome::Failed(m.clone()))
+                    .collect());
             }
             Err(e) => return Err(lost(e)),
         };
@@ -237,7 +245,13 @@ impl Inner {
             let key = match b.result_key.first(result) {
                 Some(Json::String(s)) => s.clone(),
                 Some(Json::Number(n)) => n.to_string(),
-                _ => return Err(b.result_key.failed("matched no external ID in a result", &label, result)),
+                _ => {
+                    return Err(b.result_key.failed(
+                        "matched no external ID in a result",
+                        &label,
+                        result,
+                    ))
+                }
             };
             let outcome = match &b.created {
                 None => WriteOutcome::Created,
@@ -319,7 +333,11 @@ impl Target for HttpTarget {
         let name = &inner.spec.name;
         let how = match w.uniqueness {
             Uniqueness::UniqueField => {
-                if !w.outcomes.iter().any(|o| o.outcome == RuleOutcome::Unchanged) {
+                if !w
+                    .outcomes
+                    .iter()
+                    .any(|o| o.outcome == RuleOutcome::Unchanged)
+                {
                     return Err(ConnectorError::NotIdempotent(format!(
                         "{name}: write.uniqueness = \"unique_field\" says the API refuses a second record with the same key, but no write.outcomes rule says which answer that is; add e.g. write.outcomes = [{{ status = 409, outcome = \"unchanged\" }}] (the API's documented conflict answer), or declare another uniqueness"
                     )));
@@ -329,7 +347,9 @@ impl Target for HttpTarget {
             Uniqueness::UpsertByKey => "an upsert-by-key endpoint",
             Uniqueness::IdempotencyKeyAndLookup => {
                 let header = w.create.as_ref().is_some_and(|(_, h)| h.is_some())
-                    || w.batch.as_ref().is_some_and(|b| b.idempotency_header.is_some());
+                    || w.batch
+                        .as_ref()
+                        .is_some_and(|b| b.idempotency_header.is_some());
                 if inner.spec.lookup.is_none() || !header {
                     return Err(ConnectorError::NotIdempotent(format!(
                         "{name}: write.uniqueness = \"idempotency_key_and_lookup\" needs both a [lookup] (each key is looked up before it is created) and write.create.idempotency_header (the header the API deduplicates by, e.g. \"Idempotency-Key\"); {} is missing",
@@ -403,7 +423,8 @@ impl Target for HttpTarget {
                 let mut o = inner.create_one(w, create, r).await?;
                 // Without a lookup an existing record shows as the API's
                 // conflict answer: in upsert mode, update it by key.
-                if let (WriteOutcome::Unchanged, WriteMode::Upsert, Some(u)) = (&o, mode, &w.update) {
+                if let (WriteOutcome::Unchanged, WriteMode::Upsert, Some(u)) = (&o, mode, &w.update)
+                {
                     if !u.uses("target_id") {
                         o = inner.update_one(w, u, r, None).await?;
                     }
@@ -418,7 +439,11 @@ impl Target for HttpTarget {
     }
 
     fn write_batch(&self) -> usize {
-        self.inner().spec.write.as_ref().map_or(100, |w| w.batch_size)
+        self.inner()
+            .spec
+            .write
+            .as_ref()
+            .map_or(100, |w| w.batch_size)
     }
 
     fn as_source(&self) -> &dyn Source {
@@ -433,9 +458,15 @@ mod tests {
     #[test]
     fn idempotency_keys_are_deterministic_and_differ_by_key_and_time() {
         let a = idempotency_key("POST /v1/records", "r1", Some("2026-11-28T00:00:00Z"));
-        assert_eq!(a, idempotency_key("POST /v1/records", "r1", Some("2026-11-28T00:00:00Z")));
+        assert_eq!(
+            a,
+            idempotency_key("POST /v1/records", "r1", Some("2026-11-28T00:00:00Z"))
+        );
         assert!(a.starts_with("recon-") && a.len() == 6 + 64, "{a}");
-        assert_ne!(a, idempotency_key("POST /v1/records", "r2", Some("2026-11-28T00:00:00Z")));
+        assert_ne!(
+            a,
+            idempotency_key("POST /v1/records", "r2", Some("2026-11-28T00:00:00Z"))
+        );
         assert_ne!(a, idempotency_key("POST /v1/records", "r1", None));
     }
 }

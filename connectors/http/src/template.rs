@@ -257,7 +257,11 @@ pub enum JsonTemplate {
 
 impl JsonTemplate {
     /// Parses every string inside `value`, the setting `key`.
-    pub fn parse(key: &str, value: &Json, names: Names<'_>) -> Result<JsonTemplate, ConnectorError> {
+    pub fn parse(
+        key: &str,
+        value: &Json,
+        names: Names<'_>,
+    ) -> Result<JsonTemplate, ConnectorError> {
         Ok(match value {
             Json::String(s) => JsonTemplate::Text(Template::parse(key, s, names)?),
             Json::Array(a) => JsonTemplate::Array(
@@ -268,7 +272,12 @@ impl JsonTemplate {
             ),
             Json::Object(m) => JsonTemplate::Object(
                 m.iter()
-                    .map(|(k, v)| Ok((k.clone(), JsonTemplate::parse(&format!("{key}.{k}"), v, names)?)))
+                    .map(|(k, v)| {
+                        Ok((
+                            k.clone(),
+                            JsonTemplate::parse(&format!("{key}.{k}"), v, names)?,
+                        ))
+                    })
                     .collect::<Result<_, ConnectorError>>()?,
             ),
             other => JsonTemplate::Plain(other.clone()),
@@ -453,11 +462,17 @@ mod tests {
         let e = Template::parse("list.path", "/v1/{{ cursor }}", WINDOW)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("list.path") && e.contains("cursor") && e.contains("start, end"), "{e}");
+        assert!(
+            e.contains("list.path") && e.contains("cursor") && e.contains("start, end"),
+            "{e}"
+        );
         let e = Template::parse("list.query.from", "{{start|epoch}}", WINDOW)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("list.query.from") && e.contains("epoch") && e.contains("unix_ms"), "{e}");
+        assert!(
+            e.contains("list.query.from") && e.contains("epoch") && e.contains("unix_ms"),
+            "{e}"
+        );
         let e = Template::parse("list.query.from", "{{start", WINDOW)
             .unwrap_err()
             .to_string();
@@ -485,8 +500,13 @@ mod tests {
         // Two value formats are refused.
         let mut twice = body.clone();
         twice["label"] = json!("{{fields.amount|major|minor}}");
-        let e = JsonTemplate::parse("create.body", &twice, names).unwrap_err().to_string();
-        assert!(e.contains("create.body.label") && e.contains("too many formats"), "{e}");
+        let e = JsonTemplate::parse("create.body", &twice, names)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("create.body.label") && e.contains("too many formats"),
+            "{e}"
+        );
         let t = JsonTemplate::parse("create.body", &body, names).unwrap();
         let usd = Currency::parse("USD").unwrap();
         let m = Money::parse_minor("90071992547409931", usd).unwrap();

@@ -239,7 +239,8 @@ async fn faults_are_retried_and_change_nothing() {
         let src = source(&config).await.unwrap();
         assert_eq!(read(src.as_ref(), window()).await.unwrap(), want);
         let after = emu.stats().transport;
-        let n = |s: &recon_http::emulator::Stats, code| s.by_status.get(&code).copied().unwrap_or(0);
+        let n =
+            |s: &recon_http::emulator::Stats, code| s.by_status.get(&code).copied().unwrap_or(0);
         assert_eq!(n(&after, 429) - n(&before, 429), 2);
         assert_eq!(n(&after, 500) - n(&before, 500), 1);
         assert_eq!(n(&after, 503) - n(&before, 503), 1);
@@ -264,19 +265,29 @@ async fn the_declared_rate_is_kept_in_every_window() {
     assert_eq!(s.over_limit, 0, "{s:?}");
     assert_eq!(s.transport.requests, 19, "38 records, 2 per page");
     // 19 requests at 5/s take at least 3.6 s of (virtual) time.
-    assert!(started.elapsed() >= Duration::from_millis(3600), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(3600),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Declared faster than the API allows, but paced by the API's
     // X-RateLimit-Remaining/-Reset: still nothing over the limit.
     let src = source(&github(&emu, "50/s", 2)).await.unwrap();
-    assert_eq!(read(src.as_ref(), window()).await.unwrap(), expected(|id| id.to_string()));
+    assert_eq!(
+        read(src.as_ref(), window()).await.unwrap(),
+        expected(|id| id.to_string())
+    );
     assert_eq!(emu.stats().over_limit, 0, "{:?}", emu.stats());
 
     // Without the headers: the strict counter refuses, the shared policy
     // waits out Retry-After, and the read is still exact.
     let blind = github(&emu, "50/s", 2).replace("rate_limit_headers = \"x-ratelimit\"\n", "");
     let src = source(&blind).await.unwrap();
-    assert_eq!(read(src.as_ref(), window()).await.unwrap(), expected(|id| id.to_string()));
+    assert_eq!(
+        read(src.as_ref(), window()).await.unwrap(),
+        expected(|id| id.to_string())
+    );
     assert!(emu.stats().over_limit > 0, "{:?}", emu.stats());
     emu.shutdown().await;
 }
@@ -359,8 +370,14 @@ async fn config_errors_name_the_key_the_path_and_the_answer() {
             vec!["fields.created = \"created_at\" is not a JSONPath"],
         ),
         (
-            base.replace("start_time = \"{{ start | unix }}\", end_time = \"{{ end | unix }}\", ", ""),
-            vec!["list: the request does not use the window", "list.window = \"client\""],
+            base.replace(
+                "start_time = \"{{ start | unix }}\", end_time = \"{{ end | unix }}\", ",
+                "",
+            ),
+            vec![
+                "list: the request does not use the window",
+                "list.window = \"client\"",
+            ],
         ),
     ] {
         let e = match source(&config).await {

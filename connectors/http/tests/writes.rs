@@ -102,13 +102,19 @@ async fn creates_once_through_reruns_lost_answers_and_conflicts() {
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
     let t = target(&records_api(&emu, true, RULES)).await.unwrap();
     t.check_idempotent().await.unwrap();
-    let first: Vec<Record> = (1..=5).map(|i| record(&format!("r{i}"), i * 100, "paid")).collect();
+    let first: Vec<Record> = (1..=5)
+        .map(|i| record(&format!("r{i}"), i * 100, "paid"))
+        .collect();
     let out = t.write(&first, WriteMode::Insert).await.unwrap();
     assert_eq!(out, vec![WriteOutcome::Created; 5]);
     assert_eq!(emu.stats().creates, 5);
     let r1 = &emu.records()[0];
     assert_eq!(r1["external_id"], json!("r1"));
-    assert_eq!(r1["amount"].to_string(), "100", "minor units as a JSON integer");
+    assert_eq!(
+        r1["amount"].to_string(),
+        "100",
+        "minor units as a JSON integer"
+    );
     assert_eq!(r1["currency"], json!("USD"));
     assert_eq!(r1["created"].to_string(), "1795824100");
 
@@ -120,7 +126,9 @@ async fn creates_once_through_reruns_lost_answers_and_conflicts() {
     // Lost answers: the work is done and the answer lost (a 500, then a
     // dropped connection); the retries carry the same Idempotency-Key and
     // get the first answer replayed.
-    let next: Vec<Record> = (6..=8).map(|i| record(&format!("r{i}"), i * 100, "paid")).collect();
+    let next: Vec<Record> = (6..=8)
+        .map(|i| record(&format!("r{i}"), i * 100, "paid"))
+        .collect();
     // Requests 0-2 are the three lookups; 3 is r6's create, 5 is r7's.
     emu.set_faults(vec![
         fault(TransportFault::ServerErrorAfterWork, 3, 1),
@@ -137,7 +145,9 @@ async fn creates_once_through_reruns_lost_answers_and_conflicts() {
     let out = t.write(&mixed, WriteMode::Insert).await.unwrap();
     assert_eq!(out[0], WriteOutcome::Created);
     match &out[1] {
-        WriteOutcome::Failed(m) => assert!(m.contains("422") && m.contains("amount_invalid"), "{m}"),
+        WriteOutcome::Failed(m) => {
+            assert!(m.contains("422") && m.contains("amount_invalid"), "{m}")
+        }
         other => panic!("{other:?}"),
     }
 
@@ -165,7 +175,10 @@ async fn without_a_lookup_the_conflict_answer_settles_an_existing_key() {
     let t = target(&records_api(&emu, false, RULES)).await.unwrap();
     t.check_idempotent().await.unwrap();
     let out = t
-        .write(&[record("r1", 100, "paid"), record("r2", 200, "paid")], WriteMode::Insert)
+        .write(
+            &[record("r1", 100, "paid"), record("r2", 200, "paid")],
+            WriteMode::Insert,
+        )
         .await
         .unwrap();
     assert_eq!(out, vec![WriteOutcome::Unchanged, WriteOutcome::Created]);
@@ -195,7 +208,11 @@ async fn a_write_whose_retries_run_out_stops_the_run_and_a_rerun_settles_it() {
         .unwrap_err();
     assert!(matches!(e, ConnectorError::ConnectionLost(_)), "{e}");
     assert!(e.to_string().contains("POST /records"), "{e}");
-    assert_eq!(emu.stats().creates, 1, "the first attempt did the work; the rest were replays");
+    assert_eq!(
+        emu.stats().creates,
+        1,
+        "the first attempt did the work; the rest were replays"
+    );
     emu.set_faults(vec![]);
     let out = t
         .write(&[record("r1", 100, "paid")], WriteMode::Insert)
@@ -211,18 +228,35 @@ async fn the_uniqueness_rule_is_checked_before_any_write() {
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
     let t = target(&records_api(&emu, true, "")).await.unwrap();
     let e = t.check_idempotent().await.unwrap_err().to_string();
-    assert!(e.contains("unique_field") && e.contains("write.outcomes") && e.contains("409"), "{e}");
+    assert!(
+        e.contains("unique_field") && e.contains("write.outcomes") && e.contains("409"),
+        "{e}"
+    );
     let text = records_api(&emu, false, "").replace(
         "uniqueness = \"unique_field\"",
         "uniqueness = \"idempotency_key_and_lookup\"",
     );
-    let e = target(&text).await.unwrap().check_idempotent().await.unwrap_err().to_string();
-    assert!(e.contains("idempotency_key_and_lookup") && e.contains("the lookup"), "{e}");
+    let e = target(&text)
+        .await
+        .unwrap()
+        .check_idempotent()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("idempotency_key_and_lookup") && e.contains("the lookup"),
+        "{e}"
+    );
     let text = records_api(&emu, true, "").replace(
         "uniqueness = \"unique_field\"",
         "uniqueness = \"idempotency_key_and_lookup\"",
     );
-    target(&text).await.unwrap().check_idempotent().await.unwrap();
+    target(&text)
+        .await
+        .unwrap()
+        .check_idempotent()
+        .await
+        .unwrap();
     // A target without [write] cannot be built for writing.
     let text = records_api(&emu, true, RULES);
     let read_only = &text[..text.find("[write]").unwrap()];

@@ -33,9 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use recon_emulator_kit::{Server, Transport};
 /// The kit's fault plan entries and transport faults, for [`Emulator::set_faults`].
 pub use recon_emulator_kit::{Fault, Stats, TransportFault};
+use recon_emulator_kit::{Server, Transport};
 use serde_json::Value as Json;
 use tokio::time::Instant;
 
@@ -122,14 +122,17 @@ impl Shared {
         let (n, interval) = self.config.rate_limit?;
         let now = Instant::now();
         let mut a = self.arrivals.lock().unwrap();
-        while a.front().is_some_and(|t| now.duration_since(*t) >= interval) {
+        while a
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= interval)
+        {
             a.pop_front();
         }
         if a.len() as u64 >= u64::from(n) {
             self.store.lock().unwrap().over_limit += 1;
-            let wait = a
-                .front()
-                .map_or(interval, |t| interval.saturating_sub(now.duration_since(*t)));
+            let wait = a.front().map_or(interval, |t| {
+                interval.saturating_sub(now.duration_since(*t))
+            });
             return Some(wait.as_secs().max(1));
         }
         a.push_back(now);
@@ -141,10 +144,13 @@ impl Shared {
         let (n, interval) = self.config.rate_limit?;
         let now = Instant::now();
         let a = self.arrivals.lock().unwrap();
-        let used = a.iter().filter(|t| now.duration_since(**t) < interval).count() as u32;
-        let reset = a
-            .front()
-            .map_or(interval, |t| interval.saturating_sub(now.duration_since(*t)));
+        let used = a
+            .iter()
+            .filter(|t| now.duration_since(**t) < interval)
+            .count() as u32;
+        let reset = a.front().map_or(interval, |t| {
+            interval.saturating_sub(now.duration_since(*t))
+        });
         Some((n.saturating_sub(used), reset.as_secs().max(1)))
     }
 }

@@ -112,7 +112,11 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request<Body>
     let query: Vec<(String, String)> = parts
         .uri
         .query()
-        .map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .into_owned()
+                .collect()
+        })
         .unwrap_or_default();
     let host = parts
         .headers
@@ -126,7 +130,15 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request<Body>
     } else if !authorized(&shared, &parts.headers, &query) {
         Reply::error(401, "unauthorized", "Invalid or missing credentials")
     } else {
-        route(&shared, &parts.method, &path, &query, &parts.headers, &bytes, &host)
+        route(
+            &shared,
+            &parts.method,
+            &path,
+            &query,
+            &parts.headers,
+            &bytes,
+            &host,
+        )
     };
     let mut reply = reply;
     if let Some((remaining, reset)) = shared.remaining() {
@@ -197,7 +209,11 @@ fn token(shared: &Shared, body: &[u8]) -> Reply {
         );
     }
     let mut store = shared.store.lock().unwrap();
-    let t = format!("emu_at_{}_{:08x}", store.tokens.len() + 1, REQUESTS.load(Ordering::Relaxed) * 2654435761 % 0xffff_ffff);
+    let t = format!(
+        "emu_at_{}_{:08x}",
+        store.tokens.len() + 1,
+        REQUESTS.load(Ordering::Relaxed) * 2654435761 % 0xffff_ffff
+    );
     store.tokens.push(t.clone());
     Reply::json(
         200,
@@ -216,7 +232,11 @@ fn number(query: &[(String, String)], name: &str, default: u64) -> Result<u64, R
     match param(query, name) {
         None => Ok(default),
         Some(v) => v.parse().map_err(|_| {
-            Reply::error(400, "invalid_parameter", &format!("{name} must be a whole number"))
+            Reply::error(
+                400,
+                "invalid_parameter",
+                &format!("{name} must be a whole number"),
+            )
         }),
     }
 }
@@ -225,7 +245,11 @@ fn instant(query: &[(String, String)], name: &str) -> Result<Option<jiff::Timest
     param(query, name)
         .map(|v| {
             v.parse::<jiff::Timestamp>().map_err(|_| {
-                Reply::error(400, "invalid_parameter", &format!("{name} must be an ISO 8601 timestamp"))
+                Reply::error(
+                    400,
+                    "invalid_parameter",
+                    &format!("{name} must be an ISO 8601 timestamp"),
+                )
             })
         })
         .transpose()
@@ -280,7 +304,9 @@ fn link(items: &[Item], query: &[(String, String)], host: &str) -> Result<Reply,
     let page = number(query, "page", 1)?.max(1);
     let matching: Vec<&Item> = items
         .iter()
-        .filter(|i| since.is_none_or(|s| ts(i.created) >= s) && until.is_none_or(|u| ts(i.created) < u))
+        .filter(|i| {
+            since.is_none_or(|s| ts(i.created) >= s) && until.is_none_or(|u| ts(i.created) < u)
+        })
         .collect();
     let last = (matching.len() as u64).div_ceil(per_page).max(1);
     let body: Vec<Json> = matching
@@ -328,7 +354,8 @@ fn offset(items: &[Item], query: &[(String, String)]) -> Result<Reply, Reply> {
         .skip(start as usize)
         .take(limit as usize)
         .map(|i| {
-            let value: serde_json::Number = major(i.amount, &i.currency).parse().unwrap_or(0.into());
+            let value: serde_json::Number =
+                major(i.amount, &i.currency).parse().unwrap_or(0.into());
             json!({
                 "id": format!("it_{}", i.id),
                 "value": value,
@@ -356,7 +383,11 @@ fn page(items: &[Item], query: &[(String, String)]) -> Result<Reply, Reply> {
         param(query, name)
             .map(|v| {
                 v.parse::<jiff::civil::Date>().map_err(|_| {
-                    Reply::error(400, "invalid_parameter", &format!("{name} must be a date YYYY-MM-DD"))
+                    Reply::error(
+                        400,
+                        "invalid_parameter",
+                        &format!("{name} must be a date YYYY-MM-DD"),
+                    )
                 })
             })
             .transpose()
@@ -381,7 +412,8 @@ fn page(items: &[Item], query: &[(String, String)]) -> Result<Reply, Reply> {
         .skip(((page - 1) * per_page) as usize)
         .take(per_page as usize)
         .map(|i| {
-            let amount: serde_json::Number = major(i.amount, &i.currency).parse().unwrap_or(0.into());
+            let amount: serde_json::Number =
+                major(i.amount, &i.currency).parse().unwrap_or(0.into());
             json!({
                 "id": i.id,
                 "amount": amount,
@@ -408,8 +440,12 @@ fn page(items: &[Item], query: &[(String, String)]) -> Result<Reply, Reply> {
 /// Zendesk cursor pagination: `page[size]` (default 100), `page[after]`,
 /// `links.next`, `meta.has_more`; `start_time`/`end_time` in Unix seconds.
 fn next(items: &[Item], query: &[(String, String)], host: &str) -> Result<Reply, Reply> {
-    let start = param(query, "start_time").map(|_| number(query, "start_time", 0)).transpose()?;
-    let end = param(query, "end_time").map(|_| number(query, "end_time", 0)).transpose()?;
+    let start = param(query, "start_time")
+        .map(|_| number(query, "start_time", 0))
+        .transpose()?;
+    let end = param(query, "end_time")
+        .map(|_| number(query, "end_time", 0))
+        .transpose()?;
     let size = number(query, "page[size]", 100)?.clamp(1, 100);
     let after = match param(query, "page[after]") {
         None => None,
@@ -420,7 +456,9 @@ fn next(items: &[Item], query: &[(String, String)], host: &str) -> Result<Reply,
                     let (a, b) = s.split_once(':')?;
                     Some((a.parse::<i64>().ok()?, b.parse::<u64>().ok()?))
                 });
-            Some(raw.ok_or_else(|| Reply::error(400, "invalid_cursor", "page[after] is not a cursor"))?)
+            Some(raw.ok_or_else(|| {
+                Reply::error(400, "invalid_cursor", "page[after] is not a cursor")
+            })?)
         }
     };
     let matching: Vec<&Item> = items
@@ -433,7 +471,9 @@ fn next(items: &[Item], query: &[(String, String)], host: &str) -> Result<Reply,
         .collect();
     let page: Vec<&Item> = matching.iter().take(size as usize).copied().collect();
     let has_more = matching.len() > page.len();
-    let cursor = page.last().map(|i| base64_encode(format!("{}:{}", i.created, i.id).as_bytes()));
+    let cursor = page
+        .last()
+        .map(|i| base64_encode(format!("{}:{}", i.created, i.id).as_bytes()));
     let next = match (&cursor, has_more) {
         (Some(c), true) => {
             let mut q: Vec<(String, String)> = query
@@ -493,7 +533,10 @@ fn create(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Reply {
     let reply = match serde_json::from_slice::<Json>(body) {
         Err(_) => Reply::error(400, "invalid_json", "The body is not JSON"),
         Ok(Json::Object(mut o)) => {
-            let ext = o.get("external_id").and_then(Json::as_str).map(str::to_string);
+            let ext = o
+                .get("external_id")
+                .and_then(Json::as_str)
+                .map(str::to_string);
             let amount = o.get("amount").and_then(Json::as_i64);
             match (ext, amount) {
                 (None, _) => Reply::error(400, "parameter_missing", "external_id is required"),
@@ -505,9 +548,11 @@ fn create(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Reply {
                 (Some(_), Some(a)) if a < 0 => {
                     Reply::error(422, "amount_invalid", "amount must be zero or more")
                 }
-                (Some(_), None) if o.contains_key("amount") => {
-                    Reply::error(422, "amount_invalid", "amount must be a whole number of minor units")
-                }
+                (Some(_), None) if o.contains_key("amount") => Reply::error(
+                    422,
+                    "amount_invalid",
+                    "amount must be a whole number of minor units",
+                ),
                 (Some(_), _) => {
                     let id = format!("rec_{}", store.records.len() + 1);
                     o.insert("id".into(), json!(id));
@@ -522,7 +567,9 @@ fn create(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Reply {
     };
     if let Some(k) = key {
         if reply.status < 500 {
-            store.idempotent.insert(k, (reply.status, reply.body.clone()));
+            store
+                .idempotent
+                .insert(k, (reply.status, reply.body.clone()));
         }
     }
     reply
@@ -532,7 +579,11 @@ fn get_record(shared: &Shared, ext: &str) -> Reply {
     let store = shared.store.lock().unwrap();
     match find(&store.records, ext) {
         Some(r) => Reply::json(200, r.clone()),
-        None => Reply::error(404, "not_found", &format!("No record with external_id {ext}")),
+        None => Reply::error(
+            404,
+            "not_found",
+            &format!("No record with external_id {ext}"),
+        ),
     }
 }
 
@@ -559,7 +610,11 @@ fn update(shared: &Shared, ext: &str, body: &[u8]) -> Reply {
     let Ok(Json::Object(fields)) = serde_json::from_slice::<Json>(body) else {
         return Reply::error(400, "invalid_body", "The body must be a JSON object");
     };
-    if fields.get("amount").and_then(Json::as_i64).is_some_and(|a| a < 0) {
+    if fields
+        .get("amount")
+        .and_then(Json::as_i64)
+        .is_some_and(|a| a < 0)
+    {
         return Reply::error(422, "amount_invalid", "amount must be zero or more");
     }
     let mut store = shared.store.lock().unwrap();
@@ -568,7 +623,11 @@ fn update(shared: &Shared, ext: &str, body: &[u8]) -> Reply {
         .iter_mut()
         .find(|r| r.get("external_id").and_then(Json::as_str) == Some(ext))
     else {
-        return Reply::error(404, "not_found", &format!("No record with external_id {ext}"));
+        return Reply::error(
+            404,
+            "not_found",
+            &format!("No record with external_id {ext}"),
+        );
     };
     if let Json::Object(o) = r {
         for (k, v) in fields {
