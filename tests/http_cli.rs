@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use common::{recon_async, summary, text};
+use recon_http::emulator::{
+    Emulator as RestApi, EmulatorConfig as RestConfig, Fault as RestFault, TransportFault,
+};
 use recon_hubspot::emulator::{Emulator as HubSpot, EmulatorConfig as HubSpotConfig};
 use recon_stripe::emulator::{Emulator as Stripe, EmulatorConfig, Fault, FaultKind, ObjectKind};
 
@@ -382,4 +385,153 @@ async fn declared_hubspot_target_writes_the_same_deals_once() {
     stripe.shutdown().await;
     native_hs.shutdown().await;
     declared_hs.shutdown().await;
+}
+
+/// The emulator's JSON REST target declared: list by offset with a total
+/// (filtered here), lookup by key, create with `Idempotency-Key`, `409`
+/// = already there, `422 amount_invalid` = this record fails; as in
+/// examples/http/rest-target.toml.
+fn declared_records(emu: &RestApi) -> String {
+    format!(
+        r#"[jobs.charges.target]
+type = "http"
+name = "Ledger API"
+base_url = "{}"
+auth = {{ kind = "bearer", token = "${{LEDGER_TOKEN}}" }}
+rate = "200/s"
+id = "$.external_id"
+fields = {{ amount = "$.amount", currency = "$.currency", status = "$.status", created = "$.created" }}
+[jobs.charges.target.list]
+path = "/records"
+records = "$.records[*]"
+window = "client"
+paging = {{ kind = "offset", limit = 100, total = "$.total" }}
+[jobs.charges.target.lookup]
+path = "/records/{{{{ id }}}}"
+[jobs.charges.target.write]
+uniqueness = "unique_field"
+batch_size = 10
+outcomes = [
+  {{ status = 409, code = "duplicate_external_id", outcome = "unchanged" }},
+  {{ status = 422, code = "amount_invalid", outcome = "failed" }},
+]
+[jobs.charges.target.write.create]
+path = "/records"
+idempotency_header = "Idempotency-Key"
+body = {{ external_id = "{{{{ key }}}}", amount = "{{{{ fields.amount }}}}", currency = "{{{{ fields.currency }}}}", status = "{{{{ fields.status }}}}", created = "{{{{ fields.created | unix }}}}" }}
+"#,
+        emu.base_url
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_rest_target_writes_each_gap_once_through_a_crash_and_lost_answers() {
+    let stripe = Stripe::start(EmulatorConfig::default()).await.unwrap();
+    for i in 0..60i64 {
+        stripe.insert(
+            ObjectKind::Charge,
+            Stripe::charge(
+                &format!("ch_{i:05}"),
+                500 + i,
+                "usd",
+                "succeeded",
+                DAY + 60 + i * 1_000,
+            ),
+        );
+    }
+    let api = RestApi::start(RestConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(
+        dir.path(),
+        &format!(
+            "\n[defaults]\nstate = \"sqlite://{state}\"\n[jobs.charges]\n{FIELDS}\n{source}\n{target}[jobs.charges.backfill]\nmax_ratio = 1.0\n",
+            state = dir.path().join("state.db").display(),
+            source = native_source(&stripe.base_url),
+            target = declared_records(&api),
+        ),
+    );
+    let go = |out: &str, extra: Vec<(&'static str, String)>| {
+        let mut args = vec![
+            "run".to_string(),
+            "--config".into(),
+            config.display().to_string(),
+            "--out".into(),
+            dir.path().join(out).display().to_string(),
+        ];
+        if out == "dry" {
+            args.push("--dry-run".into());
+        }
+        let mut env = vec![
+            ("RECON_TEST_STRIPE_KEY", stripe.api_key.clone()),
+            ("LEDGER_TOKEN", api.token.clone()),
+        ];
+        env.extend(extra);
+        recon_async(args, env)
+    };
+
+    let o = go("dry", vec![]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(summary(&dir.path().join("dry"))["gaps"], 60);
+    assert!(api.records().is_empty(), "a dry run writes nothing");
+
+    // Killed right after 20 records reached the API, before the ledger
+    // recorded them.
+    let o = go(
+        "crash",
+        vec![("RECON_FAULT_ABORT_AFTER_ITEMS", "20".into())],
+    )
+    .await;
+    assert!(!matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    assert_eq!(api.records().len(), 20);
+
+    // The rerun: two creates lose their answers (a 500 after the work,
+    // then a dropped connection); the retries replay them by key.
+    api.set_create_faults(vec![
+        RestFault {
+            kind: TransportFault::ServerErrorAfterWork,
+            after: 1,
+            times: 1,
+        },
+        RestFault {
+            kind: TransportFault::DropAfterWork,
+            after: 4,
+            times: 1,
+        },
+    ]);
+    let o = go("rerun", vec![]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = summary(&dir.path().join("rerun"));
+    assert_eq!(s["gaps"], 40, "{s}");
+    assert_eq!(s["backfilled"], 40, "{s}");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains(&api.token));
+    let stats = api.stats();
+    assert_eq!(stats.replays, 2, "{stats:?}");
+    assert_eq!(stats.creates, 60, "{stats:?}");
+
+    let o = go("again", vec![]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = summary(&dir.path().join("again"));
+    assert_eq!(
+        (s["gaps"].as_u64(), s["backfilled"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    let mut keys: Vec<String> = api
+        .records()
+        .iter()
+        .map(|r| r["external_id"].as_str().unwrap().to_string())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 60, "every charge exactly once");
+    assert_eq!(api.records().len(), 60);
+    let r = api
+        .records()
+        .into_iter()
+        .find(|r| r["external_id"] == serde_json::json!("ch_00007"))
+        .unwrap();
+    assert_eq!(r["amount"].to_string(), "507", "minor units, exact");
+    assert_eq!(r["created"].to_string(), (DAY + 7_060).to_string());
+    stripe.shutdown().await;
+    api.shutdown().await;
 }

@@ -86,16 +86,17 @@ impl Mapping {
                             "an amount needs a currency: set `currency` to its JSONPath".into(),
                         )
                     })?;
-                    let code =
-                        match cp.first(record) {
-                            Some(Json::String(c)) if !c.is_empty() => c.clone(),
-                            _ => return Err(bad(
+                    let code = match cp.first(record) {
+                        Some(Json::String(c)) if !c.is_empty() => c.clone(),
+                        _ => {
+                            return Err(bad(
                                 cp,
                                 format!(
                                     "is missing or not a currency code; amount `{text}` needs one"
                                 ),
-                            )),
-                        };
+                            ))
+                        }
+                    };
                     let c = Currency::parse(&code).map_err(|e| bad(cp, e.to_string()))?;
                     Value::Money(
                         parse::money(&text, c, self.amount_format)

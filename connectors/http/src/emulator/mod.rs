@@ -35,7 +35,7 @@ use std::time::Duration;
 use axum::Router;
 /// The kit's fault plan entries and transport faults, for [`Emulator::set_faults`].
 pub use recon_emulator_kit::{Fault, Stats, TransportFault};
-use recon_emulator_kit::{Server, Transport};
+use recon_emulator_kit::{FaultPlan, Server, Transport};
 use serde_json::Value as Json;
 use tokio::time::Instant;
 
@@ -98,6 +98,8 @@ pub struct EmulatorStats {
 pub(crate) struct Shared {
     config: EmulatorConfig,
     transport: Transport,
+    /// Faults of `POST /records` alone, counted over those requests.
+    create_faults: Mutex<FaultPlan<TransportFault>>,
     store: Mutex<Store>,
     arrivals: Mutex<VecDeque<Instant>>,
 }
@@ -172,6 +174,7 @@ impl Emulator {
         let token = config.token.clone();
         let shared = Arc::new(Shared {
             transport: Transport::new(config.latency),
+            create_faults: Mutex::new(FaultPlan::default()),
             config,
             store: Mutex::new(Store::default()),
             arrivals: Mutex::new(VecDeque::new()),
@@ -205,6 +208,12 @@ impl Emulator {
     /// Replaces the fault plan; the next request is number 0 of it.
     pub fn set_faults(&self, faults: Vec<Fault<TransportFault>>) {
         self.shared.transport.set_faults(faults);
+    }
+
+    /// Faults for `POST /records` only, numbered over those requests (the
+    /// shared plan's fault wins when both name one).
+    pub fn set_create_faults(&self, faults: Vec<Fault<TransportFault>>) {
+        *self.shared.create_faults.lock().unwrap() = FaultPlan::new(faults);
     }
 
     /// Counters so far.

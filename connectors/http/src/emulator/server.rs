@@ -58,7 +58,12 @@ fn respond(status: u16, body: Vec<u8>, headers: &[(String, String)]) -> Response
 }
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request<Body>) -> Response {
-    let arrival = shared.transport.arrive(&req);
+    let creates = req.method() == Method::POST && req.uri().path() == "/records";
+    let arrival = shared.transport.arrive_with(&req, || {
+        creates
+            .then(|| shared.create_faults.lock().unwrap().next())
+            .flatten()
+    });
     if let Some(injected) = arrival.injected() {
         let (status, body, headers): (u16, Vec<u8>, Vec<(String, String)>) = match injected {
             Injected::RateLimited => (
