@@ -390,3 +390,80 @@ async fn config_errors_name_the_key_the_path_and_the_answer() {
     }
     emu.shutdown().await;
 }
+
+/// `examples/http/NAME`, its `${VAR}`s replaced, the `side` table of its
+/// one job as connector settings.
+fn example(name: &str, side: &str, vars: &[(&str, &str)]) -> HttpSettings {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/http")
+        .join(name);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (k, v) in vars {
+        text = text.replace(&format!("${{{k}}}"), v);
+    }
+    let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let jobs = doc["jobs"].as_table().unwrap();
+    assert_eq!(jobs.len(), 1, "{name}");
+    let job = jobs.values().next().unwrap().as_table().unwrap();
+    let mut table = job[side].as_table().unwrap().clone();
+    assert_eq!(
+        table
+            .remove("type")
+            .and_then(|t| t.as_str().map(String::from))
+            .as_deref(),
+        Some("http")
+    );
+    table.try_into().unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The examples of the emulated styles read the emulator exactly; the
+/// others build.
+#[tokio::test(start_paused = true)]
+async fn the_examples_read_their_emulated_style_exactly() {
+    let emu = emulator(EmulatorConfig::default()).await;
+    let (id, secret) = EmulatorConfig::default().client;
+    let vars = [
+        ("ACME_BASE_URL", emu.base_url.as_str()),
+        ("ACME_TOKEN", emu.token.as_str()),
+        ("PIPEDRIVE_TOKEN", emu.token.as_str()),
+        ("HARVEST_CLIENT_ID", id.as_str()),
+        ("HARVEST_CLIENT_SECRET", secret.as_str()),
+    ];
+    let schema = schema();
+    let cx = BuildContext {
+        schema: &schema,
+        time_field: Some(3),
+    };
+    for (file, prefix) in [
+        ("github-link-header.toml", ""),
+        ("pipedrive-offset.toml", "it_"),
+        ("harvest-page-number.toml", ""),
+        ("zendesk-next-url.toml", ""),
+    ] {
+        let src = example(file, "source", &vars)
+            .build_source(cx)
+            .await
+            .unwrap();
+        let got = read(src.as_ref(), window()).await.unwrap();
+        assert_eq!(got, expected(|id| format!("{prefix}{id}")), "{file}");
+    }
+    assert_eq!(emu.stats().over_limit, 0);
+    for (file, side) in [
+        ("stripe-charges.toml", "source"),
+        ("rest-target.toml", "target"),
+        ("hubspot-deals.toml", "target"),
+    ] {
+        let s = example(file, side, &[]);
+        if side == "target" {
+            s.build_target(cx)
+                .await
+                .unwrap()
+                .check_idempotent()
+                .await
+                .unwrap();
+        } else {
+            s.build_source(cx).await.unwrap();
+        }
+    }
+    emu.shutdown().await;
+}
