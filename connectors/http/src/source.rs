@@ -398,6 +398,25 @@ impl Inner {
         })
     }
 
+    /// What the run's report says about this side's read.
+    pub fn read_notes(&self) -> Vec<String> {
+        let spec = &self.spec;
+        let mut notes = Vec::new();
+        if spec.window == WindowFilter::Client {
+            notes.push(format!(
+                "{} cannot filter by the window (list.window = \"client\"): every record was listed and those outside the window dropped by recon",
+                spec.name
+            ));
+        }
+        if spec.lookup.is_none() {
+            notes.push(format!(
+                "{} has no lookup declared: edge confirmation is off for this side, so its discrepancies at the window's edge are reported unconfirmed; declare [lookup] to confirm them",
+                spec.name
+            ));
+        }
+        notes
+    }
+
     /// The looked-up records of `keys` with their JSON, by the declared
     /// lookup; `None` when none is declared.
     pub async fn lookup_json(
@@ -599,6 +618,10 @@ impl Source for HttpSource {
                 Ok(Vec::new())
             }
         }
+    }
+
+    fn read_notes(&self) -> Vec<String> {
+        self.inner.read_notes()
     }
 
     fn reads_whole(&self) -> bool {

@@ -320,6 +320,10 @@ impl Source for HttpTarget {
         self.source.reads_whole()
     }
 
+    fn read_notes(&self) -> Vec<String> {
+        self.source.read_notes()
+    }
+
     async fn probe(&self) -> Result<Probe, ConnectorError> {
         self.source.probe().await
     }

@@ -182,8 +182,15 @@ async fn without_a_lookup_the_conflict_answer_settles_an_existing_key() {
         .await
         .unwrap();
     assert_eq!(out, vec![WriteOutcome::Unchanged, WriteOutcome::Created]);
-    // Edge confirmation is off without a lookup: nothing is found.
+    // Edge confirmation is off without a lookup: nothing is found, and
+    // the run's report says so.
     assert!(t.lookup(&["r1".to_string()]).await.unwrap().is_empty());
+    let notes = t.read_notes().join("\n");
+    assert!(
+        notes.contains("no lookup declared: edge confirmation is off"),
+        "{notes}"
+    );
+    assert!(notes.contains("cannot filter by the window"), "{notes}");
     // Upsert without a lookup: the 409 leads to the update by key.
     let out = t
         .write(&[record("r1", 150, "paid")], WriteMode::Upsert)
