@@ -167,6 +167,18 @@ async fn declared_stripe_charges_report_and_write_exactly_as_the_native_source()
             ),
         );
     }
+    // One charge of the last hour (outside the job's window), for `recon
+    // check`'s probe of the last 7 days.
+    stripe.insert(
+        ObjectKind::Charge,
+        Stripe::charge(
+            "ch_recent",
+            4_242,
+            "usd",
+            "succeeded",
+            jiff::Timestamp::now().as_second() - 3_600,
+        ),
+    );
     let key = stripe.api_key.clone();
     let native = tempfile::tempdir().unwrap();
     let declared = tempfile::tempdir().unwrap();
@@ -196,6 +208,28 @@ async fn declared_stripe_charges_report_and_write_exactly_as_the_native_source()
                 .unwrap();
         }
     }
+
+    // `recon check`: one list call, one lookup, the first record mapped.
+    let o = recon_async(
+        vec![
+            "check".to_string(),
+            "--config".into(),
+            configs[1].display().to_string(),
+        ],
+        vec![("RECON_TEST_STRIPE_KEY", key.clone())],
+    )
+    .await;
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for needle in [
+        "Stripe charges (declared) (GET /v1/charges)",
+        "25 requests per 1s (rate)",
+        "first record of the last 7 days: id=ch_recent amount=42.42 currency=USD status=succeeded",
+        "lookup found ch_recent",
+    ] {
+        assert!(out.contains(needle), "{needle:?} not in: {out}");
+    }
+    assert!(!out.contains(&key), "{out}");
 
     // Dry runs, each through the same faults at the start of its reads.
     let mut outs = Vec::new();
