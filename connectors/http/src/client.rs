@@ -145,7 +145,13 @@ impl Api {
             }
         };
         let mut headers: Vec<(String, String)> = vec![("Accept".into(), "application/json".into())];
-        headers.extend(settings.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        headers.extend(
+            settings
+                .headers
+                .0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         let mut http = HttpClient::with_auth(provider, policy, auth, headers).map_err(config)?;
         if !settings.retry_statuses.is_empty() {
             let extra = settings.retry_statuses.clone();

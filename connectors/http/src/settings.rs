@@ -34,9 +34,10 @@ pub struct HttpSettings {
     /// How requests authenticate (default: not at all).
     pub auth: Option<AuthSettings>,
     /// Headers sent with every request (`Accept`, an API version); values
-    /// take `${VAR}` and are treated as secrets.
+    /// take `${VAR}`, and those that came from the environment are treated
+    /// as secrets. `Debug` shows their names only.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: Headers,
     /// The API's documented limit, `"N/s"`, `"N/m"`, `"N/h"` or per a
     /// duration (`"100/10s"`); default `"10/s"`.
     #[serde(default = "default_rate")]
@@ -87,6 +88,19 @@ pub struct HttpSettings {
     pub lookup: Option<LookupSettings>,
     /// How records are written (targets only).
     pub write: Option<WriteSettings>,
+}
+
+/// Header name → value; `Debug` masks the values (one may hold a key).
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Headers(pub BTreeMap<String, String>);
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, "***")))
+            .finish()
+    }
 }
 
 fn default_name() -> String {
@@ -1068,7 +1082,7 @@ impl ConnectorConfig for HttpSettings {
 
     fn expand_env(&mut self, side: &str, expand: Expand<'_>) -> Result<(), ConnectorError> {
         self.base_url = expand(&self.base_url, &format!("{side}.base_url"))?;
-        for (name, value) in self.headers.iter_mut() {
+        for (name, value) in self.headers.0.iter_mut() {
             let v = expand(value, &format!("{side}.headers.{name}"))?;
             if v != *value {
                 // A value that came from the environment is a secret.

@@ -262,7 +262,8 @@ impl Inner {
                 Ok(value)
             } else {
                 Err(ConnectorError::Config(format!(
-                    "{key}: {label} gave the same next page ({value}) twice; the paging declaration does not move forward"
+                    "{key}: {label} gave the same next page ({}) twice; the paging declaration does not move forward",
+                    recon_core::scrub(&value)
                 )))
             }
         };
@@ -622,6 +623,19 @@ impl Source for HttpSource {
 
     fn read_notes(&self) -> Vec<String> {
         self.inner.read_notes()
+    }
+
+    async fn raw_json(
+        &self,
+        keys: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, ConnectorError> {
+        // The records as the API's lookup returns them, for webhook replays.
+        Ok(self.inner.lookup_json(keys).await?.map(|found| {
+            found
+                .into_iter()
+                .map(|(r, json)| (r.key, json.to_string()))
+                .collect()
+        }))
     }
 
     fn reads_whole(&self) -> bool {

@@ -324,6 +324,13 @@ impl Source for HttpTarget {
         self.source.read_notes()
     }
 
+    async fn raw_json(
+        &self,
+        keys: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, ConnectorError> {
+        self.source.raw_json(keys).await
+    }
+
     async fn probe(&self) -> Result<Probe, ConnectorError> {
         self.source.probe().await
     }

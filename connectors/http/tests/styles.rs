@@ -280,6 +280,17 @@ async fn the_declared_rate_is_kept_in_every_window() {
     );
     assert_eq!(emu.stats().over_limit, 0, "{:?}", emu.stats());
 
+    // The same with the IETF draft's RateLimit-Remaining/-Reset.
+    let ietf = zendesk(&emu)
+        .replace("rate = \"100/s\"", "rate = \"50/s\"")
+        .replace("\"page[size]\" = \"7\"", "\"page[size]\" = \"2\"");
+    let src = source(&ietf).await.unwrap();
+    assert_eq!(
+        read(src.as_ref(), window()).await.unwrap(),
+        expected(|id| id.to_string())
+    );
+    assert_eq!(emu.stats().over_limit, 0, "{:?}", emu.stats());
+
     // Without the headers: the strict counter refuses, the shared policy
     // waits out Retry-After, and the read is still exact.
     let blind = github(&emu, "50/s", 2).replace("rate_limit_headers = \"x-ratelimit\"\n", "");

@@ -274,3 +274,86 @@ async fn the_uniqueness_rule_is_checked_before_any_write() {
     assert!(e.contains("[write]"), "{e}");
     emu.shutdown().await;
 }
+
+/// An update by the target's own ID, as the lookup found it.
+#[tokio::test(start_paused = true)]
+async fn updates_go_to_the_id_the_lookup_found() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    emu.insert_record(json!({"id": "rec_0", "external_id": "r1", "amount": 100, "currency": "USD", "status": "paid", "created": 1_795_824_100}));
+    let text = records_api(&emu, true, RULES)
+        .replace(
+            "[lookup]\npath = \"/records/{{ id }}\"\n",
+            "[lookup]\npath = \"/records/{{ id }}\"\ntarget_id = \"$.external_id\"\n",
+        )
+        .replace(
+            "path = \"/records/{{ key }}\"",
+            "path = \"/records/{{ target_id }}\"",
+        );
+    assert!(text.contains("{{ target_id }}") && text.contains("target_id = "));
+    let t = target(&text).await.unwrap();
+    let out = t
+        .write(&[record("r1", 100, "refunded")], WriteMode::Upsert)
+        .await
+        .unwrap();
+    assert_eq!(out, vec![WriteOutcome::Updated]);
+    assert_eq!(emu.records()[0]["status"], json!("refunded"));
+    // Without lookup.target_id, {{ target_id }} is refused when the job loads.
+    let bad = text.replace("target_id = \"$.external_id\"\n", "");
+    let e = match target(&bad).await {
+        Ok(_) => panic!("built"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("lookup.target_id"), "{e}");
+    emu.shutdown().await;
+}
+
+/// `retry_statuses` adds statuses the shared policy retries (as "slow
+/// down" answers, under `rate_limit_patience`).
+#[tokio::test(start_paused = true)]
+async fn declared_retry_statuses_are_retried_by_the_shared_policy() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let text = records_api(&emu, true, RULES).replace(
+        "rate = \"100/s\"",
+        "rate = \"100/s\"\nretry_statuses = [404]\nrate_limit_patience = \"3s\"",
+    );
+    let t = target(&text).await.unwrap();
+    let e = t
+        .lookup(&["nobody".to_string()])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3s") && e.contains("rate_limit_patience"), "{e}");
+    let s = emu.stats();
+    assert!(s.transport.requests > 2, "404 was retried: {s:?}");
+    // Without it, a 404 of a lookup by ID is "absent", asked once.
+    let before = emu.stats().transport.requests;
+    let t = target(&records_api(&emu, true, RULES)).await.unwrap();
+    assert!(t.lookup(&["nobody".to_string()]).await.unwrap().is_empty());
+    assert_eq!(emu.stats().transport.requests, before + 1);
+    emu.shutdown().await;
+}
+
+#[test]
+fn debug_output_shows_no_secret() {
+    let s: HttpSettings = toml::from_str(
+        r#"
+base_url = "http://127.0.0.1:1"
+auth = { kind = "oauth_client_credentials", token_url = "http://127.0.0.1:1/t", client_id = "client-id-1234567", client_secret = "client-secret-98765" }
+headers = { "X-Account-Key" = "account-key-55555" }
+[list]
+path = "/x"
+records = "$[*]"
+window = "client"
+"#,
+    )
+    .unwrap();
+    let dbg = format!("{s:?}");
+    for secret in [
+        "client-id-1234567",
+        "client-secret-98765",
+        "account-key-55555",
+    ] {
+        assert!(!dbg.contains(secret), "{dbg}");
+    }
+    assert!(dbg.contains("X-Account-Key"), "{dbg}");
+}
