@@ -384,6 +384,17 @@ impl Target for HttpTarget {
     ) -> Result<Vec<WriteOutcome>, ConnectorError> {
         let w = self.write_spec()?;
         let inner = self.inner();
+        if mode == WriteMode::Insert
+            && w.uniqueness == Uniqueness::UpsertByKey
+            && inner.spec.lookup.is_none()
+        {
+            // An upsert would change a record that exists: insert mode
+            // must find those first and leave them alone.
+            return Err(ConnectorError::Config(format!(
+                "{}: backfill.mode = \"insert\" with write.uniqueness = \"upsert_by_key\" needs a [lookup], so that records that exist are found and left unchanged rather than overwritten; declare one, or set backfill.mode = \"upsert\"",
+                inner.spec.name
+            )));
+        }
         let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
         let existing = match inner.lookup_json(&keys).await? {
             Some(found) => by_key(found),

@@ -357,3 +357,23 @@ window = "client"
     }
     assert!(dbg.contains("X-Account-Key"), "{dbg}");
 }
+
+/// Insert mode never overwrites: an upsert endpoint without a lookup to
+/// find existing records first is refused before anything is sent.
+#[tokio::test(start_paused = true)]
+async fn insert_mode_through_an_upsert_endpoint_needs_a_lookup() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let text = records_api(&emu, false, RULES).replace(
+        "uniqueness = \"unique_field\"",
+        "uniqueness = \"upsert_by_key\"",
+    );
+    let t = target(&text).await.unwrap();
+    let e = t
+        .write(&[record("r1", 100, "paid")], WriteMode::Insert)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("upsert_by_key") && e.contains("[lookup]"), "{e}");
+    assert_eq!(emu.stats().transport.requests, 0, "nothing sent");
+    emu.shutdown().await;
+}
