@@ -303,6 +303,40 @@ async fn the_declared_rate_is_kept_in_every_window() {
     emu.shutdown().await;
 }
 
+/// OAuth 2.0 client credentials: one token for every request, a new one
+/// after a 401 of an expired token, the secret never shown.
+#[tokio::test(start_paused = true)]
+async fn oauth_tokens_are_fetched_once_and_again_after_a_401() {
+    let emu = emulator(EmulatorConfig::default()).await;
+    let src = source(&harvest(&emu)).await.unwrap();
+    let want = expected(|id| id.to_string());
+    assert_eq!(read(src.as_ref(), window()).await.unwrap(), want);
+    assert_eq!(emu.stats().tokens, 1, "one token for all 6 pages");
+    emu.expire_tokens();
+    assert_eq!(read(src.as_ref(), window()).await.unwrap(), want);
+    assert_eq!(
+        emu.stats().by_401(),
+        1,
+        "the expired token was refused once"
+    );
+    assert_eq!(
+        emu.stats().tokens,
+        1,
+        "one new token (the old one forgotten)"
+    );
+    let wrong = harvest(&emu).replace(&EmulatorConfig::default().client.1, "not-the-secret-4242");
+    let e = read(source(&wrong).await.unwrap().as_ref(), window())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("401") && e.contains("Client authentication failed") && e.contains("auth"),
+        "{e}"
+    );
+    assert!(!e.contains("not-the-secret-4242"), "{e}");
+    emu.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_wrong_token_is_refused_without_showing_it() {
     let emu = emulator(EmulatorConfig::default()).await;

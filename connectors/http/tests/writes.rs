@@ -377,3 +377,44 @@ async fn insert_mode_through_an_upsert_endpoint_needs_a_lookup() {
     assert_eq!(emu.stats().transport.requests, 0, "nothing sent");
     emu.shutdown().await;
 }
+
+/// A batched lookup by an `ids=` list: one request per 100 keys, only the
+/// keys asked for kept.
+#[tokio::test(start_paused = true)]
+async fn batched_lookups_by_an_ids_list() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    for i in 0..150 {
+        emu.insert_record(json!({"id": format!("rec_{i}"), "external_id": format!("r{i}"), "amount": i, "currency": "USD", "status": "paid", "created": 1_795_824_000 + i}));
+    }
+    let text = records_api(&emu, true, RULES).replace(
+        "[lookup]\npath = \"/records/{{ id }}\"\n",
+        "[lookup]\npath = \"/records\"\nquery = { ids = \"{{ ids }}\" }\nrecords = \"$.records[*]\"\nmax_ids = 100\n",
+    );
+    assert!(text.contains("{{ ids }}"));
+    let t = target(&text).await.unwrap();
+    let mut keys: Vec<String> = (0..150).step_by(2).map(|i| format!("r{i}")).collect();
+    keys.push("nobody".into());
+    keys.extend((0..40).map(|i| format!("x{i}")));
+    let before = emu.stats().transport.requests;
+    let mut found: Vec<String> = t
+        .lookup(&keys)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    found.sort();
+    let mut want: Vec<String> = (0..150).step_by(2).map(|i| format!("r{i}")).collect();
+    want.sort();
+    assert_eq!(found, want);
+    assert_eq!(
+        emu.stats().transport.requests - before,
+        2,
+        "116 keys in 2 requests"
+    );
+    let usd = Currency::parse("USD").unwrap();
+    let r = t.lookup(&["r7".to_string()]).await.unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].values[0], Value::Money(Money::from_minor(7, usd)));
+    emu.shutdown().await;
+}

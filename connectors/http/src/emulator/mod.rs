@@ -9,7 +9,7 @@
 //! | `GET /offset/items` | Pipedrive v1 | `start`/`limit`, `{"success", "data", "additional_data": {"pagination": {"start", "limit", "more_items_in_collection", "next_start"}}}`, no date filter (the window is filtered by the client), `add_time` as `YYYY-MM-DD HH:MM:SS` in UTC, the API token in the `api_token` query parameter: <https://pipedrive.readme.io/docs/core-api-concepts-pagination> |
 //! | `GET /page/items` | Harvest v2 | `page`/`per_page`, `total_pages`, `next_page`, `from`/`to` date filters (both days included), amounts as decimal numbers in major units: <https://help.getharvest.com/api-v2/introduction/overview/pagination/> |
 //! | `GET /next/items` | Zendesk cursor pagination | `page[size]`, `links.next` (a whole URL with `page[after]`, `null` on the last page), `meta.has_more`, `start_time`/`end_time` (Unix seconds), the IETF draft's `ratelimit-remaining` and `ratelimit-reset` headers: <https://developer.zendesk.com/api-reference/introduction/pagination/>, <https://developer.zendesk.com/documentation/api-basics/best-practices/best-practices-for-avoiding-rate-limiting> |
-//! | `POST /records`, `GET /records/{external_id}`, `GET /records`, `PUT /records/{external_id}` | a JSON REST target | create with a unique `external_id` (a second create is `409` with code `duplicate_external_id`, RFC 9110 section 15.5.10), `Idempotency-Key` replaying the first answer of a key as Stripe does (<https://docs.stripe.com/api/idempotent_requests>), `422` with code `amount_invalid` for a negative amount, `404` with code `not_found`, offset/limit listing with `total` |
+//! | `POST /records`, `GET /records/{external_id}`, `GET /records`, `PUT /records/{external_id}` | a JSON REST target | create with a unique `external_id` (a second create is `409` with code `duplicate_external_id`, RFC 9110 section 15.5.10), `Idempotency-Key` replaying the first answer of a key as Stripe does (<https://docs.stripe.com/api/idempotent_requests>), `422` with code `amount_invalid` for a negative amount, `404` with code `not_found`, offset/limit listing with `total`, or the records of `ids=a,b` (at most 100) |
 //! | `POST /oauth/token` | OAuth 2.0 | client credentials grant, RFC 6749 section 4.4; `{"access_token", "token_type": "Bearer", "expires_in"}` |
 //!
 //! Every route but the token endpoint takes the emulator's token as
@@ -91,8 +91,15 @@ pub struct EmulatorStats {
     pub replays: u64,
     /// Records changed by `PUT /records/{external_id}`.
     pub updates: u64,
-    /// Access tokens issued.
+    /// Access tokens issued and not expired.
     pub tokens: u64,
+}
+
+impl EmulatorStats {
+    /// `401` answers sent.
+    pub fn by_401(&self) -> u64 {
+        self.transport.by_status.get(&401).copied().unwrap_or(0)
+    }
 }
 
 pub(crate) struct Shared {

@@ -592,10 +592,36 @@ fn get_record(shared: &Shared, ext: &str) -> Reply {
     }
 }
 
+/// `GET /records?offset=&limit=`, or `?ids=a,b` (at most 100 external
+/// IDs, comma-separated): the records among them, in creation order.
 fn list_records(shared: &Shared, query: &[(String, String)]) -> Result<Reply, Reply> {
     let offset = number(query, "offset", 0)?;
     let limit = number(query, "limit", 100)?.clamp(1, 100);
     let store = shared.store.lock().unwrap();
+    if let Some(ids) = param(query, "ids") {
+        let ids: Vec<&str> = ids.split(',').filter(|s| !s.is_empty()).collect();
+        if ids.len() > 100 {
+            return Err(Reply::error(
+                400,
+                "too_many_ids",
+                "ids takes at most 100 IDs",
+            ));
+        }
+        let found: Vec<Json> = store
+            .records
+            .iter()
+            .filter(|r| {
+                r.get("external_id")
+                    .and_then(Json::as_str)
+                    .is_some_and(|e| ids.contains(&e))
+            })
+            .cloned()
+            .collect();
+        return Ok(Reply::json(
+            200,
+            json!({"records": found, "total": found.len()}),
+        ));
+    }
     let page: Vec<Json> = store
         .records
         .iter()
