@@ -248,6 +248,23 @@ pub struct ListSettings {
     pub window: WindowFilter,
     /// How the next page is asked for (default: one page only).
     pub paging: Option<PagingSettings>,
+    /// Where the paging parameters go: `query` (default) or `body`, as
+    /// top-level keys of the JSON body of a `POST` search (Notion's
+    /// `start_cursor`, HubSpot search's `after`).
+    #[serde(default)]
+    pub paging_in: PagingIn,
+}
+
+/// Where the paging parameters of the list request go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PagingIn {
+    /// Query parameters.
+    #[default]
+    Query,
+    /// Top-level keys of the JSON body (numbers for offsets, page numbers
+    /// and sizes; text for cursors).
+    Body,
 }
 
 /// The paging kinds.
@@ -632,6 +649,7 @@ pub struct Spec {
     pub records: Path,
     pub window: WindowFilter,
     pub paging: Paging,
+    pub paging_in: PagingIn,
     pub lookup: Option<LookupSpec>,
     pub write: Option<WriteSpec>,
     pub rate: (u32, Duration),
@@ -820,6 +838,21 @@ impl HttpSettings {
             }
         };
 
+        if l.paging_in == PagingIn::Body && l.body.as_ref().is_none_or(|b| !b.is_object()) {
+            return Err(ConnectorError::Config(
+                "list.paging_in = \"body\" puts the paging parameters into the JSON body: declare list.body as a table (e.g. body = { page_size = 100 })".into(),
+            ));
+        }
+        if l.paging_in == PagingIn::Body
+            && matches!(
+                l.paging,
+                Some(PagingSettings::NextUrl { .. } | PagingSettings::LinkHeader {})
+            )
+        {
+            return Err(ConnectorError::Config(
+                "list.paging_in = \"body\" is for parameters; a next-page URL (next_url, link_header) is followed as given".into(),
+            ));
+        }
         let lookup = self.lookup.as_ref().map(lookup_spec).transpose()?;
         let write = self
             .write
@@ -842,6 +875,7 @@ impl HttpSettings {
             records,
             window: l.window,
             paging,
+            paging_in: l.paging_in,
             lookup,
             write,
             rate,

@@ -18,7 +18,9 @@ use serde_json::Value as Json;
 use crate::client::{join, link_next, resolve, Api};
 use crate::convert::kind_of;
 use crate::path::{snippet, Path};
-use crate::settings::{HttpSettings, LookupKind, Paging, RequestSpec, Spec, WindowFilter};
+use crate::settings::{
+    HttpSettings, LookupKind, Paging, PagingIn, RequestSpec, Spec, WindowFilter,
+};
 use crate::template::{path_segment, Val};
 
 /// A declared API as a side that is read and looked up.
@@ -182,16 +184,30 @@ impl Inner {
             _ => Val::Null,
         };
         let mut req = self.render(&spec.list, &window_val)?;
-        match next {
-            Next::First => req.query.extend(first_params(&spec.paging)),
-            Next::Params(extra) => {
-                req.query
-                    .retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
-                req.query.extend(extra.iter().cloned());
-            }
+        let params = match next {
+            Next::First => first_params(&spec.paging),
+            Next::Params(extra) => extra.clone(),
             Next::Url(u) => {
                 req.url = u.clone();
                 req.query.clear();
+                Vec::new()
+            }
+        };
+        match (&spec.paging_in, &mut req.body) {
+            (PagingIn::Body, Some(Json::Object(body))) => {
+                let numeric = matches!(spec.paging, Paging::Offset { .. } | Paging::Page { .. });
+                for (k, v) in params {
+                    let value = match v.parse::<u64>() {
+                        Ok(n) if numeric => Json::from(n),
+                        _ => Json::String(v),
+                    };
+                    body.insert(k, value);
+                }
+            }
+            _ => {
+                req.query
+                    .retain(|(k, _)| !params.iter().any(|(e, _)| e == k));
+                req.query.extend(params);
             }
         }
         let (answer, meta) = self.send(&req, &[]).await.map_err(http_error)?;

@@ -187,6 +187,29 @@ paging = {{ kind = "next_url", next = "$.links.next" }}
     )
 }
 
+/// Notion: a POST query, paging and window in the JSON body.
+fn notion(emu: &Emulator) -> String {
+    format!(
+        r#"
+name = "Acme (Notion style)"
+base_url = "{}/notion"
+auth = {{ kind = "bearer", token = "{}" }}
+headers = {{ "Notion-Version" = "2022-06-28" }}
+rate = "100/s"
+fields = {{ amount = "$.properties.Amount.number", currency = "$.properties.Currency.select.name", status = "$.properties.Status.status.name", created = "$.created_time" }}
+amount_format = "major"
+[list]
+method = "POST"
+path = "/v1/databases/db1/query"
+records = "$.results[*]"
+paging_in = "body"
+paging = {{ kind = "next_cursor", param = "start_cursor", cursor = "$.next_cursor" }}
+body = {{ page_size = 7, filter = {{ and = [ {{ timestamp = "created_time", created_time = {{ on_or_after = "{{{{ start }}}}" }} }}, {{ timestamp = "created_time", created_time = {{ before = "{{{{ end }}}}" }} }} ] }} }}
+"#,
+        emu.base_url, emu.token
+    )
+}
+
 async fn emulator(config: EmulatorConfig) -> Emulator {
     let emu = Emulator::start(config).await.unwrap();
     emu.insert_items(items());
@@ -215,6 +238,20 @@ async fn every_paging_style_reads_exactly_the_window() {
     let src = source(&pipedrive(&emu)).await.unwrap();
     let got = read(src.as_ref(), window()).await.unwrap();
     assert_eq!(got, expected(|id| format!("it_{id}")), "pipedrive");
+    // Notion: the cursor and the window in the POST body, 7 per page.
+    let before = emu.stats().transport.requests;
+    let src = source(&notion(&emu)).await.unwrap();
+    let got = read(src.as_ref(), window()).await.unwrap();
+    assert_eq!(
+        got,
+        expected(|id| format!("8e2c1f0a-0000-4000-8000-{id:012}")),
+        "notion"
+    );
+    assert_eq!(
+        emu.stats().transport.requests - before,
+        6,
+        "38 records, 7 a page"
+    );
     // Pipedrive's style cannot filter: every page of all 60 was listed.
     let s = emu.stats();
     assert_eq!(s.tokens, 1, "one OAuth token for the Harvest-style reads");
@@ -411,6 +448,10 @@ async fn config_errors_name_the_key_the_path_and_the_answer() {
             vec!["list.query.start_time", "{{ stat }}", "start, end"],
         ),
         (
+            base.replace("[list]", "[list]\npaging_in = \"body\""),
+            vec!["list.paging_in = \"body\"", "list.body"],
+        ),
+        (
             base.replace("created = \"$.created_at\"", "created = \"created_at\""),
             vec!["fields.created = \"created_at\" is not a JSONPath"],
         ),
@@ -473,6 +514,7 @@ async fn the_examples_read_their_emulated_style_exactly() {
         ("PIPEDRIVE_TOKEN", emu.token.as_str()),
         ("HARVEST_CLIENT_ID", id.as_str()),
         ("HARVEST_CLIENT_SECRET", secret.as_str()),
+        ("NOTION_DATABASE_ID", "a1b2c3"),
     ];
     let schema = schema();
     let cx = BuildContext {
@@ -480,6 +522,10 @@ async fn the_examples_read_their_emulated_style_exactly() {
         time_field: Some(3),
     };
     for (file, prefix) in [
+        (
+            "notion-body-cursor.toml",
+            "8e2c1f0a-0000-4000-8000-00000000",
+        ),
         ("github-link-header.toml", ""),
         ("pipedrive-offset.toml", "it_"),
         ("harvest-page-number.toml", ""),

@@ -1,6 +1,6 @@
 //! An emulator of REST APIs in the paging styles the declarative connector
 //! supports (feature `emulator`), on 127.0.0.1, for tests and the examples
-//! in `examples/http/`. One store of charges ("items") is served in four
+//! in `examples/http/`. One store of charges ("items") is served in five
 //! documented styles, and a JSON REST collection ("records") takes writes.
 //!
 //! | route | style, after | documented behaviour emulated |
@@ -9,6 +9,7 @@
 //! | `GET /offset/items` | Pipedrive v1 | `start`/`limit`, `{"success", "data", "additional_data": {"pagination": {"start", "limit", "more_items_in_collection", "next_start"}}}`, no date filter (the window is filtered by the client), `add_time` as `YYYY-MM-DD HH:MM:SS` in UTC, the API token in the `api_token` query parameter: <https://pipedrive.readme.io/docs/core-api-concepts-pagination> |
 //! | `GET /page/items` | Harvest v2 | `page`/`per_page`, `total_pages`, `next_page`, `from`/`to` date filters (both days included), amounts as decimal numbers in major units: <https://help.getharvest.com/api-v2/introduction/overview/pagination/> |
 //! | `GET /next/items` | Zendesk cursor pagination | `page[size]`, `links.next` (a whole URL with `page[after]`, `null` on the last page), `meta.has_more`, `start_time`/`end_time` (Unix seconds), the IETF draft's `ratelimit-remaining` and `ratelimit-reset` headers: <https://developer.zendesk.com/api-reference/introduction/pagination/>, <https://developer.zendesk.com/documentation/api-basics/best-practices/best-practices-for-avoiding-rate-limiting> |
+//! | `POST /notion/v1/databases/{id}/query` | Notion | the paging parameters in the JSON body (`start_cursor`, `page_size` ≤ 100), `{"object": "list", "results", "next_cursor", "has_more"}`, a `created_time` timestamp filter (`on_or_after`, `before`, under `and`), the `Notion-Version` header required, values nested in typed property objects: <https://developers.notion.com/reference/intro#pagination>, <https://developers.notion.com/reference/post-database-query-filter#timestamp> |
 //! | `POST /records`, `GET /records/{external_id}`, `GET /records`, `PUT /records/{external_id}` | a JSON REST target | create with a unique `external_id` (a second create is `409` with code `duplicate_external_id`, RFC 9110 section 15.5.10), `Idempotency-Key` replaying the first answer of a key as Stripe does (<https://docs.stripe.com/api/idempotent_requests>), `422` with code `amount_invalid` for a negative amount, `404` with code `not_found`, offset/limit listing with `total`, or the records of `ids=a,b` (at most 100) |
 //! | `POST /oauth/token` | OAuth 2.0 | client credentials grant, RFC 6749 section 4.4; `{"access_token", "token_type": "Bearer", "expires_in"}` |
 //!

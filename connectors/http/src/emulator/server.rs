@@ -286,6 +286,9 @@ fn route(
         (&Method::GET, "/page/items") => page(&items, query),
         (&Method::GET, "/next/items") => next(&items, query, host),
         (&Method::POST, "/records") => Ok(create(shared, headers, body)),
+        (&Method::POST, p) if p.starts_with("/notion/v1/databases/") && p.ends_with("/query") => {
+            notion(&items, headers, body)
+        }
         (&Method::GET, "/records") => list_records(shared, query),
         (m, p) if p.starts_with("/records/") => {
             let ext = recon_emulator_kit::percent_decode(&p["/records/".len()..]);
@@ -670,4 +673,118 @@ fn update(shared: &Shared, ext: &str, body: &[u8]) -> Reply {
     let out = r.clone();
     store.updates += 1;
     Reply::json(200, out)
+}
+
+/// Notion's database query: `POST …/databases/{id}/query` with a JSON
+/// body of `filter` (here: `created_time` timestamp conditions, alone or
+/// under `and`), `start_cursor` and `page_size` (at most 100); the answer
+/// `{"object": "list", "results", "next_cursor", "has_more"}`; the
+/// `Notion-Version` header is required.
+fn notion(items: &[Item], headers: &HeaderMap, body: &[u8]) -> Result<Reply, Reply> {
+    let invalid = |m: &str| {
+        Reply::json(
+            400,
+            json!({"object": "error", "status": 400, "code": "validation_error", "message": m}),
+        )
+    };
+    if headers.get("notion-version").is_none() {
+        return Err(Reply::json(
+            400,
+            json!({"object": "error", "status": 400, "code": "missing_version", "message": "Notion-Version header failed validation: Notion-Version header should be defined."}),
+        ));
+    }
+    let body: Json = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|_| invalid("body failed validation: not JSON"))?
+    };
+    let size = match body.get("page_size") {
+        None => 100,
+        Some(n) => n
+            .as_u64()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| invalid("body.page_size should be a number from 1 to 100"))?,
+    };
+    let conditions: Vec<&Json> = match body.get("filter") {
+        None => Vec::new(),
+        Some(f) => match f.get("and").and_then(Json::as_array) {
+            Some(all) => all.iter().collect(),
+            None => vec![f],
+        },
+    };
+    let mut bounds: Vec<(String, jiff::Timestamp)> = Vec::new();
+    for c in conditions {
+        if c.get("timestamp").and_then(Json::as_str) != Some("created_time") {
+            return Err(invalid(
+                "body.filter: only created_time timestamp conditions are emulated",
+            ));
+        }
+        let Some(Json::Object(cond)) = c.get("created_time") else {
+            return Err(invalid("body.filter.created_time should be an object"));
+        };
+        for (op, v) in cond {
+            let at = v
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .ok_or_else(|| invalid("body.filter.created_time: a date should be ISO 8601"))?;
+            if !matches!(
+                op.as_str(),
+                "on_or_after" | "after" | "before" | "on_or_before"
+            ) {
+                return Err(invalid("body.filter.created_time: unknown condition"));
+            }
+            bounds.push((op.clone(), at));
+        }
+    }
+    let after = match body.get("start_cursor").and_then(Json::as_str) {
+        None => None,
+        Some(c) => Some(
+            base64_decode(c)
+                .and_then(|b| String::from_utf8(b).ok())
+                .and_then(|s| {
+                    let (a, b) = s.split_once(':')?;
+                    Some((a.parse::<i64>().ok()?, b.parse::<u64>().ok()?))
+                })
+                .ok_or_else(|| invalid("body.start_cursor should be a cursor"))?,
+        ),
+    };
+    let matching: Vec<&Item> = items
+        .iter()
+        .filter(|i| {
+            let t = ts(i.created);
+            bounds.iter().all(|(op, at)| match op.as_str() {
+                "on_or_after" => t >= *at,
+                "after" => t > *at,
+                "before" => t < *at,
+                _ => t <= *at,
+            }) && after.is_none_or(|a| (i.created, i.id) > a)
+        })
+        .collect();
+    let page: Vec<&Item> = matching.iter().take(size as usize).copied().collect();
+    let has_more = matching.len() > page.len();
+    let next = match (has_more, page.last()) {
+        (true, Some(i)) => json!(base64_encode(format!("{}:{}", i.created, i.id).as_bytes())),
+        _ => Json::Null,
+    };
+    let results: Vec<Json> = page
+        .iter()
+        .map(|i| {
+            let amount: serde_json::Number =
+                major(i.amount, &i.currency).parse().unwrap_or(0.into());
+            json!({
+                "object": "page",
+                "id": format!("8e2c1f0a-0000-4000-8000-{:012}", i.id),
+                "created_time": ts(i.created).strftime("%Y-%m-%dT%H:%M:%S.000Z").to_string(),
+                "properties": {
+                    "Amount": {"type": "number", "number": amount},
+                    "Currency": {"type": "select", "select": {"name": i.currency}},
+                    "Status": {"type": "status", "status": {"name": i.status}},
+                },
+            })
+        })
+        .collect();
+    Ok(Reply::json(
+        200,
+        json!({"object": "list", "results": results, "next_cursor": next, "has_more": has_more}),
+    ))
 }
