@@ -524,6 +524,29 @@ async fn declared_rest_target_writes_each_gap_once_through_a_crash_and_lost_answ
         recon_async(args, env)
     };
 
+    // `recon check` names how the API keeps one record per key.
+    let o = recon_async(
+        vec![
+            "check".to_string(),
+            "--config".into(),
+            config.display().to_string(),
+        ],
+        vec![
+            ("RECON_TEST_STRIPE_KEY", stripe.api_key.clone()),
+            ("LEDGER_TOKEN", api.token.clone()),
+        ],
+    )
+    .await;
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for needle in [
+        "writes keep one record per key by a unique field the API enforces",
+        "the window is filtered client-side",
+    ] {
+        assert!(out.contains(needle), "{needle:?} not in: {out}");
+    }
+    assert!(!out.contains(&api.token), "{out}");
+
     let o = go("dry", vec![]).await;
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let dry = summary(&dir.path().join("dry"));

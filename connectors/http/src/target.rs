@@ -71,6 +71,17 @@ pub fn idempotency_key(scope: &str, key: &str, created: Option<&str>) -> String 
     out
 }
 
+/// How `uniqueness` keeps one record per key, for `recon check` and the log.
+fn uniqueness_text(uniqueness: Uniqueness) -> &'static str {
+    match uniqueness {
+        Uniqueness::UniqueField => {
+            "a unique field the API enforces (its conflict answer settles as unchanged)"
+        }
+        Uniqueness::UpsertByKey => "an upsert-by-key endpoint",
+        Uniqueness::IdempotencyKeyAndLookup => "idempotency keys and a lookup before every create",
+    }
+}
+
 /// A failure that ends the write call: the records of the call may or may
 /// not be written; the next run settles them.
 fn lost(e: HttpError) -> ConnectorError {
@@ -332,7 +343,14 @@ impl Source for HttpTarget {
     }
 
     async fn probe(&self) -> Result<Probe, ConnectorError> {
-        self.source.probe().await
+        let probe = self.source.probe().await?;
+        Ok(match &self.inner().spec.write {
+            Some(w) => probe.limit(format!(
+                "writes keep one record per key by {} (write.uniqueness)",
+                uniqueness_text(w.uniqueness)
+            )),
+            None => probe,
+        })
     }
 }
 
@@ -353,9 +371,9 @@ impl Target for HttpTarget {
                         "{name}: write.uniqueness = \"unique_field\" says the API refuses a second record with the same key, but no write.outcomes rule says which answer that is; add e.g. write.outcomes = [{{ status = 409, outcome = \"unchanged\" }}] (the API's documented conflict answer), or declare another uniqueness"
                     )));
                 }
-                "a unique field the API enforces (its conflict answer settles as unchanged)"
+                uniqueness_text(w.uniqueness)
             }
-            Uniqueness::UpsertByKey => "an upsert-by-key endpoint",
+            Uniqueness::UpsertByKey => uniqueness_text(w.uniqueness),
             Uniqueness::IdempotencyKeyAndLookup => {
                 let header = w.create.as_ref().is_some_and(|(_, h)| h.is_some())
                     || w.batch
@@ -367,7 +385,7 @@ impl Target for HttpTarget {
                         if inner.spec.lookup.is_none() { "the lookup" } else { "the header" }
                     )));
                 }
-                "idempotency keys and a lookup before every create"
+                uniqueness_text(w.uniqueness)
             }
         };
         tracing::info!(
