@@ -201,6 +201,38 @@ impl Api {
         Ok((json, meta))
     }
 
+    /// Like [`Api::call`], but a 2xx is success whatever its body (empty,
+    /// not JSON): for writes whose answer recon does not read, so that a
+    /// body it cannot parse never makes the policy send the write again.
+    pub async fn call_status(
+        &self,
+        method: Method,
+        url: &str,
+        query: &[(String, String)],
+        body: Option<&Json>,
+        headers: &[(String, String)],
+    ) -> Result<ResponseMeta, HttpError> {
+        let mut q: Vec<(String, String)> = query.to_vec();
+        if let Some((name, key)) = &self.query_key {
+            q.push((name.clone(), key.expose().to_string()));
+        }
+        let meta = self
+            .http
+            .send_status(method, url, |req| {
+                let mut req = if q.is_empty() { req } else { req.query(&q) };
+                for (k, v) in headers {
+                    req = req.header(k, v);
+                }
+                match body {
+                    Some(b) => req.json(b),
+                    None => req,
+                }
+            })
+            .await?;
+        self.pace_by_headers(&meta);
+        Ok(meta)
+    }
+
     /// Reads the declared rate-limit headers of an answer and tells the
     /// shared limiter what remains of the API's window.
     fn pace_by_headers(&self, meta: &ResponseMeta) {

@@ -116,6 +116,24 @@ impl Inner {
         })
     }
 
+    /// [`Inner::send`] decided on the status alone (writes whose answer is
+    /// not read).
+    pub async fn send_status(
+        &self,
+        req: &Request,
+        headers: &[(String, String)],
+    ) -> Result<ResponseMeta, HttpError> {
+        self.api
+            .call_status(
+                req.method.clone(),
+                &req.url,
+                &req.query,
+                req.body.as_ref(),
+                headers,
+            )
+            .await
+    }
+
     pub async fn send(
         &self,
         req: &Request,
@@ -155,7 +173,8 @@ impl Inner {
             return Ok(found);
         }
         match records.container().map(|c| (c.first(answer).cloned(), c)) {
-            Some((Some(Json::Array(_)), _)) => Ok(found),
+            // An empty list, or `null` where the list would be.
+            Some((Some(Json::Array(_) | Json::Null), _)) => Ok(found),
             Some((Some(Json::Object(ref o)), _)) if o.is_empty() => Ok(found),
             Some((Some(other), _)) => Err(records.failed(
                 &format!(

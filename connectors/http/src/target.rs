@@ -141,8 +141,13 @@ impl Inner {
                 idempotency_key(&scope, &r.key, self.time_of(r).as_deref()),
             ));
         }
-        match self.send(&req, &headers).await {
-            Ok((answer, _)) => Ok(match &w.created {
+        let sent = match &w.created {
+            // The answer is not read: a 2xx is the record created.
+            None => self.send_status(&req, &headers).await.map(|_| Json::Null),
+            Some(_) => self.send(&req, &headers).await.map(|(answer, _)| answer),
+        };
+        match sent {
+            Ok(answer) => Ok(match &w.created {
                 None => WriteOutcome::Created,
                 Some(p) => match p.first(&answer) {
                     Some(Json::Bool(true)) => WriteOutcome::Created,
@@ -188,7 +193,7 @@ impl Inner {
     ) -> Result<WriteOutcome, ConnectorError> {
         let scope = update.label.clone();
         let req = self.render(update, &|n: &str| self.write_val(&scope, r, target_id, n))?;
-        match self.send(&req, &[]).await {
+        match self.send_status(&req, &[]).await {
             Ok(_) => Ok(WriteOutcome::Updated),
             Err(HttpError::Status {
                 status,
