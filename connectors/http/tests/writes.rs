@@ -418,3 +418,48 @@ async fn batched_lookups_by_an_ids_list() {
     assert_eq!(r[0].values[0], Value::Money(Money::from_minor(7, usd)));
     emu.shutdown().await;
 }
+
+/// The lookup's and the write's JSONPaths fail naming the key, the path
+/// and the answer.
+#[tokio::test(start_paused = true)]
+async fn lookup_and_write_paths_that_find_nothing_name_the_key() {
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    emu.insert_record(json!({"id": "rec_0", "external_id": "r1", "amount": 100, "currency": "USD", "status": "paid", "created": 1_795_824_100}));
+    let text = records_api(&emu, true, RULES).replace(
+        "[lookup]\npath = \"/records/{{ id }}\"\n",
+        "[lookup]\npath = \"/records/{{ id }}\"\nrecord = \"$.data\"\n",
+    );
+    let e = target(&text)
+        .await
+        .unwrap()
+        .lookup(&["r1".to_string()])
+        .await
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        "lookup.record = \"$.data\" matched nothing",
+        "GET /records/{{ id }}",
+        "\"external_id\":\"r1\"",
+    ] {
+        assert!(e.contains(needle), "{needle:?} not in: {e}");
+    }
+    let text = records_api(&emu, true, RULES).replace(
+        "uniqueness = \"unique_field\"",
+        "uniqueness = \"unique_field\"\ncreated = \"$.new\"",
+    );
+    let e = target(&text)
+        .await
+        .unwrap()
+        .write(&[record("r2", 200, "paid")], WriteMode::Insert)
+        .await
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        "write.created = \"$.new\" found nothing",
+        "POST /records",
+        "\"external_id\":\"r2\"",
+    ] {
+        assert!(e.contains(needle), "{needle:?} not in: {e}");
+    }
+    emu.shutdown().await;
+}
