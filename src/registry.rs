@@ -86,6 +86,8 @@ registry! {
     Salesforce => recon_salesforce::SalesforceSettings,
     /// `type = "quickbooks"`: QuickBooks Online invoices or sales receipts.
     Quickbooks => recon_quickbooks::QuickbooksSettings,
+    /// `type = "http"`: any REST API, its requests, paging, fields and writes declared.
+    Http => recon_http::HttpSettings,
 }
 
 macro_rules! envelopes {
@@ -135,7 +137,7 @@ mod tests {
     #[test]
     fn type_names_are_the_config_tags() {
         let names = EndpointConfig::type_names();
-        assert_eq!(names.len(), 7, "{names:?}");
+        assert_eq!(names.len(), 8, "{names:?}");
         for name in names {
             let e = serde_json::from_value::<EndpointConfig>(serde_json::json!({ "type": name }))
                 .unwrap_err()

@@ -288,7 +288,19 @@ pub async fn confirm_edges(
         outcome.orphans = kept.into();
     }
     outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
-    let notes = empty_read_notes(outcome, gaps_read, orphans_read, sides);
+    let mut notes = empty_read_notes(outcome, gaps_read, orphans_read, sides);
+    // What a side says about how it is read (a declared API's client-side
+    // window, or its missing lookup).
+    for (name, side) in [
+        ("source", sides.source.as_ref()),
+        ("target", sides.target()),
+    ] {
+        notes.extend(
+            side.read_notes()
+                .into_iter()
+                .map(|n| format!("{name}: {n}")),
+        );
+    }
     Ok(Confirmed {
         dismissed,
         mismatch_sources: sources,

@@ -102,6 +102,14 @@ pub trait Source: Send + Sync {
         false
     }
 
+    /// What every run's report should say about how this side is read,
+    /// beyond its records (a declared API that filters the window
+    /// client-side, or has no lookup so that its edge discrepancies go
+    /// unconfirmed); empty by default.
+    fn read_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// One cheap call that shows the system answers and accepts the
     /// credentials, without reading a window (`recon check`): the provider's
     /// limits and remaining quota where it reports them. Building the
