@@ -13,8 +13,9 @@
 //! Because the refresh token changes, recon saves each new one in the
 //! job's state store ([`TokenStore`]) before it uses the access token that
 //! came with it, encrypted with a key derived from the app's client secret
-//! (HMAC-SHA256 keystream and tag), so the store never holds a token in
-//! clear. The token tried first is the one this process received last,
+//! (XChaCha20-Poly1305 from RustCrypto's `chacha20poly1305`, the key by
+//! HKDF-SHA256, a random 192-bit nonce per seal), so the store never holds
+//! a token in clear and an altered one is refused. The token tried first is the one this process received last,
 //! then the saved one, then the configured `refresh_token`
 //! (`${QBO_REFRESH_TOKEN}`); so the configured token is used only when the
 //! store holds none, or after the saved one was refused (the reconnect
@@ -32,7 +33,8 @@
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use hmac::{Hmac, Mac};
+use chacha20poly1305::aead::{Aead, KeyInit};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use recon_core::http::{
     HttpClient, HttpError, HttpPolicy, Method, Provider, ProviderError, StaticAuth, TokenSource,
 };
@@ -67,33 +69,31 @@ pub fn is_invalid_grant(e: &HttpError) -> bool {
         if *provider == QUICKBOOKS_OAUTH.name && code == "invalid_grant")
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
-    for p in parts {
-        m.update(p);
-    }
-    m.finalize().into_bytes().into()
+/// The cipher of sealed tokens: its key derived from the client secret by
+/// HKDF-SHA256 under a fixed label.
+fn cipher(client_secret: &Secret) -> XChaCha20Poly1305 {
+    let mut key = [0u8; 32];
+    hkdf::Hkdf::<Sha256>::new(None, client_secret.expose().as_bytes())
+        .expand(b"recon quickbooks refresh token v1", &mut key)
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    XChaCha20Poly1305::new(&key.into())
 }
 
 /// Seals `token` with a key derived from `client_secret`:
-/// `v1:` + base64url(nonce ‖ ciphertext ‖ tag).
-pub fn seal(token: &str, client_secret: &Secret) -> String {
-    let key = mac(
-        client_secret.expose().as_bytes(),
-        &[b"recon quickbooks refresh token v1"],
-    );
-    let nonce: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
-    let ct = xor_stream(&key, &nonce, token.as_bytes());
-    let tag = mac(&key, &[b"tag", &nonce, &ct]);
+/// `v1:` + base64url(nonce ‖ ciphertext and tag). `None` only when the
+/// operating system has no random numbers to give.
+pub fn seal(token: &str, client_secret: &Secret) -> Option<String> {
+    let mut nonce = [0u8; 24];
+    getrandom::getrandom(&mut nonce).ok()?;
+    let sealed = cipher(client_secret)
+        .encrypt(XNonce::from_slice(&nonce), token.as_bytes())
+        .ok()?;
     let mut out = nonce.to_vec();
-    out.extend_from_slice(&ct);
-    out.extend_from_slice(&tag[..16]);
-    format!(
+    out.extend_from_slice(&sealed);
+    Some(format!(
         "v1:{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(out)
-    )
+    ))
 }
 
 /// The token [`seal`] sealed, or `None` when `sealed` was made with
@@ -102,33 +102,14 @@ pub fn open(sealed: &str, client_secret: &Secret) -> Option<String> {
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(sealed.strip_prefix("v1:")?)
         .ok()?;
-    if raw.len() < 32 {
+    if raw.len() < 24 + 16 {
         return None;
     }
-    let key = mac(
-        client_secret.expose().as_bytes(),
-        &[b"recon quickbooks refresh token v1"],
-    );
-    let (nonce, rest) = raw.split_at(16);
-    let (ct, tag) = rest.split_at(rest.len() - 16);
-    if mac(&key, &[b"tag", nonce, ct])[..16] != *tag {
-        return None;
-    }
-    String::from_utf8(xor_stream(&key, nonce, ct)).ok()
-}
-
-fn xor_stream(key: &[u8], nonce: &[u8], data: &[u8]) -> Vec<u8> {
-    data.chunks(32)
-        .enumerate()
-        .flat_map(|(i, chunk)| {
-            let block = mac(key, &[b"stream", nonce, &(i as u32).to_be_bytes()]);
-            chunk
-                .iter()
-                .zip(block)
-                .map(|(a, b)| a ^ b)
-                .collect::<Vec<u8>>()
-        })
-        .collect()
+    let (nonce, sealed) = raw.split_at(24);
+    let token = cipher(client_secret)
+        .decrypt(XNonce::from_slice(nonce), sealed)
+        .ok()?;
+    String::from_utf8(token).ok()
 }
 
 /// The store's name for a connection's refresh token: the company and a
@@ -294,10 +275,18 @@ impl TokenSource for RotatingRefresh {
                 Ok((access, newest)) => {
                     if newest.expose() != refresh.expose() || step == 2 {
                         match &self.store {
-                            Some(store) => store
-                                .put(&self.name, &seal(newest.expose(), &self.client_secret))
-                                .await
-                                .map_err(|e| self.store_error(e))?,
+                            Some(store) => {
+                                let sealed = seal(newest.expose(), &self.client_secret)
+                                    .ok_or_else(|| {
+                                        self.store_error(ConnectorError::Config(
+                                            "the operating system gave no random bytes to seal the new refresh token with".into(),
+                                        ))
+                                    })?;
+                                store
+                                    .put(&self.name, &sealed)
+                                    .await
+                                    .map_err(|e| self.store_error(e))?
+                            }
                             None => tracing::warn!(
                                 message = "No state store: the rotated QuickBooks refresh token is kept only by this process.",
                                 realm_id = self.realm_id.as_str()
@@ -342,10 +331,14 @@ mod tests {
     fn sealed_tokens_open_only_with_the_same_secret_and_unaltered() {
         let secret = Secret::new("client-secret-1");
         let token = "RT1-0123456789abcdef0123456789abcdef0123456789";
-        let sealed = seal(token, &secret);
+        let sealed = seal(token, &secret).unwrap();
         assert!(!sealed.contains(token) && !sealed.contains("RT1-"));
         assert_eq!(open(&sealed, &secret).as_deref(), Some(token));
-        assert_ne!(sealed, seal(token, &secret), "a fresh nonce each time");
+        assert_ne!(
+            sealed,
+            seal(token, &secret).unwrap(),
+            "a fresh nonce each time"
+        );
         assert_eq!(open(&sealed, &Secret::new("other")), None);
         let mut bytes = sealed.into_bytes();
         let last = bytes.len() - 5;

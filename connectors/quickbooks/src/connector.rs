@@ -139,6 +139,35 @@ pub fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "\\'"))
 }
 
+/// The conditions that find `values` of `field`, each a query of its own:
+/// `field IN (…)` lists of at most `chunk` values, and, for a value holding
+/// a backslash (the query language documents only `\'` as an escape, so
+/// such a value has no exact literal), `field LIKE 'prefix%'` on the text
+/// before its first backslash: a superset, which the caller narrows to the
+/// exact values, as it does every answer.
+pub fn conditions(field: &str, values: &[String], chunk: usize) -> Vec<String> {
+    let (plain, odd): (Vec<&String>, Vec<&String>) = values.iter().partition(|v| !v.contains('\\'));
+    let mut out: Vec<String> = plain
+        .chunks(chunk.max(1))
+        .map(|c| {
+            let list: Vec<String> = c.iter().map(|v| literal(v)).collect();
+            format!("{field} IN ({})", list.join(", "))
+        })
+        .collect();
+    let mut prefixes: Vec<&str> = odd
+        .iter()
+        .map(|v| v.split('\\').next().unwrap_or_default())
+        .collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    out.extend(
+        prefixes
+            .into_iter()
+            .map(|p| format!("{field} LIKE {}", literal(&format!("{p}%")))),
+    );
+    out
+}
+
 /// The value at a property path: strings as they are, numbers by their
 /// JSON text, a reference (`{"value"}`) by its value.
 pub(crate) fn text_at(e: &Json, path: &str) -> Option<String> {
@@ -419,12 +448,10 @@ impl QuickBooks {
         let rows = match self.cfg.placement {
             Placement::DocNumber => {
                 let mut rows = Vec::new();
-                for chunk in keys.chunks(self.cfg.lookup_chunk) {
-                    let list: Vec<String> = chunk.iter().map(|k| literal(k)).collect();
+                for condition in conditions("DocNumber", keys, self.cfg.lookup_chunk) {
                     let select = format!(
-                        "SELECT * FROM {} WHERE DocNumber IN ({}) ORDERBY Id",
-                        self.cfg.object,
-                        list.join(", ")
+                        "SELECT * FROM {} WHERE {condition} ORDERBY Id",
+                        self.cfg.object
                     );
                     rows.extend(
                         self.client
@@ -651,6 +678,20 @@ mod tests {
     #[test]
     fn literals_escape_quotes_and_paths_read_references() {
         assert_eq!(literal("O'Brien"), "'O\\'Brien'");
+        // A backslash has no documented escape: such values are found by
+        // the prefix before it, narrowed afterwards.
+        let keys: Vec<String> = ["a", "b'c", "x\\y", "x\\z", "\\q", "d"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            conditions("DocNumber", &keys, 2),
+            [
+                "DocNumber IN ('a', 'b\\'c')",
+                "DocNumber IN ('d')",
+                "DocNumber LIKE '%'",
+                "DocNumber LIKE 'x%'",
+            ]
+        );
         let e: Json = serde_json::from_str(
             r#"{"CustomerRef": {"value": "7"}, "TotalAmt": 12.50,
                 "CustomField": [{"DefinitionId": "2", "StringValue": "ch_1"}]}"#,

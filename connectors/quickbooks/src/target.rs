@@ -35,7 +35,7 @@ use serde_json::{json, Value as Json};
 use sha2::{Digest, Sha256};
 
 use crate::client::fault_text;
-use crate::connector::{literal, CustomerChoice, Placement, Prepared, QuickBooks, TimeField};
+use crate::connector::{conditions, CustomerChoice, Placement, Prepared, QuickBooks, TimeField};
 
 /// The `requestid` of a request writing `keys` with `operation` and
 /// `body`: the same job sending the same writes sends the same ID (a
@@ -197,12 +197,8 @@ impl QuickBooks {
                 wanted.sort();
                 wanted.dedup();
                 let mut found: HashMap<String, Vec<String>> = HashMap::new();
-                for chunk in wanted.chunks(self.cfg.lookup_chunk) {
-                    let list: Vec<String> = chunk.iter().map(|v| literal(v)).collect();
-                    let select = format!(
-                        "SELECT * FROM Customer WHERE {by} IN ({}) ORDERBY Id",
-                        list.join(", ")
-                    );
+                for condition in conditions(by, &wanted, self.cfg.lookup_chunk) {
+                    let select = format!("SELECT * FROM Customer WHERE {condition} ORDERBY Id");
                     for c in self
                         .client
                         .query_all(&select, "Customer", self.cfg.page_size)

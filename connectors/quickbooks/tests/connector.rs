@@ -184,6 +184,18 @@ async fn reads_page_exactly_keep_duplicates_and_look_up_in_batches() {
         .entities(Kind::Invoice)
         .iter()
         .any(|e| e["Id"] == json!(dup)));
+
+    // An external ID with a backslash has no exact query literal (only
+    // `\'` is a documented escape): it is found by the prefix before the
+    // backslash and matched exactly, never by a broken or widened query.
+    emu.insert(Kind::Invoice, seeded("ch_\\9", "2.00", "USD", "2026-03-02"));
+    emu.insert(
+        Kind::Invoice,
+        seeded("ch_\\9x", "3.00", "USD", "2026-03-02"),
+    );
+    let found = t.lookup(&["ch_\\9".to_string()]).await.unwrap();
+    let keys: Vec<&str> = found.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["ch_\\9"]);
     emu.shutdown().await;
 }
 
