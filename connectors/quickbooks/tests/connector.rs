@@ -92,8 +92,9 @@ fn window() -> Window {
 }
 
 fn seeded(doc: &str, amount: &str, currency: &str, date: &str) -> Json {
+    let doc = Json::from(doc);
     serde_json::from_str(&format!(
-        r#"{{"DocNumber": "{doc}", "TxnDate": "{date}", "CustomerRef": {{"value": "1"}},
+        r#"{{"DocNumber": {doc}, "TxnDate": "{date}", "CustomerRef": {{"value": "1"}},
             "CurrencyRef": {{"value": "{currency}"}},
             "Line": [{{"Amount": {amount}, "DetailType": "SalesItemLineDetail",
                        "SalesItemLineDetail": {{"ItemRef": {{"value": "1"}}}}}}]}}"#
