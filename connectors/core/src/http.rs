@@ -77,6 +77,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER, USER_AGEN
 pub use traffic::{traffic, Answer, Traffic};
 
 mod call;
+pub mod rotating;
 mod stream;
 mod traffic;
 /// The request method and builder of [`HttpClient::send_json`] and

@@ -30,7 +30,7 @@ use recon_core::{ConnectorError, Currency, Secret, TokenStore};
 use serde_json::{json, Value as Json};
 use tokio::sync::OnceCell;
 
-use crate::auth::{is_invalid_grant, reconnect_steps, RotatingRefresh};
+use crate::auth::{is_invalid_grant, reconnect_steps, rotating_refresh};
 
 /// QuickBooks Online's identity for the HTTP policy.
 pub const QUICKBOOKS: Provider = Provider {
@@ -172,7 +172,7 @@ impl Client {
         store: Option<Arc<dyn TokenStore>>,
     ) -> Result<Client, ConnectorError> {
         let to_config = |e: HttpError| ConnectorError::Config(e.to_string());
-        let source = RotatingRefresh::new(
+        let source = rotating_refresh(
             &cfg.token_url,
             cfg.client_id.clone(),
             cfg.client_secret.clone(),
