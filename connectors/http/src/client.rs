@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use recon_core::http::rotating::{self, ClientAuth, RefreshGrant, RotatingRefresh};
 use recon_core::http::{
     Auth, HttpClient, HttpError, HttpPolicy, Method, Provider, RefreshableToken, ResponseMeta,
     StaticAuth, Throttle, TokenSource,
 };
-use recon_core::{ConnectorError, Secret};
+use recon_core::{ConnectorError, Secret, TokenStore};
 use serde_json::Value as Json;
 
-use crate::settings::{AuthSettings, HttpSettings, RateLimitHeaders};
+use crate::settings::{AuthSettings, ClientAuthSetting, HttpSettings, RateLimitHeaders};
 
 /// The API as the connector calls it.
 pub struct Api {
@@ -81,7 +82,11 @@ impl TokenSource for ClientCredentials {
 
 impl Api {
     /// The client of `settings`.
-    pub fn new(settings: &HttpSettings, rate: (u32, Duration)) -> Result<Api, ConnectorError> {
+    pub fn new(
+        settings: &HttpSettings,
+        rate: (u32, Duration),
+        tokens: Option<Arc<dyn TokenStore>>,
+    ) -> Result<Api, ConnectorError> {
         let provider = Provider::new(leak(&settings.name), leak(&settings.request_id_header));
         let mut policy = HttpPolicy::new(rate.0);
         policy.interval = rate.1;
@@ -142,6 +147,37 @@ impl Api {
                     client_secret: client_secret.clone(),
                     scope: scope.clone(),
                 }))
+            }
+            Some(AuthSettings::OauthRefreshToken {
+                token_url,
+                client_id,
+                client_secret,
+                refresh_token,
+                scope,
+                client_auth,
+            }) => {
+                let grant = RefreshGrant {
+                    provider: Provider {
+                        error_body: rotating::oauth_error_body,
+                        ..Provider::new(leak(&format!("{} OAuth", settings.name)), "X-Request-Id")
+                    },
+                    token_url: token_url.clone(),
+                    name: rotating::token_name(&format!("http/{}", settings.name), client_id),
+                    client_id: client_id.clone(),
+                    client_secret: client_secret.clone(),
+                    client_auth: match client_auth {
+                        ClientAuthSetting::Basic => ClientAuth::Basic,
+                        ClientAuthSetting::Form => ClientAuth::Form,
+                    },
+                    scope: scope.clone(),
+                    configured: refresh_token.clone(),
+                    store: tokens,
+                    label: format!("the API `{}`", settings.name),
+                    setting: "auth.refresh_token = \"${API_REFRESH_TOKEN}\"".into(),
+                };
+                Arc::new(RefreshableToken::bearer(
+                    RotatingRefresh::new(grant).map_err(config)?,
+                ))
             }
         };
         let mut headers: Vec<(String, String)> = vec![("Accept".into(), "application/json".into())];

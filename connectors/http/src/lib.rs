@@ -22,8 +22,10 @@
 //! - **HTTP**: every call goes through the shared policy
 //!   (`recon_core::http`): the declared rate, rate-limit headers,
 //!   `Retry-After`, retried statuses, the request-ID header; auth by
-//!   bearer token, basic, API key in a header or the query, or OAuth 2.0
-//!   client credentials ([`client`]), every value a scrubbed secret.
+//!   bearer token, basic, API key in a header or the query, OAuth 2.0
+//!   client credentials, or an OAuth 2.0 refresh token whose rotations are
+//!   kept sealed in the state store (`recon_core::http::rotating`, shared
+//!   with QuickBooks) ([`client`]), every value a scrubbed secret.
 //!
 //! The emulator (feature `emulator`) serves the styles the tests and
 //! `examples/http/` use.

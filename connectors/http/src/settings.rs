@@ -207,6 +207,44 @@ pub enum AuthSettings {
         /// Scopes to ask for, space-separated (default none).
         scope: Option<String>,
     },
+    /// OAuth 2.0 refresh grant (RFC 6749 section 6) for APIs that issue a
+    /// user's refresh token (authorization-code apps): an access token
+    /// fetched with the refresh token before the first request and again
+    /// after a 401. Where the API rotates the refresh token, the newest is
+    /// kept, sealed, in the job's state store and used by the next run; the
+    /// configured one only while the store holds none.
+    OauthRefreshToken {
+        /// The token endpoint (`https://auth.example.com/oauth/token`).
+        token_url: String,
+        /// The client ID.
+        client_id: Secret,
+        /// The client secret (it also seals the stored refresh token).
+        client_secret: Secret,
+        /// The refresh token to start from; use `${API_REFRESH_TOKEN}`.
+        refresh_token: Option<Secret>,
+        /// Scopes to ask for, space-separated (default none).
+        scope: Option<String>,
+        /// How the client authenticates at the token endpoint: `basic`
+        /// (HTTP Basic, which RFC 6749 section 2.3.1 requires servers to
+        /// take; the default) or `form` (`client_id`/`client_secret` in
+        /// the body).
+        #[serde(default = "default_client_auth")]
+        client_auth: ClientAuthSetting,
+    },
+}
+
+/// `auth.client_auth` of `oauth_refresh_token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuthSetting {
+    /// HTTP Basic.
+    Basic,
+    /// In the form body.
+    Form,
+}
+
+fn default_client_auth() -> ClientAuthSetting {
+    ClientAuthSetting::Basic
 }
 
 fn empty_secret() -> Secret {
@@ -1145,6 +1183,20 @@ impl ConnectorConfig for HttpSettings {
                 *token_url = expand(token_url, &format!("{side}.auth.token_url"))?;
                 secret(client_id, "client_id")?;
                 secret(client_secret, "client_secret")?;
+            }
+            Some(AuthSettings::OauthRefreshToken {
+                token_url,
+                client_id,
+                client_secret,
+                refresh_token,
+                ..
+            }) => {
+                *token_url = expand(token_url, &format!("{side}.auth.token_url"))?;
+                secret(client_id, "client_id")?;
+                secret(client_secret, "client_secret")?;
+                if let Some(r) = refresh_token {
+                    secret(r, "refresh_token")?;
+                }
             }
         }
         Ok(())

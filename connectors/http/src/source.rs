@@ -55,7 +55,7 @@ impl HttpSource {
         cx: BuildContext<'_>,
     ) -> Result<HttpSource, ConnectorError> {
         let spec = settings.spec(cx)?;
-        let api = Api::new(settings, spec.rate)?;
+        let api = Api::new(settings, spec.rate, cx.tokens.cloned())?;
         Ok(HttpSource {
             inner: Arc::new(Inner {
                 spec,
@@ -68,6 +68,14 @@ impl HttpSource {
 
 pub(crate) fn http_error(e: HttpError) -> ConnectorError {
     match e {
+        HttpError::Status {
+            body_code: Some(ref code),
+            ..
+        } if code == "invalid_grant" => ConnectorError::Config(format!(
+            "{e}; the token endpoint refused the refresh token (expired, revoked, or replaced by a newer one that was lost): \
+             authorize the app again, put the new refresh token in the variable auth.refresh_token names, and run again \
+             (recon then keeps the newest one in the state store)"
+        )),
         HttpError::Unauthorized { .. } => ConnectorError::Config(format!(
             "{e}; check the credentials in auth (and the environment variables they name)"
         )),

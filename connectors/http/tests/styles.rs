@@ -376,6 +376,99 @@ async fn oauth_tokens_are_fetched_once_and_again_after_a_401() {
     emu.shutdown().await;
 }
 
+/// A token store in memory, as the state store keeps them.
+#[derive(Default)]
+struct MemoryTokens(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+#[async_trait::async_trait]
+impl recon_core::TokenStore for MemoryTokens {
+    async fn get(&self, name: &str) -> Result<Option<String>, ConnectorError> {
+        Ok(self.0.lock().unwrap().get(name).cloned())
+    }
+    async fn put(&self, name: &str, value: &str) -> Result<(), ConnectorError> {
+        self.0
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), value.to_string());
+        Ok(())
+    }
+}
+
+async fn source_with(
+    text: &str,
+    tokens: &std::sync::Arc<dyn recon_core::TokenStore>,
+) -> Result<Box<dyn Source>, ConnectorError> {
+    let schema = schema();
+    settings(text)
+        .build_source(BuildContext {
+            schema: &schema,
+            time_field: Some(3),
+            job: "http",
+            tokens: Some(tokens),
+        })
+        .await
+}
+
+/// OAuth 2.0 refresh grant with a rotating refresh token (the Harvest
+/// style, client by HTTP Basic): the newest token is saved sealed in the
+/// store and used by the next build, whose configured token is stale by
+/// then; a revoked one stops with the steps to reconnect; no token in any
+/// message or in the store's clear text.
+#[tokio::test(start_paused = true)]
+async fn rotated_refresh_tokens_are_kept_sealed_and_a_revoked_one_says_how_to_reconnect() {
+    let emu = emulator(EmulatorConfig::default()).await;
+    let c = EmulatorConfig::default();
+    let first = c.refresh_token.clone();
+    let config = harvest(&emu).replace(
+        r#"kind = "oauth_client_credentials","#,
+        &format!(r#"kind = "oauth_refresh_token", refresh_token = "{first}","#),
+    );
+    assert!(config.contains("oauth_refresh_token"), "{config}");
+    let memory = std::sync::Arc::new(MemoryTokens::default());
+    let store: std::sync::Arc<dyn recon_core::TokenStore> = memory.clone();
+    let want = expected(|id| id.to_string());
+
+    let src = source_with(&config, &store).await.unwrap();
+    assert_eq!(read(src.as_ref(), window()).await.unwrap(), want);
+    assert_eq!(emu.refreshes(), 1);
+    let second = emu.refresh_token().unwrap();
+    assert_ne!(second, first, "the endpoint rotated the token");
+    let saved = memory.get_all();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert!(saved[0].0.starts_with("http/") && saved[0].0.ends_with("/refresh_token"));
+    assert!(
+        !saved[0].1.contains(&second) && !saved[0].1.contains(&first),
+        "sealed, not in clear"
+    );
+
+    // The next run: the configured token was rotated away; the saved one works.
+    let src = source_with(&config, &store).await.unwrap();
+    assert_eq!(read(src.as_ref(), window()).await.unwrap(), want);
+    assert_eq!(emu.refreshes(), 2, "one refresh, with the saved token");
+    assert_ne!(emu.refresh_token().unwrap(), second);
+
+    // Revoked (the user disconnected the app): exit-2 material with the steps.
+    emu.revoke_refresh_token();
+    let src = source_with(&config, &store).await.unwrap();
+    let e = read(src.as_ref(), window()).await.unwrap_err();
+    assert!(matches!(e, ConnectorError::Config(_)), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("invalid_grant") && e.contains("authorize the app again"),
+        "{e}"
+    );
+    for t in [&first, &second] {
+        assert!(!e.contains(t.as_str()), "{e}");
+    }
+    emu.shutdown().await;
+}
+
+impl MemoryTokens {
+    fn get_all(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap().clone().into_iter().collect()
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_wrong_token_is_refused_without_showing_it() {
     let emu = emulator(EmulatorConfig::default()).await;

@@ -11,7 +11,7 @@
 //! | `GET /next/items` | Zendesk cursor pagination | `page[size]`, `links.next` (a whole URL with `page[after]`, `null` on the last page), `meta.has_more`, `start_time`/`end_time` (Unix seconds), the IETF draft's `ratelimit-remaining` and `ratelimit-reset` headers: <https://developer.zendesk.com/api-reference/introduction/pagination/>, <https://developer.zendesk.com/documentation/api-basics/best-practices/best-practices-for-avoiding-rate-limiting> |
 //! | `POST /notion/v1/databases/{id}/query` | Notion | the paging parameters in the JSON body (`start_cursor`, `page_size` ≤ 100), `{"object": "list", "results", "next_cursor", "has_more"}`, a `created_time` timestamp filter (`on_or_after`, `before`, under `and`), the `Notion-Version` header required, values nested in typed property objects: <https://developers.notion.com/reference/intro#pagination>, <https://developers.notion.com/reference/post-database-query-filter#timestamp> |
 //! | `POST /records`, `GET /records/{external_id}`, `GET /records`, `PUT /records/{external_id}` | a JSON REST target | create with a unique `external_id` (a second create is `409` with code `duplicate_external_id`, RFC 9110 section 15.5.10), `Idempotency-Key` replaying the first answer of a key as Stripe does (<https://docs.stripe.com/api/idempotent_requests>), `422` with code `amount_invalid` for a negative amount, `404` with code `not_found`, offset/limit listing with `total`, or the records of `ids=a,b` (at most 100) |
-//! | `POST /oauth/token` | OAuth 2.0 | client credentials grant, RFC 6749 section 4.4; `{"access_token", "token_type": "Bearer", "expires_in"}` |
+//! | `POST /oauth/token` | OAuth 2.0 | client credentials grant (RFC 6749 section 4.4) and refresh grant (section 6) with a rotating refresh token, client by Basic or form (section 2.3.1); `{"access_token", "token_type": "Bearer", "expires_in", "refresh_token"?}`, errors `{"error": "invalid_grant" | "invalid_client"}` (section 5.2) |
 //!
 //! Every route but the token endpoint takes the emulator's token as
 //! `Authorization: Bearer`, as `Authorization: Basic` (the token as user
@@ -47,6 +47,12 @@ pub struct EmulatorConfig {
     pub token: String,
     /// The OAuth client ID and secret of the token endpoint.
     pub client: (String, String),
+    /// The refresh token the token endpoint takes first; each refresh grant
+    /// replaces it with a new one and the old one is refused from then on
+    /// (`invalid_grant`), as rotating providers do (RFC 6749 section 6:
+    /// "the authorization server MAY issue a new refresh token, in which
+    /// case the client MUST discard the old refresh token").
+    pub refresh_token: String,
     /// At most this many requests in any window of this length.
     pub rate_limit: Option<(u32, Duration)>,
     /// Delay before every answer.
@@ -58,6 +64,7 @@ impl Default for EmulatorConfig {
         EmulatorConfig {
             token: "emu_token_5b0c9d2e7f41a8".into(),
             client: ("emu_client".into(), "emu_client_secret_73ac1e".into()),
+            refresh_token: "emu_rt_0_c41d7a9e2b".into(),
             rate_limit: None,
             latency: Duration::ZERO,
         }
@@ -120,6 +127,10 @@ pub(crate) struct Store {
     /// Idempotency key → (status, body) of its first answer.
     idempotent: HashMap<String, (u16, Json)>,
     tokens: Vec<String>,
+    /// The one refresh token the endpoint takes now (`None`: revoked), and
+    /// how many refresh grants it answered.
+    refresh: Option<String>,
+    refreshes: u64,
     over_limit: u64,
     creates: u64,
     replays: u64,
@@ -180,11 +191,15 @@ impl Emulator {
     pub async fn start(config: EmulatorConfig) -> std::io::Result<Emulator> {
         let (listener, base_url) = Server::bind().await?;
         let token = config.token.clone();
+        let refresh = Some(config.refresh_token.clone());
         let shared = Arc::new(Shared {
             transport: Transport::new(config.latency),
             create_faults: Mutex::new(FaultPlan::default()),
             config,
-            store: Mutex::new(Store::default()),
+            store: Mutex::new(Store {
+                refresh,
+                ..Store::default()
+            }),
             arrivals: Mutex::new(VecDeque::new()),
         });
         let app = Router::new()
@@ -240,6 +255,23 @@ impl Emulator {
     /// Forgets every access token issued (as when they expire).
     pub fn expire_tokens(&self) {
         self.shared.store.lock().unwrap().tokens.clear();
+    }
+
+    /// The refresh token the token endpoint takes now (`None`: revoked).
+    pub fn refresh_token(&self) -> Option<String> {
+        let s = self.shared.store.lock().unwrap();
+        s.refresh.clone()
+    }
+
+    /// Refresh grants answered so far.
+    pub fn refreshes(&self) -> u64 {
+        self.shared.store.lock().unwrap().refreshes
+    }
+
+    /// Revokes the refresh token (the user disconnected the app): every
+    /// refresh grant is `invalid_grant` from now on.
+    pub fn revoke_refresh_token(&self) {
+        self.shared.store.lock().unwrap().refresh = None;
     }
 
     /// Stops the server and waits for it.

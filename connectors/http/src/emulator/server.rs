@@ -131,7 +131,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request<Body>
         .to_string();
     let path = parts.uri.path().to_string();
     let reply = if path == "/oauth/token" && parts.method == Method::POST {
-        token(&shared, &bytes)
+        token(&shared, &parts.headers, &bytes)
     } else if !authorized(&shared, &parts.headers, &query) {
         Reply::error(401, "unauthorized", "Invalid or missing credentials")
     } else {
@@ -199,31 +199,71 @@ fn authorized(shared: &Shared, headers: &HeaderMap, query: &[(String, String)]) 
     query.iter().any(|(k, v)| k == "api_token" && v == token)
 }
 
-/// `POST /oauth/token`: RFC 6749 section 4.4 client credentials.
-fn token(shared: &Shared, body: &[u8]) -> Reply {
+/// `POST /oauth/token`: the client credentials grant (RFC 6749 section
+/// 4.4) and the refresh grant (section 6), the client authenticated by
+/// HTTP Basic or by `client_id`/`client_secret` in the form (section
+/// 2.3.1); errors as section 5.2 (`invalid_client` 401, `invalid_grant`
+/// 400). A refresh grant rotates the refresh token.
+fn token(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Reply {
     let form: Vec<(String, String)> = url::form_urlencoded::parse(body).into_owned().collect();
-    let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    if get("grant_type") != Some("client_credentials") {
-        return Reply::json(400, json!({"error": "unsupported_grant_type"}));
-    }
-    let (id, secret) = &shared.config.client;
-    if get("client_id") != Some(id.as_str()) || get("client_secret") != Some(secret.as_str()) {
+    let get = |k: &str| {
+        form.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.to_string())
+    };
+    let basic = headers
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|b| base64_decode(b.trim()))
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|up| {
+            up.split_once(':')
+                .map(|(u, p)| (u.to_string(), p.to_string()))
+        });
+    let (id, secret) = basic.unwrap_or((
+        get("client_id").unwrap_or_default(),
+        get("client_secret").unwrap_or_default(),
+    ));
+    if (&id, &secret) != (&shared.config.client.0, &shared.config.client.1) {
         return Reply::json(
             401,
             json!({"error": "invalid_client", "error_description": "Client authentication failed"}),
         );
     }
     let mut store = shared.store.lock().unwrap();
+    let refreshed = match get("grant_type").as_deref() {
+        Some("client_credentials") => None,
+        Some("refresh_token") => {
+            let given = get("refresh_token");
+            if given.is_none() || given != store.refresh {
+                return Reply::json(
+                    400,
+                    json!({"error": "invalid_grant", "error_description": "The refresh token is invalid, expired or revoked"}),
+                );
+            }
+            store.refreshes += 1;
+            let next = format!(
+                "emu_rt_{}_{:08x}",
+                store.refreshes,
+                REQUESTS.load(Ordering::Relaxed) * 40503 % 0xffff_ffff
+            );
+            store.refresh = Some(next.clone());
+            Some(next)
+        }
+        _ => return Reply::json(400, json!({"error": "unsupported_grant_type"})),
+    };
     let t = format!(
         "emu_at_{}_{:08x}",
         store.tokens.len() + 1,
         REQUESTS.load(Ordering::Relaxed) * 2654435761 % 0xffff_ffff
     );
     store.tokens.push(t.clone());
-    Reply::json(
-        200,
-        json!({"access_token": t, "token_type": "Bearer", "expires_in": 3600}),
-    )
+    let mut answer = json!({"access_token": t, "token_type": "Bearer", "expires_in": 3600});
+    if let Some(r) = refreshed {
+        answer["refresh_token"] = json!(r);
+    }
+    Reply::json(200, answer)
 }
 
 fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
