@@ -13,8 +13,9 @@ use super::feed::{feed_files, Outside, Row, Side};
 use super::RunPlan;
 use crate::config::UnplacedPolicy;
 use crate::diff::{
-    equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Records,
+    equal, DiffEngine, DiffOutcome, DiffSpec, Duplicate, FieldDiff, Mismatch, RecordBatch, Records,
 };
+use crate::report::copies::{self, CopyRow};
 use crate::report::UnplacedRow;
 
 /// The target as the run needs it: read only, or read and written.
@@ -294,6 +295,42 @@ pub async fn confirm_edges(
         mismatch_sources: sources,
         notes,
     })
+}
+
+/// Every copy of the external IDs each side holds more than once (the
+/// outcome's duplicates), numbered for `duplicate_copies.csv`: one
+/// [`Source::duplicate_copies`] call per side that has duplicates, none
+/// for a side without.
+pub async fn duplicate_copies(
+    outcome: &DiffOutcome,
+    source: &dyn Source,
+    target: &dyn Source,
+) -> Result<Vec<CopyRow>> {
+    let mut rows = Vec::new();
+    for (side, name, count) in [
+        (
+            source,
+            "source",
+            (|d: &Duplicate| d.source_count) as fn(&Duplicate) -> u32,
+        ),
+        (target, "target", |d: &Duplicate| d.target_count),
+    ] {
+        let keys: Vec<String> = outcome
+            .duplicates
+            .iter()
+            .filter(|d| count(d) > 1)
+            .map(|d| d.key.clone())
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let copies = side
+            .duplicate_copies(&keys)
+            .await
+            .with_context(|| format!("listing the copies of the {name}'s duplicated IDs"))?;
+        rows.extend(copies::number(name, copies));
+    }
+    Ok(rows)
 }
 
 /// The records a side holds for the keys of `records`, by key. A side read
