@@ -320,8 +320,10 @@ fn copies_in_files(
     };
     let (source, target) = (side(&plan.source), side(&plan.target));
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    // A file returns every copy: there is nothing to note.
+    let mut notes = Vec::new();
     runtime.block_on(crate::pipeline::read::duplicate_copies(
-        outcome, &source, &target,
+        outcome, &source, &target, &mut notes,
     ))
 }
 

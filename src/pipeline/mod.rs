@@ -290,12 +290,13 @@ async fn read_stages(
         crate::ops::progress::phase("read", read::read_and_diff(plan, &sides, window)).await?;
     let unplaced = read::unplaced_records(plan, read.unplaced)?;
     let mut outcome = read.outcome;
-    let confirmed = crate::ops::progress::phase(
+    let mut confirmed = crate::ops::progress::phase(
         "diff",
         read::confirm_edges(&mut outcome, &sides, &plan.spec, &read.outside),
     )
     .await?;
-    let copies = read::duplicate_copies(&outcome, sides.source.as_ref(), sides.target()).await?;
+    let (source, target) = (sides.source.as_ref(), sides.target());
+    let copies = read::duplicate_copies(&outcome, source, target, &mut confirmed.notes).await?;
     let pending = pending(plan, &mut outcome, now)?;
     let items = backfill::plan_items(plan, &outcome, &confirmed.mismatch_sources);
     let guard = backfill::guard(plan, items.len(), outcome.source_records);

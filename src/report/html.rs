@@ -1194,6 +1194,41 @@ mod tests {
     }
 
     #[test]
+    fn money_counted_twice_and_the_copies_to_review_are_shown() {
+        let mut p = page(Vec::new());
+        assert!(!render(&p).contains("counted-twice"), "nothing when none");
+        p.summary.run.counted_twice = Some(serde_json::from_value(json!({
+            "source": [],
+            "target": [{"currency": "JPY", "records": 1, "total": "1004", "total_minor": "1004"}]
+        })).unwrap());
+        let line = |copy: &str, id: &str| CopyLine {
+            key: "=ch_4".into(),
+            side: "target".into(),
+            copy: copy.into(),
+            native_id: id.into(),
+            amount: "1004 JPY".into(),
+        };
+        p.copies = (vec![line("1", "9"), line("2", "130")], 3);
+        let html = render(&p);
+        assert!(
+            html.contains(
+                "<tr data-side=\"target\" data-currency=\"JPY\"><td>money counted twice</td><td>target</td><td>JPY</td><td class=\"n\">1</td><td class=\"n\" data-counted-twice=\"target\">1004 JPY</td></tr>"
+            ),
+            "{html}"
+        );
+        assert!(!html.contains("data-counted-twice=\"source\""), "{html}");
+        assert!(html.contains("The first 2 of 3 are listed."), "{html}");
+        assert!(
+            html.contains("<tr data-copy=\"2\"><td>&#39;=ch_4</td><td>target</td><td class=\"n\">2</td><td>130</td><td class=\"n\">1004 JPY</td><td><strong>review</strong></td></tr>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>9</td><td class=\"n\">1004 JPY</td><td>kept</td>"),
+            "{html}"
+        );
+    }
+
+    #[test]
     fn text_from_sources_renders_inert() {
         let evil = [
             "<script>alert(1)</script>",
