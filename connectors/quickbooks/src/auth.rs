@@ -86,7 +86,7 @@ pub fn seal(token: &str, client_secret: &Secret) -> Option<String> {
     let mut nonce = [0u8; 24];
     getrandom::getrandom(&mut nonce).ok()?;
     let sealed = cipher(client_secret)
-        .encrypt(XNonce::from_slice(&nonce), token.as_bytes())
+        .encrypt(&XNonce::from(nonce), token.as_bytes())
         .ok()?;
     let mut out = nonce.to_vec();
     out.extend_from_slice(&sealed);
@@ -106,8 +106,9 @@ pub fn open(sealed: &str, client_secret: &Secret) -> Option<String> {
         return None;
     }
     let (nonce, sealed) = raw.split_at(24);
+    let nonce: [u8; 24] = nonce.try_into().ok()?;
     let token = cipher(client_secret)
-        .decrypt(XNonce::from_slice(nonce), sealed)
+        .decrypt(&XNonce::from(nonce), sealed)
         .ok()?;
     String::from_utf8(token).ok()
 }
