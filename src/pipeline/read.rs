@@ -339,7 +339,7 @@ pub async fn duplicate_copies(
         let short: Vec<String> = outcome
             .duplicates
             .iter()
-            .filter(|d| found.get(d.key.as_str()).copied().unwrap_or(0) < count(d))
+            .filter(|d| count(d) > 1 && found.get(d.key.as_str()).copied().unwrap_or(0) < count(d))
             .map(|d| d.key.clone())
             .collect();
         if !short.is_empty() {
@@ -542,6 +542,28 @@ mod tests {
         assert_eq!(
             notes,
             ["warning: the target (one per key) returned fewer copies than its read counted for 2 duplicated ID(s) (first: a); duplicate_copies.csv and the money counted twice leave the missing copies out"]
+        );
+        // Both sides asked: each notes only the keys it holds twice.
+        let mut outcome = outcome;
+        outcome.duplicates.push(Duplicate {
+            key: "c".into(),
+            source_count: 2,
+            target_count: 1,
+        });
+        let mut notes = Vec::new();
+        let rows = duplicate_copies(&outcome, &source, &target, &mut notes)
+            .await
+            .unwrap();
+        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with("warning: the source (one per key) returned fewer copies than its read counted for 1 duplicated ID(s) (first: c)"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains("for 2 duplicated ID(s) (first: a)"),
+            "{notes:?}"
         );
     }
 }
