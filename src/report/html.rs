@@ -119,7 +119,7 @@ pub struct CopyLine {
     pub copy: String,
     /// The system's own ID of the copy (empty when it has none).
     pub native_id: String,
-    /// Its amount with currency code (empty without one).
+    /// Its amount with currency code (empty without one), formula-safe.
     pub amount: String,
 }
 
@@ -441,14 +441,17 @@ pub fn copies(folder: &Path, money_field: Option<&str>, n: usize) -> Result<(Vec
     each_row(&path, |row| {
         count += 1;
         if lines.len() < n && row.len() >= lead {
+            // An amount recon formats itself, or the cell as text
+            // (formula-safe, as everywhere on the page).
+            let raw = |i: usize| neutralise(&row[i]).into_owned();
             let shown = match (amount, cur) {
                 (Some(a), Some(c)) => match Currency::parse(&row[c]) {
                     Ok(currency) => Money::parse_major(&row[a], currency)
                         .map(|m| money(i128::from(m.minor), currency))
-                        .unwrap_or_else(|_| row[a].to_string()),
-                    Err(_) => row[a].to_string(),
+                        .unwrap_or_else(|_| raw(a)),
+                    Err(_) => raw(a),
                 },
-                (Some(a), None) => row[a].to_string(),
+                (Some(a), None) => raw(a),
                 _ => String::new(),
             };
             lines.push(CopyLine {
@@ -906,7 +909,7 @@ fn copies_section((lines, count): &(Vec<CopyLine>, u64), s: &RunSummary) -> Mark
                         td { (text(&l.side)) }
                         td.n { (text(&l.copy)) }
                         td { (text(&l.native_id)) }
-                        td.n { (text(&l.amount)) }
+                        td.n { (Shown(&l.amount)) }
                         td { @if l.copy == "1" { "kept" } @else { strong { "review" } } }
                     }
                 }
@@ -1208,7 +1211,9 @@ mod tests {
             native_id: id.into(),
             amount: "1004 JPY".into(),
         };
-        p.copies = (vec![line("1", "9"), line("2", "130")], 3);
+        let mut credit = line("3", "131");
+        credit.amount = "-1004 JPY".into();
+        p.copies = (vec![line("1", "9"), line("2", "130"), credit], 4);
         let html = render(&p);
         assert!(
             html.contains(
@@ -1217,7 +1222,11 @@ mod tests {
             "{html}"
         );
         assert!(!html.contains("data-counted-twice=\"source\""), "{html}");
-        assert!(html.contains("The first 2 of 3 are listed."), "{html}");
+        assert!(html.contains("The first 3 of 4 are listed."), "{html}");
+        assert!(
+            html.contains("<td class=\"n\">-1004 JPY</td>"),
+            "a credit is a number: {html}"
+        );
         assert!(
             html.contains("<tr data-copy=\"2\"><td>&#39;=ch_4</td><td>target</td><td class=\"n\">2</td><td>130</td><td class=\"n\">1004 JPY</td><td><strong>review</strong></td></tr>"),
             "{html}"
