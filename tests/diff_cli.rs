@@ -225,6 +225,8 @@ const SUMMARY_CSV_HEADER: &[&str] = &[
     "target_total",
     "records_delta",
     "total_delta",
+    "source_counted_twice",
+    "target_counted_twice",
 ];
 const RECORD_HEADER: &[&str] = &["external_id", "amount", "currency", "status", "created"];
 
@@ -322,10 +324,18 @@ fn every_planted_class_is_reported_id_for_id() {
         "summary.csv",
         SUMMARY_CSV_HEADER,
         &[
-            &["EUR", "2", "17.00", "2", "14.50", "0", "-2.50"],
-            &["JPY", "5", "102600", "5", "101400", "0", "-1200"],
-            &["KWD", "4", "7.412", "3", "1.484", "-1", "-5.928"],
-            &["USD", "4", "79.99", "5", "121.99", "1", "42.00"],
+            &[
+                "EUR", "2", "17.00", "2", "14.50", "0", "-2.50", "0.00", "7.50",
+            ],
+            &[
+                "JPY", "5", "102600", "5", "101400", "0", "-1200", "300", "600",
+            ],
+            &[
+                "KWD", "4", "7.412", "3", "1.484", "-1", "-5.928", "0.250", "0.125",
+            ],
+            &[
+                "USD", "4", "79.99", "5", "121.99", "1", "42.00", "15.00", "0.00",
+            ],
         ],
     );
 
@@ -405,6 +415,160 @@ fn every_planted_class_is_reported_id_for_id() {
             &["dup_tgt", "target", "2", "1"],
         ],
     );
+    // Every copy, in each file's line order (files have no IDs of their
+    // own): copy 1 kept, the others' money counted twice.
+    let t = |m: &str| format!("2026-03-02T09:{m}:00Z");
+    let (src, tgt) = ("source", "target");
+    let rows: Vec<Vec<String>> = [
+        [
+            "dup_both",
+            src,
+            "1",
+            "",
+            "300",
+            "JPY",
+            "succeeded",
+            &t("10"),
+        ],
+        [
+            "dup_both",
+            src,
+            "2",
+            "",
+            "300",
+            "JPY",
+            "succeeded",
+            &t("10"),
+        ],
+        [
+            "dup_both",
+            tgt,
+            "1",
+            "",
+            "300",
+            "JPY",
+            "succeeded",
+            &t("10"),
+        ],
+        [
+            "dup_both",
+            tgt,
+            "2",
+            "",
+            "300",
+            "JPY",
+            "succeeded",
+            &t("10"),
+        ],
+        [
+            "dup_both",
+            tgt,
+            "3",
+            "",
+            "300",
+            "JPY",
+            "succeeded",
+            &t("10"),
+        ],
+        [
+            "dup_orphan",
+            tgt,
+            "1",
+            "",
+            "0.125",
+            "KWD",
+            "succeeded",
+            &t("12"),
+        ],
+        [
+            "dup_orphan",
+            tgt,
+            "2",
+            "",
+            "0.125",
+            "KWD",
+            "succeeded",
+            &t("12"),
+        ],
+        [
+            "dup_src",
+            src,
+            "1",
+            "",
+            "15.00",
+            "USD",
+            "succeeded",
+            &t("08"),
+        ],
+        [
+            "dup_src",
+            src,
+            "2",
+            "",
+            "15.00",
+            "USD",
+            "succeeded",
+            &t("08"),
+        ],
+        [
+            "dup_src_only",
+            src,
+            "1",
+            "",
+            "0.250",
+            "KWD",
+            "succeeded",
+            &t("11"),
+        ],
+        [
+            "dup_src_only",
+            src,
+            "2",
+            "",
+            "0.250",
+            "KWD",
+            "succeeded",
+            &t("11"),
+        ],
+        [
+            "dup_tgt",
+            tgt,
+            "1",
+            "",
+            "7.00",
+            "EUR",
+            "succeeded",
+            &t("09"),
+        ],
+        [
+            "dup_tgt",
+            tgt,
+            "2",
+            "",
+            "7.50",
+            "EUR",
+            "succeeded",
+            &t("09"),
+        ],
+    ]
+    .map(|r| r.map(str::to_string).to_vec())
+    .to_vec();
+    let cells: Vec<Vec<&str>> = rows
+        .iter()
+        .map(|r| r.iter().map(String::as_str).collect())
+        .collect();
+    let rows: Vec<&[&str]> = cells.iter().map(Vec::as_slice).collect();
+    let mut header = vec!["external_id", "side", "copy", "native_id"];
+    header.extend(&RECORD_HEADER[1..]);
+    assert_report(&dir, "duplicate_copies.csv", &header, &rows);
+    assert_eq!(
+        s["counted_twice"]["target"],
+        serde_json::json!([
+            {"currency": "EUR", "records": 1, "total": "7.50", "total_minor": "750"},
+            {"currency": "JPY", "records": 2, "total": "600", "total_minor": "600"},
+            {"currency": "KWD", "records": 1, "total": "0.125", "total_minor": "125"},
+        ])
+    );
 }
 
 #[test]
@@ -436,9 +600,13 @@ d,-1500,usd,refunded,1772442180
         "summary.csv",
         SUMMARY_CSV_HEADER,
         &[
-            &["JPY", "1", "500", "1", "500", "0", "0"],
-            &["KWD", "1", "1.234", "1", "1.234", "0", "0.000"],
-            &["USD", "2", "14.99", "2", "14.99", "0", "0.00"],
+            &["JPY", "1", "500", "1", "500", "0", "0", "0", "0"],
+            &[
+                "KWD", "1", "1.234", "1", "1.234", "0", "0.000", "0.000", "0.000",
+            ],
+            &[
+                "USD", "2", "14.99", "2", "14.99", "0", "0.00", "0.00", "0.00",
+            ],
         ],
     );
     assert_report(&dir, "gaps.csv", RECORD_HEADER, &[]);
@@ -552,10 +720,18 @@ fn readme_example_gives_exact_counts_for_csv_and_jsonl_ledgers() {
             "summary.csv",
             SUMMARY_CSV_HEADER,
             &[
-                &["EUR", "6", "241.89", "7", "261.88", "1", "19.99"],
-                &["JPY", "5", "227480", "4", "107480", "-1", "-120000"],
-                &["KWD", "4", "14.984", "4", "14.984", "0", "0.000"],
-                &["USD", "10", "630.46", "10", "595.37", "0", "-35.09"],
+                &[
+                    "EUR", "6", "241.89", "7", "261.88", "1", "19.99", "0.00", "19.99",
+                ],
+                &[
+                    "JPY", "5", "227480", "4", "107480", "-1", "-120000", "0", "0",
+                ],
+                &[
+                    "KWD", "4", "14.984", "4", "14.984", "0", "0.000", "0.000", "0.000",
+                ],
+                &[
+                    "USD", "10", "630.46", "10", "595.37", "0", "-35.09", "0.00", "0.00",
+                ],
             ],
         );
         outputs.push(dir);
@@ -567,6 +743,7 @@ fn readme_example_gives_exact_counts_for_csv_and_jsonl_ledgers() {
         "orphans.csv",
         "mismatches.csv",
         "duplicates.csv",
+        "duplicate_copies.csv",
     ] {
         assert_eq!(
             fs::read(outputs[0].join(name)).unwrap(),
@@ -1135,6 +1312,7 @@ fn a_failed_run_leaves_the_previous_reports_untouched() {
     assert_eq!(
         before.keys().map(String::as_str).collect::<Vec<_>>(),
         [
+            "duplicate_copies.csv",
             "duplicates.csv",
             "gaps.csv",
             "mismatches.csv",

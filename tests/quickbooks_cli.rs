@@ -195,6 +195,74 @@ fn no_secret_anywhere(qbo: &Qbo, dir: &Path, outputs: &[&Output]) {
     }
 }
 
+/// A CSV report's rows, each by column name.
+fn csv_rows(path: &Path) -> Vec<HashMap<String, String>> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let header: Vec<String> = r.headers().unwrap().iter().map(str::to_string).collect();
+    r.records()
+        .map(|x| {
+            header
+                .iter()
+                .cloned()
+                .zip(x.unwrap().iter().map(str::to_string))
+                .collect()
+        })
+        .collect()
+}
+
+/// The planted duplicate as every report of `out` shows it: both invoices
+/// in duplicate_copies.csv with their QuickBooks `Id`, DocNumber, date and
+/// amount (the lower `Id` kept, the other to review), and their JPY 1004
+/// counted twice in summary.csv, summary.json and report.html.
+fn duplicate_in_reports(qbo: &Qbo, out: &Path, dup_ids: &[String; 2]) {
+    let rows = csv_rows(&out.join("duplicate_copies.csv"));
+    let mut ids = dup_ids.clone();
+    ids.sort_by_key(|id| id.parse::<u64>().unwrap());
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let invoices = by_doc(qbo);
+    for (i, (row, id)) in rows.iter().zip(&ids).enumerate() {
+        let invoice = invoices[DUP]
+            .iter()
+            .find(|e| e["Id"] == id.as_str())
+            .unwrap();
+        let date = invoice["TxnDate"].as_str().unwrap();
+        let copy = (i + 1).to_string();
+        assert_eq!(row["external_id"], DUP, "the DocNumber: {row:?}");
+        assert_eq!(row["side"], "target", "{row:?}");
+        assert_eq!(row["copy"], copy, "{row:?}");
+        assert_eq!(&row["native_id"], id, "the QuickBooks Id: {row:?}");
+        assert_eq!(row["amount"], "1004", "{row:?}");
+        assert_eq!(row["currency"], "JPY", "{row:?}");
+        assert!(row["created"].starts_with(date), "TxnDate {date}: {row:?}");
+    }
+    let jpy = csv_rows(&out.join("summary.csv"))
+        .into_iter()
+        .find(|r| r["currency"] == "JPY")
+        .unwrap();
+    assert_eq!(jpy["target_counted_twice"], "1004", "{jpy:?}");
+    assert_eq!(jpy["source_counted_twice"], "0", "{jpy:?}");
+    let s = summary(out);
+    assert_eq!(
+        s["counted_twice"],
+        json!({
+            "source": [],
+            "target": [{"currency": "JPY", "records": 1, "total": "1004", "total_minor": "1004"}],
+        }),
+        "{s}"
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("data-counted-twice=\"target\">1004 JPY<"),
+        "money counted twice on the page: {page}"
+    );
+    for id in &ids {
+        assert!(
+            page.contains(&format!("<td>{id}</td>")),
+            "Id {id} on the page"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stripe_charges_to_quickbooks_invoices() {
     let stripe = Stripe::start(StripeConfig::default()).await.unwrap();
@@ -282,6 +350,7 @@ async fn stripe_charges_to_quickbooks_invoices() {
         log.contains("counted_more_than_once") && log.contains("1004 JPY"),
         "the money booked twice: {log}"
     );
+    duplicate_in_reports(&qbo, &dry, &dup_ids);
     outputs.push(o);
 
     // Apply the reviewed plan; the first create batch's answer is lost
@@ -337,6 +406,7 @@ async fn stripe_charges_to_quickbooks_invoices() {
     assert_eq!(s["backfilled"], 0, "{s}");
     assert_eq!(s["duplicates"], 1, "{s}");
     assert_eq!(qbo.entities(Kind::Invoice).len(), 61);
+    duplicate_in_reports(&qbo, &again, &dup_ids);
     outputs.push(o);
 
     // 60 new charges; the run crashes after its first write call of 20
@@ -493,6 +563,35 @@ mode = "off"
     for (doc, id) in ids.iter().filter(|(d, _)| d == "inv_3") {
         assert!(log.contains(&format!("Id {id} (DocNumber {doc}")), "{log}");
     }
+    // Both copies of inv_3 in duplicate_copies.csv, by their Ids in order;
+    // the second one's 19.99 is counted twice on the source's side.
+    let copies: Vec<(String, String, String, String)> = csv_rows(&out.join("duplicate_copies.csv"))
+        .into_iter()
+        .map(|r| {
+            let cells = [&r["external_id"], &r["side"], &r["copy"], &r["native_id"]];
+            let [a, b, c, d] = cells.map(String::clone);
+            (a, b, c, d)
+        })
+        .collect();
+    let mut dup: Vec<&String> = ids
+        .iter()
+        .filter(|(d, _)| d == "inv_3")
+        .map(|(_, id)| id)
+        .collect();
+    dup.sort_by_key(|id| id.parse::<u64>().unwrap());
+    let want: Vec<(String, String, String, String)> = dup
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (doc, side, copy) = ("inv_3".into(), "source".into(), (i + 1).to_string());
+            (doc, side, copy, id.to_string())
+        })
+        .collect();
+    assert_eq!(copies, want);
+    assert_eq!(
+        summary(&out)["counted_twice"]["source"],
+        json!([{"currency": "USD", "records": 1, "total": "19.99", "total_minor": "1999"}])
+    );
     no_secret_anywhere(&qbo, dir.path(), &[&o]);
     qbo.shutdown().await;
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use recon_core::{Field, FieldKind, Schema};
-use recon_file::{AmountFormat, FileReader, FileSpec};
+use recon_file::{AmountFormat, FileReader, FileSource, FileSpec};
 
 use crate::cli::{AmountFormatArg, DiffArgs};
 use crate::diff::{DiffEngine, DiffOutcome, DiffSpec, Tolerance};
@@ -277,6 +277,7 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         message = "Classified.",
         peak_rss_mib = crate::memory::peak_rss_mib()
     );
+    let copies = copies_in_files(&plan, &outcome)?;
     let status = status_of(&outcome);
     let meta = RunMeta {
         job: "diff".into(),
@@ -293,11 +294,37 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         &plan.spec.schema,
         &outcome,
         &meta,
-        &crate::report::RunExtras::default(),
+        &crate::report::RunExtras {
+            duplicate_copies: Some(copies),
+            ..crate::report::RunExtras::default()
+        },
         status.code(),
     )?;
     let path = dir.commit()?;
     Ok((outcome, status, path))
+}
+
+/// Every copy of the IDs a file holds more than once, found by reading
+/// that file again for those IDs only (no second read without duplicates).
+fn copies_in_files(
+    plan: &DiffPlan,
+    outcome: &DiffOutcome,
+) -> Result<Vec<crate::report::copies::CopyRow>> {
+    if outcome.duplicates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let side = |spec: &FileSpec| FileSource {
+        spec: spec.clone(),
+        schema: plan.spec.schema.clone(),
+        time_field: None,
+    };
+    let (source, target) = (side(&plan.source), side(&plan.target));
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    // A file returns every copy: there is nothing to note.
+    let mut notes = Vec::new();
+    runtime.block_on(crate::pipeline::read::duplicate_copies(
+        outcome, &source, &target, &mut notes,
+    ))
 }
 
 /// 1 when anything is left open, 0 otherwise.

@@ -54,6 +54,8 @@ pub struct Found {
     pub unplaced: Vec<UnplacedRow>,
     /// What edge confirmation settled.
     pub confirmed: Confirmed,
+    /// Every copy of the duplicated external IDs.
+    pub copies: Vec<crate::report::copies::CopyRow>,
     /// Young source records.
     pub pending: Vec<Record>,
     /// The history's delta.
@@ -168,6 +170,7 @@ fn extras(
         unplaced: std::mem::take(&mut found.unplaced),
         notes: std::mem::take(&mut found.confirmed.notes),
         plan,
+        duplicate_copies: Some(std::mem::take(&mut found.copies)),
         ..RunExtras::default()
     };
     extras.notes.extend(found.guard.trouble.clone());

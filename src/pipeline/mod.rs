@@ -8,6 +8,7 @@
 //! | read + diff | [`read::read_and_diff`] | both sides → `DiffOutcome` |
 //! | unplaced | [`read::unplaced_records`] | what the reads met in no window → rows |
 //! | confirm edges | [`read::confirm_edges`] | outcome → outcome, dismissed |
+//! | duplicate copies | [`read::duplicate_copies`] | outcome → every copy of each duplicate |
 //! | pending | `pending` | outcome → outcome, young records |
 //! | plan items | [`backfill::plan_items`] | outcome → items |
 //! | guard | [`backfill::guard`] | items → write or stop |
@@ -192,6 +193,7 @@ async fn run_locked(
         unplaced,
         outcome,
         confirmed,
+        copies,
         pending,
         items,
         guard,
@@ -232,6 +234,7 @@ async fn run_locked(
         outcome,
         unplaced,
         confirmed,
+        copies,
         pending,
         delta,
         items,
@@ -251,6 +254,7 @@ struct Read {
     unplaced: Vec<crate::report::UnplacedRow>,
     outcome: DiffOutcome,
     confirmed: read::Confirmed,
+    copies: Vec<crate::report::copies::CopyRow>,
     pending: Vec<Record>,
     items: Vec<backfill::Item>,
     guard: backfill::Guard,
@@ -286,11 +290,13 @@ async fn read_stages(
         crate::ops::progress::phase("read", read::read_and_diff(plan, &sides, window)).await?;
     let unplaced = read::unplaced_records(plan, read.unplaced)?;
     let mut outcome = read.outcome;
-    let confirmed = crate::ops::progress::phase(
+    let mut confirmed = crate::ops::progress::phase(
         "diff",
         read::confirm_edges(&mut outcome, &sides, &plan.spec, &read.outside),
     )
     .await?;
+    let (source, target) = (sides.source.as_ref(), sides.target());
+    let copies = read::duplicate_copies(&outcome, source, target, &mut confirmed.notes).await?;
     let pending = pending(plan, &mut outcome, now)?;
     let items = backfill::plan_items(plan, &outcome, &confirmed.mismatch_sources);
     let guard = backfill::guard(plan, items.len(), outcome.source_records);
@@ -301,6 +307,7 @@ async fn read_stages(
         unplaced,
         outcome,
         confirmed,
+        copies,
         pending,
         items,
         guard,

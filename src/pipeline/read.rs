@@ -13,8 +13,9 @@ use super::feed::{feed_files, Outside, Row, Side};
 use super::RunPlan;
 use crate::config::UnplacedPolicy;
 use crate::diff::{
-    equal, DiffEngine, DiffOutcome, DiffSpec, FieldDiff, Mismatch, RecordBatch, Records,
+    equal, DiffEngine, DiffOutcome, DiffSpec, Duplicate, FieldDiff, Mismatch, RecordBatch, Records,
 };
+use crate::report::copies::{self, CopyRow};
 use crate::report::UnplacedRow;
 
 /// The target as the run needs it: read only, or read and written.
@@ -308,6 +309,66 @@ pub async fn confirm_edges(
     })
 }
 
+/// Every copy of the external IDs each side holds more than once (the
+/// outcome's duplicates), numbered for `duplicate_copies.csv`: one
+/// [`Source::duplicate_copies`] call per side that has duplicates, none
+/// for a side without. A side that returns fewer copies of a key than its
+/// read counted gets a note (into `notes`): its money counted twice is
+/// then short.
+pub async fn duplicate_copies(
+    outcome: &DiffOutcome,
+    source: &dyn Source,
+    target: &dyn Source,
+    notes: &mut Vec<String>,
+) -> Result<Vec<CopyRow>> {
+    let mut rows = Vec::new();
+    for (side, name, count) in [
+        (
+            source,
+            "source",
+            (|d: &Duplicate| d.source_count) as fn(&Duplicate) -> u32,
+        ),
+        (target, "target", |d: &Duplicate| d.target_count),
+    ] {
+        let keys: Vec<String> = outcome
+            .duplicates
+            .iter()
+            .filter(|d| count(d) > 1)
+            .map(|d| d.key.clone())
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let copies = side
+            .duplicate_copies(&keys)
+            .await
+            .with_context(|| format!("listing the copies of the {name}'s duplicated IDs"))?;
+        let numbered = copies::number(name, copies);
+        let mut found: HashMap<&str, u32> = HashMap::new();
+        for r in &numbered {
+            *found.entry(r.record.key.as_str()).or_default() += 1;
+        }
+        let short: Vec<String> = outcome
+            .duplicates
+            .iter()
+            .filter(|d| count(d) > 1 && found.get(d.key.as_str()).copied().unwrap_or(0) < count(d))
+            .map(|d| d.key.clone())
+            .collect();
+        if !short.is_empty() {
+            let note = format!(
+                "the {name} ({}) returned fewer copies than its read counted for {} duplicated ID(s) (first: {}); duplicate_copies.csv and the money counted twice leave the missing copies out",
+                side.describe(),
+                short.len(),
+                short[0]
+            );
+            crate::logging::stderr_line("warning", &note);
+            notes.push(format!("warning: {note}"));
+        }
+        rows.extend(numbered);
+    }
+    Ok(rows)
+}
+
 /// The records a side holds for the keys of `records`, by key. A side read
 /// whole holds nothing a lookup could add: asking it again would only read
 /// it twice, so the keys are not even collected. Neither does a side whose
@@ -421,4 +482,100 @@ fn empty_read_notes(
         }
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_core::stream::BoxStream;
+    use recon_core::{ConnectorError, Page};
+
+    use super::*;
+
+    /// A side whose lookup returns one record per key, however many it
+    /// holds (as a store keyed by a unique ID would), and counts its calls.
+    #[derive(Default)]
+    struct OnePerKey {
+        calls: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Source for OnePerKey {
+        fn describe(&self) -> String {
+            "one per key".into()
+        }
+
+        fn read(&self, _: Window) -> BoxStream<'_, Result<Page, ConnectorError>> {
+            Box::pin(futures_util::stream::empty())
+        }
+
+        async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(keys
+                .iter()
+                .map(|k| Record {
+                    key: k.clone(),
+                    values: Vec::new(),
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_side_without_duplicates_is_not_asked_and_a_short_answer_is_noted() {
+        let outcome = DiffOutcome {
+            duplicates: vec![
+                Duplicate {
+                    key: "a".into(),
+                    source_count: 1,
+                    target_count: 3,
+                },
+                Duplicate {
+                    key: "b".into(),
+                    source_count: 0,
+                    target_count: 2,
+                },
+            ],
+            ..DiffOutcome::default()
+        };
+        let (source, target) = (OnePerKey::default(), OnePerKey::default());
+        let mut notes = Vec::new();
+        let rows = duplicate_copies(&outcome, &source, &target, &mut notes)
+            .await
+            .unwrap();
+        assert_eq!(source.calls.load(Ordering::SeqCst), 0);
+        assert_eq!(target.calls.load(Ordering::SeqCst), 1, "one call per side");
+        let seen: Vec<(&str, &str, u32)> = rows
+            .iter()
+            .map(|r| (r.record.key.as_str(), r.side, r.copy))
+            .collect();
+        assert_eq!(seen, [("a", "target", 1), ("b", "target", 1)]);
+        assert_eq!(
+            notes,
+            ["warning: the target (one per key) returned fewer copies than its read counted for 2 duplicated ID(s) (first: a); duplicate_copies.csv and the money counted twice leave the missing copies out"]
+        );
+        // Both sides asked: each notes only the keys it holds twice.
+        let mut outcome = outcome;
+        outcome.duplicates.push(Duplicate {
+            key: "c".into(),
+            source_count: 2,
+            target_count: 1,
+        });
+        let mut notes = Vec::new();
+        let rows = duplicate_copies(&outcome, &source, &target, &mut notes)
+            .await
+            .unwrap();
+        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with("warning: the source (one per key) returned fewer copies than its read counted for 1 duplicated ID(s) (first: c)"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains("for 2 duplicated ID(s) (first: a)"),
+            "{notes:?}"
+        );
+    }
 }

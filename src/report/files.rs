@@ -116,6 +116,10 @@ pub struct RunExtras {
     /// `backfill.via = "webhook"`: the deliveries' counts (summary.json
     /// `webhook`, and `delivered_not_created` at the top level).
     pub webhook: Option<Webhook>,
+    /// Every copy of the external IDs a side holds more than once
+    /// (duplicate_copies.csv, and the money counted twice in summary.csv,
+    /// summary.json and report.html); `None` when they were not looked up.
+    pub duplicate_copies: Option<Vec<super::copies::CopyRow>>,
 }
 
 /// A record that could not be placed in the window, with its side.
@@ -284,7 +288,7 @@ pub fn write_backfill_csv(dir: &mut ReportDir, rows: &[BackfillRow]) -> Result<(
 }
 
 /// The per-currency totals of one side, as summary.json lists them.
-fn totals_of(totals: &Totals) -> Vec<Total> {
+pub(super) fn totals_of(totals: &Totals) -> Vec<Total> {
     totals
         .iter()
         .map(|(cur, t)| Total {
@@ -356,6 +360,10 @@ pub fn summary_of(
             source: totals_of(&outcome.source_totals),
             target: totals_of(&outcome.target_totals),
         }),
+        counted_twice: extras
+            .duplicate_copies
+            .as_deref()
+            .map(|rows| super::copies::summary_counted_twice(rows, schema)),
         timings: Some(Timings {
             started_at: meta.started_at.clone(),
             source_ms: ms(meta.source_ms),
@@ -430,7 +438,7 @@ fn write_other_files(
     extras: &RunExtras,
 ) -> Result<()> {
     let h = extras.history.as_ref();
-    write_summary_csv(dir, outcome)?;
+    write_summary_csv(dir, schema, outcome, extras)?;
     write_records(
         dir,
         "orphans.csv",
@@ -440,6 +448,9 @@ fn write_other_files(
     )?;
     write_mismatches(dir, schema, outcome, h)?;
     write_duplicates(dir, outcome, h)?;
+    if let Some(rows) = &extras.duplicate_copies {
+        super::copies::write(dir, schema, rows)?;
+    }
     write_records(dir, "pending.csv", schema, &extras.pending, None)?;
     if h.is_some() {
         // Configured runs only: `recon diff` reads whole files, no window.
@@ -465,11 +476,26 @@ fn write_other_files(
     Ok(())
 }
 
-fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
+/// summary.csv: per currency, both sides' rows and totals, their deltas,
+/// and the money each side counts more than once (empty when the copies
+/// were not looked up).
+fn write_summary_csv(
+    dir: &mut ReportDir,
+    schema: &Schema,
+    outcome: &DiffOutcome,
+    extras: &RunExtras,
+) -> Result<()> {
+    let twice = extras.duplicate_copies.as_deref().map(|rows| {
+        (
+            super::copies::counted_twice(rows, "source", schema),
+            super::copies::counted_twice(rows, "target", schema),
+        )
+    });
     let currencies: BTreeSet<Option<Currency>> = outcome
         .source_totals
         .keys()
         .chain(outcome.target_totals.keys())
+        .chain(twice.iter().flat_map(|(s, t)| s.keys().chain(t.keys())))
         .copied()
         .collect();
     let mut w = CsvReport::new(
@@ -482,12 +508,19 @@ fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
             "target_total",
             "records_delta",
             "total_delta",
+            "source_counted_twice",
+            "target_counted_twice",
         ],
     )?;
     for cur in currencies {
         let s = outcome.source_totals.get(&cur).copied().unwrap_or_default();
         let t = outcome.target_totals.get(&cur).copied().unwrap_or_default();
         let money = |minor: i128| cur.map(|c| format_minor(minor, c)).unwrap_or_default();
+        let counted = |side: &Totals| money(side.get(&cur).map_or(0, |t| t.minor));
+        let (source_twice, target_twice) = match &twice {
+            Some((s, t)) => (counted(s), counted(t)),
+            None => (String::new(), String::new()),
+        };
         w.row([
             cur.map(|c| c.code().to_string()).unwrap_or_default(),
             s.records.to_string(),
@@ -496,6 +529,8 @@ fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
             money(t.minor),
             (i128::from(t.records) - i128::from(s.records)).to_string(),
             money(t.minor - s.minor),
+            source_twice,
+            target_twice,
         ])?;
     }
     w.finish()?.flush()?;
@@ -505,7 +540,7 @@ fn write_summary_csv(dir: &mut ReportDir, outcome: &DiffOutcome) -> Result<()> {
 /// Columns of gaps.csv and orphans.csv: the ID, every field in schema order
 /// (money in major units), then the money's currency unless a field is
 /// already named `currency`.
-fn record_header(schema: &Schema) -> (Vec<String>, bool) {
+pub(super) fn record_header(schema: &Schema) -> (Vec<String>, bool) {
     let mut header = vec![ID_COLUMN.to_string()];
     header.extend(schema.fields.iter().map(|f| f.name.clone()));
     let add_currency = schema.money_field().is_some() && schema.index_of(CURRENCY_COLUMN).is_none();

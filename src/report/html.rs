@@ -101,6 +101,26 @@ pub struct Page {
     pub history: Vec<ChartRun>,
     /// Files beside the page: (link, name).
     pub files: Vec<(String, String)>,
+    /// The first copies of duplicate_copies.csv, and how many it lists.
+    pub copies: (Vec<CopyLine>, u64),
+}
+
+/// How many rows of duplicate_copies.csv the page lists.
+pub const COPIES_SHOWN: usize = 50;
+
+/// One copy of a duplicated external ID, as the page lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyLine {
+    /// The external ID.
+    pub key: String,
+    /// `source` or `target`.
+    pub side: String,
+    /// 1 for the copy kept as the reference, higher for those to review.
+    pub copy: String,
+    /// The system's own ID of the copy (empty when it has none).
+    pub native_id: String,
+    /// Its amount with currency code (empty without one), formula-safe.
+    pub amount: String,
 }
 
 /// The column names of the report CSVs that a field of the job may not
@@ -399,6 +419,54 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
     Ok(top.finish())
 }
 
+/// The first `n` rows of a folder's duplicate_copies.csv, and how many it
+/// has (none when the file is absent). The four leading columns are read
+/// by position (a job field may share their names), the amount by the
+/// money field's name after them, its currency from the last `currency`
+/// column.
+pub fn copies(folder: &Path, money_field: Option<&str>, n: usize) -> Result<(Vec<CopyLine>, u64)> {
+    let path = folder.join(super::copies::FILE);
+    if !path.is_file() {
+        return Ok((Vec::new(), 0));
+    }
+    let h = header(&path)?;
+    let lead = super::copies::COLUMNS.len();
+    let amount =
+        money_field.and_then(|f| h.iter().skip(lead).position(|c| c == f).map(|i| i + lead));
+    let cur = h
+        .iter()
+        .rposition(|c| c == CURRENCY_COLUMN)
+        .filter(|i| *i >= lead);
+    let (mut lines, mut count) = (Vec::new(), 0u64);
+    each_row(&path, |row| {
+        count += 1;
+        if lines.len() < n && row.len() >= lead {
+            // An amount recon formats itself, or the cell as text
+            // (formula-safe, as everywhere on the page).
+            let raw = |i: usize| neutralise(&row[i]).into_owned();
+            let shown = match (amount, cur) {
+                (Some(a), Some(c)) => match Currency::parse(&row[c]) {
+                    Ok(currency) => Money::parse_major(&row[a], currency)
+                        .map(|m| money(i128::from(m.minor), currency))
+                        .unwrap_or_else(|_| raw(a)),
+                    Err(_) => raw(a),
+                },
+                (Some(a), None) => raw(a),
+                _ => String::new(),
+            };
+            lines.push(CopyLine {
+                key: row[0].to_string(),
+                side: row[1].to_string(),
+                copy: row[2].to_string(),
+                native_id: row[3].to_string(),
+                amount: shown,
+            });
+        }
+        Ok(())
+    })?;
+    Ok((lines, count))
+}
+
 /// Backfill outcomes from backfill.csv, and plan.jsonl's size.
 pub fn backfill(folder: &Path) -> Result<Backfill> {
     let mut out = Backfill::default();
@@ -573,6 +641,7 @@ async fn render_page(
     let page = Page {
         top: largest(folder, money_field, TOP_PER_CURRENCY)?,
         backfill: backfill(folder)?,
+        copies: copies(folder, money_field, COPIES_SHOWN)?,
         files: files(folder)?
             .into_iter()
             .map(|n| (href(link_prefix, &n), n))
@@ -660,6 +729,7 @@ pub fn render(page: &Page) -> String {
                 }
                 (counts_section(s))
                 (totals_section(s))
+                (copies_section(&page.copies, s))
                 (charts_section(&page.history))
                 (top_section(&page.top, started_at(s)))
                 (backfill_section(&page.backfill, s))
@@ -780,6 +850,70 @@ fn totals_section(s: &RunSummary) -> Markup {
                 th.n { "total delta" }
             }
             @for t in &totals { (totals_row(t)) }
+        }
+    }
+}
+
+/// The money each side counts more than once (summary.json
+/// `counted_twice`), a row per side and currency, and the copies to review.
+fn copies_section((lines, count): &(Vec<CopyLine>, u64), s: &RunSummary) -> Markup {
+    let mut twice = Vec::new();
+    for (side, list) in s
+        .run
+        .counted_twice
+        .iter()
+        .flat_map(|t| [("source", &t.source), ("target", &t.target)])
+    {
+        for t in list {
+            let (Ok(Some(c)), Ok(minor)) = (t.currency(side), t.minor(side)) else {
+                continue;
+            };
+            twice.push((side, c, t.records, minor));
+        }
+    }
+    html! {
+        @if !twice.is_empty() {
+            h2 { "Money counted twice" }
+            p.meta {
+                "Copies of one external ID beyond the first (copy 1, kept as the reference): \
+                 their money is in the totals above more than once."
+            }
+            table #counted-twice {
+                tr { th { "" } th { "side" } th { "currency" } th.n { "copies beyond the first" } th.n { "amount" } }
+                @for (side, c, records, minor) in &twice {
+                    tr data-side=(side) data-currency=(c.code()) {
+                        td { "money counted twice" }
+                        td { (side) }
+                        td { (c.code()) }
+                        td.n { (records) }
+                        td.n data-counted-twice=(side) { (money(*minor, *c)) }
+                    }
+                }
+            }
+        }
+        @if *count > 0 {
+            h2 { "Duplicate copies to review" }
+            p.meta {
+                "Every copy of an external ID a side holds more than once (" (super::copies::FILE) "). \
+                 Copy 1 is kept as the reference; review the others in their system: recon never deletes \
+                 or voids them."
+                @if (lines.len() as u64) < *count {
+                    " The first " (lines.len()) " of " (count) " are listed."
+                }
+            }
+            table id="copies" class="wrap" {
+                tr { th { "external ID" } th { "side" } th.n { "copy" } th { "native ID" } th.n { "amount" } th { "" } }
+                @for l in lines {
+                    tr data-copy=(Shown(&l.copy)) {
+                        td { (text(&l.key)) }
+                        td { (text(&l.side)) }
+                        td.n { (text(&l.copy)) }
+                        td { (text(&l.native_id)) }
+                        td.n { (Shown(&l.amount)) }
+                        td { @if l.copy == "1" { "kept" } @else { strong { "review" } } }
+                    }
+                }
+            }
         }
     }
 }
@@ -1060,6 +1194,47 @@ mod tests {
             top,
             ..Page::default()
         }
+    }
+
+    #[test]
+    fn money_counted_twice_and_the_copies_to_review_are_shown() {
+        let mut p = page(Vec::new());
+        assert!(!render(&p).contains("counted-twice"), "nothing when none");
+        p.summary.run.counted_twice = Some(serde_json::from_value(json!({
+            "source": [],
+            "target": [{"currency": "JPY", "records": 1, "total": "1004", "total_minor": "1004"}]
+        })).unwrap());
+        let line = |copy: &str, id: &str| CopyLine {
+            key: "=ch_4".into(),
+            side: "target".into(),
+            copy: copy.into(),
+            native_id: id.into(),
+            amount: "1004 JPY".into(),
+        };
+        let mut credit = line("3", "131");
+        credit.amount = "-1004 JPY".into();
+        p.copies = (vec![line("1", "9"), line("2", "130"), credit], 4);
+        let html = render(&p);
+        assert!(
+            html.contains(
+                "<tr data-side=\"target\" data-currency=\"JPY\"><td>money counted twice</td><td>target</td><td>JPY</td><td class=\"n\">1</td><td class=\"n\" data-counted-twice=\"target\">1004 JPY</td></tr>"
+            ),
+            "{html}"
+        );
+        assert!(!html.contains("data-counted-twice=\"source\""), "{html}");
+        assert!(html.contains("The first 3 of 4 are listed."), "{html}");
+        assert!(
+            html.contains("<td class=\"n\">-1004 JPY</td>"),
+            "a credit is a number: {html}"
+        );
+        assert!(
+            html.contains("<tr data-copy=\"2\"><td>&#39;=ch_4</td><td>target</td><td class=\"n\">2</td><td>130</td><td class=\"n\">1004 JPY</td><td><strong>review</strong></td></tr>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>9</td><td class=\"n\">1004 JPY</td><td>kept</td>"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! into place only once every file is complete, `summary.json` last; a run
 //! that fails part-way leaves the destination as it was.
 
+pub mod copies;
 mod files;
 pub mod html;
 mod staging;

@@ -253,6 +253,10 @@ pub struct RunFields {
     /// The fields whose differences count as mismatches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compared_fields: Option<Vec<String>>,
+    /// Per side and currency, the copies of duplicated external IDs beyond
+    /// the first and their money: what the side counts more than once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_twice: Option<Totals>,
     /// Whether the run was a dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,

@@ -73,6 +73,21 @@ impl Unplaced {
     }
 }
 
+/// One record of a key that a side holds more than once (two invoices
+/// carrying one external ID), as [`Source::duplicate_copies`] returns it:
+/// the report lists every copy, with the ID the system itself gives it,
+/// so that finance can find each one and decide which to keep. recon never
+/// deletes or voids a copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DuplicateCopy {
+    /// The system's own ID of this copy (a QuickBooks `Id`), when the
+    /// connector knows one; `None` for files and tables, whose rows have
+    /// no ID besides the external ID.
+    pub native_id: Option<String>,
+    /// The copy as the job's schema reads it.
+    pub record: Record,
+}
+
 /// A system recon reads records from.
 ///
 /// Reads are streams of pages so that memory follows the page size, not the
@@ -94,6 +109,26 @@ pub trait Source: Send + Sync {
     /// Records for exactly these keys, those that exist; used to confirm a
     /// discrepancy at the window edge before reporting it.
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError>;
+
+    /// Every record this side holds for each of `keys`, keys it holds more
+    /// than once (the diff's duplicates), with the system's own ID of each
+    /// copy where it has one: what `duplicate_copies.csv` lists. The
+    /// default is [`Source::lookup`] (which returns every record carrying
+    /// a key) without native IDs; a connector whose records have their own
+    /// ID (QuickBooks `Id`) overrides it to name them.
+    async fn duplicate_copies(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<DuplicateCopy>, ConnectorError> {
+        let found = self.lookup(keys).await?;
+        Ok(found
+            .into_iter()
+            .map(|record| DuplicateCopy {
+                native_id: None,
+                record,
+            })
+            .collect())
+    }
 
     /// Whether [`Source::read`] returns every record whatever the window
     /// (a file or table with no time field): a key lookup could then find

@@ -25,7 +25,9 @@ mod redact;
 
 #[cfg(feature = "http")]
 pub use connector::{Delivery, Signed, WebhookEnvelope};
-pub use connector::{FileFeed, Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome};
+pub use connector::{
+    DuplicateCopy, FileFeed, Page, Source, Target, Unplaced, Window, WriteMode, WriteOutcome,
+};
 pub use endpoint::{BuildContext, ConnectorConfig, Expand, TargetRole, TokenStore};
 pub use error::{ConnectorError, Location};
 pub use money::{format_minor, Currency, MinorUnits, Money, MoneyError};

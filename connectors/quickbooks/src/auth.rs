@@ -14,8 +14,8 @@
 //! job's state store before it uses the access token that came with it,
 //! sealed (the shared [`recon_core::http::rotating`], which the declarative
 //! HTTP connector's `oauth_refresh_token` uses too), so the store never
-//! holds a token in clear and an altered one is refused. The token tried first is the one this process received last,
-//! then the saved one, then the configured `refresh_token`
+//! holds a token in clear and an altered one is refused. The token tried
+//! first is the one this process received last, then the saved one, then the configured `refresh_token`
 //! (`${QBO_REFRESH_TOKEN}`); so the configured token is used only when the
 //! store holds none, or after the saved one was refused (the reconnect
 //! path: put the new token in the environment and run again). Every token

@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures_core::stream::BoxStream;
 use jiff::Timestamp;
 use recon_core::{
-    ConnectorError, Currency, FieldKind, Location, Money, Page, Probe, Record, Schema, Source,
-    TokenStore, Value, Window,
+    ConnectorError, Currency, DuplicateCopy, FieldKind, Location, Money, Page, Probe, Record,
+    Schema, Source, TokenStore, Value, Window,
 };
 use serde_json::Value as Json;
 use tokio::sync::OnceCell;
@@ -633,6 +633,28 @@ impl Source for QuickBooks {
             for e in found.get(k).into_iter().flatten() {
                 if let Some(r) = self.record(e, prep)? {
                     out.push(r);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every transaction carrying each key, named by its QuickBooks `Id`
+    /// (the lookup's query, which returns them all).
+    async fn duplicate_copies(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<DuplicateCopy>, ConnectorError> {
+        let found = self.find(keys, None).await?;
+        let prep = self.prepared().await?;
+        let mut out = Vec::new();
+        for k in keys {
+            for e in found.get(k).into_iter().flatten() {
+                if let Some(record) = self.record(e, prep)? {
+                    out.push(DuplicateCopy {
+                        native_id: e["Id"].as_str().map(str::to_string),
+                        record,
+                    });
                 }
             }
         }

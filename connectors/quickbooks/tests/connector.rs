@@ -92,6 +92,7 @@ fn window() -> Window {
 }
 
 fn seeded(doc: &str, amount: &str, currency: &str, date: &str) -> Json {
+    // The DocNumber as a JSON string literal (a backslash escaped).
     let doc = Json::from(doc);
     serde_json::from_str(&format!(
         r#"{{"DocNumber": {doc}, "TxnDate": "{date}", "CustomerRef": {{"value": "1"}},
@@ -185,6 +186,29 @@ async fn reads_page_exactly_keep_duplicates_and_look_up_in_batches() {
         .entities(Kind::Invoice)
         .iter()
         .any(|e| e["Id"] == json!(dup)));
+    // Both copies named by their QuickBooks Id, with their values.
+    let copies = t.duplicate_copies(&["ch_005".to_string()]).await.unwrap();
+    let first = emu
+        .entities(Kind::Invoice)
+        .into_iter()
+        .find(|e| e["DocNumber"] == "ch_005")
+        .unwrap()["Id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut ids: Vec<&str> = copies
+        .iter()
+        .map(|c| c.native_id.as_deref().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut want = [first.as_str(), dup.as_str()];
+    want.sort_unstable();
+    assert_eq!(ids, want);
+    assert_ne!(want[0], want[1]);
+    let usd = Value::Money(Money::from_minor(1999, Currency::parse("USD").unwrap()));
+    assert!(copies
+        .iter()
+        .all(|c| c.record.key == "ch_005" && c.record.values[0] == usd));
 
     // An external ID with a backslash has no exact query literal (only
     // `\'` is a documented escape): it is found by the prefix before the
