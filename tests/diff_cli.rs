@@ -288,7 +288,13 @@ fn every_planted_class_is_reported_id_for_id() {
     write(tmp.path(), "target.csv", CLASSES_TARGET);
     let mut args = vec!["diff", "source.csv", "target.csv"];
     args.extend_from_slice(FULL_COMPARE);
-    args.extend(["--target-amount-format", "major", "--out", "out"]);
+    args.extend([
+        "--target-amount-format",
+        "major",
+        "--copies",
+        "--out",
+        "out",
+    ]);
     let out = run_in(tmp.path(), &args);
     expect_code(&out, 1);
     let dir = tmp.path().join("out");
@@ -640,6 +646,7 @@ fn readme_example_gives_exact_counts_for_csv_and_jsonl_ledgers() {
                 "charge_id=id,amount_major=amount,created_at=created",
                 "--target-amount-format",
                 "major",
+                "--copies",
                 "--out",
                 dir.to_str().unwrap(),
             ],
@@ -1302,7 +1309,13 @@ fn a_failed_run_leaves_the_previous_reports_untouched() {
     let diff = |source: &str, target: &str| {
         let mut args = vec!["diff", source, target];
         args.extend_from_slice(FULL_COMPARE);
-        args.extend(["--target-amount-format", "major", "--out", "out"]);
+        args.extend([
+            "--target-amount-format",
+            "major",
+            "--copies",
+            "--out",
+            "out",
+        ]);
         run_in(tmp.path(), &args)
     };
     let out = diff("source.csv", "target.csv");

@@ -252,7 +252,14 @@ fn recon_diff_lists_the_copies_of_both_files() {
     let o = Command::cargo_bin("recon")
         .unwrap()
         .current_dir(dir.path())
-        .args(["diff", "source.csv", "target.csv", "--key", "id"])
+        .args([
+            "diff",
+            "source.csv",
+            "target.csv",
+            "--key",
+            "id",
+            "--copies",
+        ])
         .args(["--compare", "amount,currency", "--out"])
         .arg(&out)
         .output()

@@ -25,6 +25,8 @@ pub struct DiffPlan {
     pub spec: DiffSpec,
     /// Where the reports go.
     pub out: PathBuf,
+    /// Whether the copies of duplicated IDs are listed (`--copies`).
+    pub copies: bool,
 }
 
 fn parse_renames(flag: &str, items: &[String]) -> Result<HashMap<String, String>> {
@@ -89,6 +91,7 @@ impl DiffPlan {
             target,
             spec,
             out: args.out,
+            copies: args.copies,
         })
     }
 }
@@ -277,7 +280,11 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         message = "Classified.",
         peak_rss_mib = crate::memory::peak_rss_mib()
     );
-    let copies = copies_in_files(&plan, &outcome)?;
+    // Without duplicates there is nothing to read again: counted twice is 0.
+    let copies = match plan.copies || outcome.duplicates.is_empty() {
+        true => Some(copies_in_files(&plan, &outcome)?),
+        false => None,
+    };
     let status = status_of(&outcome);
     let meta = RunMeta {
         job: "diff".into(),
@@ -295,7 +302,7 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         &outcome,
         &meta,
         &crate::report::RunExtras {
-            duplicate_copies: Some(copies),
+            duplicate_copies: copies,
             ..crate::report::RunExtras::default()
         },
         status.code(),

@@ -309,6 +309,21 @@ pub async fn confirm_edges(
     })
 }
 
+/// The copies of `keys` on one side; `None` without keys (nothing asked).
+async fn copies_of(
+    side: &dyn Source,
+    keys: &[String],
+    name: &str,
+) -> Result<Option<Vec<recon_core::DuplicateCopy>>> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    side.duplicate_copies(keys)
+        .await
+        .map(Some)
+        .with_context(|| format!("listing the copies of the {name}'s duplicated IDs"))
+}
+
 /// Every copy of the external IDs each side holds more than once (the
 /// outcome's duplicates), numbered for `duplicate_copies.csv`: one
 /// [`Source::duplicate_copies`] call per side that has duplicates, none
@@ -322,27 +337,25 @@ pub async fn duplicate_copies(
     notes: &mut Vec<String>,
 ) -> Result<Vec<CopyRow>> {
     let mut rows = Vec::new();
-    for (side, name, count) in [
-        (
-            source,
-            "source",
-            (|d: &Duplicate| d.source_count) as fn(&Duplicate) -> u32,
-        ),
-        (target, "target", |d: &Duplicate| d.target_count),
-    ] {
-        let keys: Vec<String> = outcome
+    let counts: [fn(&Duplicate) -> u32; 2] = [|d| d.source_count, |d| d.target_count];
+    let keys = counts.map(|count| {
+        outcome
             .duplicates
             .iter()
             .filter(|d| count(d) > 1)
             .map(|d| d.key.clone())
-            .collect();
-        if keys.is_empty() {
-            continue;
-        }
-        let copies = side
-            .duplicate_copies(&keys)
-            .await
-            .with_context(|| format!("listing the copies of the {name}'s duplicated IDs"))?;
+            .collect::<Vec<String>>()
+    });
+    // Both sides at once (a file side scans its file).
+    let (from_source, from_target) = tokio::join!(
+        copies_of(source, &keys[0], "source"),
+        copies_of(target, &keys[1], "target")
+    );
+    for (side, name, count, copies) in [
+        (source, "source", counts[0], from_source?),
+        (target, "target", counts[1], from_target?),
+    ] {
+        let Some(copies) = copies else { continue };
         let numbered = copies::number(name, copies);
         let mut found: HashMap<&str, u32> = HashMap::new();
         for r in &numbered {

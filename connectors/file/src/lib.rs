@@ -235,6 +235,27 @@ impl FileReader {
     /// record. Returns whether the end of the file was reached.
     pub fn for_each_while<E>(
         &mut self,
+        f: impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
+    ) -> Result<bool, ReadError<E>> {
+        self.read_rows(None, f)
+    }
+
+    /// Like [`FileReader::for_each`], over the rows whose key `keep`
+    /// accepts: the others are scanned and checked for their shape but
+    /// their values are never converted (a lookup of a few keys in a large
+    /// export costs little more than a scan).
+    pub fn for_each_of_keys<E>(
+        &mut self,
+        keep: &dyn Fn(&str) -> bool,
+        mut f: impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<(), E>,
+    ) -> Result<(), ReadError<E>> {
+        self.read_rows(Some(keep), |k, v, l| f(k, v, l).map(|()| true))
+            .map(|_| ())
+    }
+
+    fn read_rows<E>(
+        &mut self,
+        keep: Option<&dyn Fn(&str) -> bool>,
         mut f: impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
     ) -> Result<bool, ReadError<E>> {
         let FileReader {
@@ -248,6 +269,7 @@ impl FileReader {
             display,
             spec,
             kinds,
+            keep,
         };
         match inner {
             Inner::Csv {
@@ -281,6 +303,8 @@ struct RowCx<'r> {
     display: &'r str,
     spec: &'r FileSpec,
     kinds: &'r [FieldKind],
+    /// Only rows whose key this accepts are converted and handed on.
+    keep: Option<&'r dyn Fn(&str) -> bool>,
 }
 
 /// Where a CSV file's key, fields and currency are among its columns.
@@ -365,6 +389,9 @@ fn csv_while<E>(
                 format!("empty key in column `{}`", cx.spec.key_column),
             ));
         }
+        if cx.keep.is_some_and(|keep| !keep(key)) {
+            continue;
+        }
         let currency = csv.currency_idx.map(text);
         let mut values: Vec<ValueRef<'_>> = recycle(recycled);
         let cells = csv.idx.iter().map(|&i| Cell::Text(text(i)));
@@ -423,6 +450,9 @@ fn jsonl_while<E>(
             *checked_first = true;
         }
         let key = json_key(cx, &obj, &location)?;
+        if cx.keep.is_some_and(|keep| !keep(&key)) {
+            continue;
+        }
         let currency_owned = match &cx.spec.currency_column {
             Some(c) if cx.kinds.contains(&FieldKind::Money) => json_text(json_path(&obj, c)),
             _ => None,

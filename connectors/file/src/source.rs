@@ -152,25 +152,38 @@ impl Source for FileSource {
     }
 
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
+        // A scan of the whole file: on the blocking pool, so that the two
+        // sides' lookups (the copies of duplicated IDs) scan at once and no
+        // async worker is held.
+        let (spec, schema) = (self.spec.clone(), self.schema.clone());
         let wanted: std::collections::HashSet<String> = keys.iter().cloned().collect();
-        let mut reader = FileReader::open(self.spec.clone(), &self.schema)?;
-        let mut found = Vec::new();
-        reader
-            .for_each(|key, values, _| {
-                if wanted.contains(key) {
-                    found.push(Record {
-                        key: key.to_string(),
-                        values: values.iter().map(|v| v.to_owned_value()).collect(),
-                    });
-                }
-                Ok::<(), std::convert::Infallible>(())
-            })
-            .map_err(|e| match e {
-                ReadError::Connector(c) => c,
-                ReadError::Caller(never) => match never {},
-            })?;
-        Ok(found)
+        tokio::task::spawn_blocking(move || lookup_in_file(spec, &schema, &wanted))
+            .await
+            .map_err(|e| ConnectorError::Config(format!("the file lookup stopped: {e}")))?
     }
+}
+
+/// The records of `wanted` keys in a file, every copy, in file order.
+fn lookup_in_file(
+    spec: FileSpec,
+    schema: &Schema,
+    wanted: &std::collections::HashSet<String>,
+) -> Result<Vec<Record>, ConnectorError> {
+    let mut reader = FileReader::open(spec, schema)?;
+    let mut found = Vec::new();
+    reader
+        .for_each_of_keys(&|key| wanted.contains(key), |key, values, _| {
+            found.push(Record {
+                key: key.to_string(),
+                values: values.iter().map(|v| v.to_owned_value()).collect(),
+            });
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            ReadError::Connector(c) => c,
+            ReadError::Caller(never) => match never {},
+        })?;
+    Ok(found)
 }
 
 impl FileFeed for FileSource {
