@@ -442,7 +442,7 @@ impl SqlTable {
             .dialect
             .as_text(&self.dialect.quote(&self.cfg.key_column));
         Ok(self
-            .rows_by_key(&select, keys)
+            .rows_by_key(&select, keys, false)
             .await?
             .iter()
             .filter_map(|row| row.try_get::<Option<String>, _>(0).ok().flatten())
@@ -455,14 +455,23 @@ impl SqlTable {
         &self,
         select: &str,
         keys: &[String],
+        trimmed: bool,
     ) -> Result<Vec<sqlx::any::AnyRow>, ConnectorError> {
         let key = self.dialect.quote(&self.cfg.key_column);
+        // Copies of a duplicated ID are found by the key as the read sees
+        // it, surrounding whitespace trimmed (`ch_1 ` beside `ch_1`): TRIM
+        // defeats the key's index, so only that rare lookup pays for it.
+        let key = if trimmed {
+            format!("TRIM({})", self.key_cmp(&key))
+        } else {
+            key
+        };
         // Chunks are asked a few at a time (up to the pool's size): one
         // chunk's statement is built and bound while another runs.
         let in_flight = (self.cfg.max_connections.max(1) as usize).min(LOOKUPS_IN_FLIGHT);
         let asks: Vec<_> = keys
             .chunks(LOOKUP_CHUNK)
-            .map(|chunk| self.rows_of_chunk(select, &key, chunk))
+            .map(|chunk| self.rows_of_chunk(select, &key, chunk, trimmed))
             .collect();
         let chunks: Vec<Vec<sqlx::any::AnyRow>> = futures_util::stream::iter(asks)
             .buffered(in_flight)
@@ -477,7 +486,13 @@ impl SqlTable {
         select: &str,
         key: &str,
         chunk: &[String],
+        trimmed: bool,
     ) -> Result<Vec<sqlx::any::AnyRow>, ConnectorError> {
+        // A trimmed key is already text, compared as it is.
+        let cmp = |key: &str| match trimmed {
+            true => key.to_string(),
+            false => self.key_cmp(key),
+        };
         let mut args = AnyArguments::default();
         let sql = if self.dialect == Dialect::Postgres {
             // One bound JSON array, expanded by the server: no statement
@@ -488,7 +503,7 @@ impl SqlTable {
             format!(
                 "SELECT {select} FROM {} WHERE {} = ANY(ARRAY(SELECT json_array_elements_text(CAST($1 AS json))))",
                 self.table(),
-                self.key_cmp(key),
+                cmp(key),
             )
         } else {
             let marks: Vec<String> = (1..=chunk.len())
@@ -500,7 +515,7 @@ impl SqlTable {
             format!(
                 "SELECT {select} FROM {} WHERE {} IN ({})",
                 self.table(),
-                self.key_cmp(key),
+                cmp(key),
                 marks.join(", ")
             )
         };
@@ -674,10 +689,30 @@ impl Source for SqlTable {
     }
 
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {
-        self.rows_by_key(&self.select_list, keys)
+        self.rows_by_key(&self.select_list, keys, false)
             .await?
             .iter()
             .map(|row| self.parse_row(row))
+            .collect()
+    }
+
+    /// Every row whose key, trimmed as the read trims it, is one of
+    /// `keys`: a copy stored as `ch_1 ` beside `ch_1` (which a UNIQUE
+    /// constraint lets through) is listed too. Rows carry no ID of their own
+    /// here.
+    async fn duplicate_copies(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<recon_core::DuplicateCopy>, ConnectorError> {
+        self.rows_by_key(&self.select_list, keys, true)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(recon_core::DuplicateCopy {
+                    native_id: None,
+                    record: self.parse_row(row)?,
+                })
+            })
             .collect()
     }
 }
