@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use jiff::Timestamp;
-use recon_core::{format_timestamp, BuildContext, Record, Window, WriteMode};
+use recon_core::{format_timestamp, Record, Window, WriteMode};
 
 use crate::cli::{ApplyArgs, RunArgs};
 use crate::config::BackfillMode;
@@ -439,13 +439,8 @@ async fn write_items(plan: &RunPlan, ledger: &Ledger<'_>, items: &[Item]) -> Res
         return write_webhook(plan, wh, ledger, items).await;
     }
     let job = &plan.job.name;
-    let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
-    let cx = BuildContext {
-        schema: &plan.spec.schema,
-        time_field: plan.time_field,
-        job: &plan.job.name,
-        tokens: Some(&tokens),
-    };
+    let tokens = plan.tokens();
+    let cx = plan.build_context(&tokens);
     let target = plan.job.job.target.connector().build_target(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
     target.check_idempotent().await?;
@@ -547,13 +542,8 @@ async fn write_webhook(
 ) -> Result<Written> {
     let job = &plan.job.name;
     let prepared = planned_requests(plan, wh, items)?;
-    let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
-    let cx = BuildContext {
-        schema: &plan.spec.schema,
-        time_field: plan.time_field,
-        job: &plan.job.name,
-        tokens: Some(&tokens),
-    };
+    let tokens = plan.tokens();
+    let cx = plan.build_context(&tokens);
     let target = plan.job.job.target.connector().build_source(cx).await;
     let target = target.with_context(|| format!("job `{job}`: target"))?;
     let keys: Vec<String> = prepared.iter().map(|p| p.external_id.clone()).collect();

@@ -394,13 +394,8 @@ fn describe_probe(p: &Probe) -> String {
 /// The checks that connect: both sides, the unique key, the state store
 /// and the report folder.
 async fn connect_checks(plan: &RunPlan, report: &mut Report) {
-    let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
-    let cx = BuildContext {
-        schema: &plan.spec.schema,
-        time_field: plan.time_field,
-        job: &plan.job.name,
-        tokens: Some(&tokens),
-    };
+    let tokens = plan.tokens();
+    let cx = plan.build_context(&tokens);
     source_check(plan, cx, report).await;
     target_checks(plan, cx, report).await;
     webhook_check(plan, report).await;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Result};
 use jiff::SignedDuration;
-use recon_core::{Field, FieldKind, Schema, TargetRole};
+use recon_core::{BuildContext, Field, FieldKind, Schema, TargetRole, TokenStore};
 
 use crate::cli::RunArgs;
 use crate::config::{self, BackfillMode, JobConfig, ResolvedJob, ToleranceSetting};
@@ -45,6 +45,25 @@ fn kind_of(job: &JobConfig, name: &str) -> FieldKind {
 }
 
 impl RunPlan {
+    /// The job's token store (its state store, opened on first use), for
+    /// [`RunPlan::build_context`].
+    pub fn tokens(&self) -> std::sync::Arc<dyn TokenStore> {
+        crate::state::LazyTokens::shared(self.job.state.clone())
+    }
+
+    /// What the job's connectors are built with.
+    pub fn build_context<'a>(
+        &'a self,
+        tokens: &'a std::sync::Arc<dyn TokenStore>,
+    ) -> BuildContext<'a> {
+        BuildContext {
+            schema: &self.spec.schema,
+            time_field: self.time_field,
+            job: &self.job.name,
+            tokens: Some(tokens),
+        }
+    }
+
     /// Loads the config and checks everything that needs no connection.
     pub fn from_args(args: &RunArgs) -> Result<RunPlan> {
         let file = config::load(&args.config)?;

@@ -5,9 +5,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use futures_util::TryStreamExt;
-use recon_core::{
-    BuildContext, FileFeed, Record, Source, Target, Unplaced, Value, ValueRef, Window,
-};
+use recon_core::{FileFeed, Record, Source, Target, Unplaced, Value, ValueRef, Window};
 
 use super::feed::{feed_files, Outside, Row, Side};
 use super::RunPlan;
@@ -39,13 +37,8 @@ impl Sides {
     /// writes (then its idempotency precondition is checked first).
     pub async fn build(plan: &RunPlan, write: bool) -> Result<Sides> {
         let job = &plan.job.name;
-        let tokens = crate::state::LazyTokens::shared(plan.job.state.clone());
-        let cx = BuildContext {
-            schema: &plan.spec.schema,
-            time_field: plan.time_field,
-            job: &plan.job.name,
-            tokens: Some(&tokens),
-        };
+        let tokens = plan.tokens();
+        let cx = plan.build_context(&tokens);
         let source = plan.job.job.source.connector().build_source(cx).await;
         let source = source.with_context(|| format!("job `{job}`: source"))?;
         let target_cfg = plan.job.job.target.connector();
