@@ -334,11 +334,10 @@ pub struct DiffArgs {
     /// Folder the reports are written into.
     #[arg(long, default_value = "reports/diff")]
     pub out: PathBuf,
-    /// Also list every copy of an ID a file holds more than once
-    /// (duplicate_copies.csv) and the money counted twice (summary.csv,
-    /// summary.json): a second read of each file with duplicates, about a
-    /// sixth more time on a 10-million-row pair, so it is asked for.
-    #[arg(long)]
+    /// Accepted for scripts written before every copy of a duplicated ID
+    /// was listed by default (duplicate_copies.csv and the money counted
+    /// twice are kept in the one pass now); it changes nothing.
+    #[arg(long, hide = true)]
     pub copies: bool,
     /// The amount column, read as money with the currency column; it is the
     /// money of the per-currency totals. Defaults to `amount` when compared.

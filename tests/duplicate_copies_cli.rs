@@ -3,7 +3,10 @@
 //! ID listed in duplicate_copies.csv (copy 1 kept, the others to review,
 //! `native_id` empty, in the order the side returned them), and the money
 //! of the copies beyond the first counted exactly in summary.csv,
-//! summary.json and report.html. `recon diff` writes the same file.
+//! summary.json and report.html. `recon diff` writes the same file, by
+//! default. A file's copies are kept in its one read; a target copy the
+//! engine could not keep (it matched within a tolerance before its ID
+//! turned out duplicated) is found by reading the target again.
 
 mod common;
 
@@ -265,14 +268,7 @@ fn recon_diff_lists_the_copies_of_both_files() {
     let o = Command::cargo_bin("recon")
         .unwrap()
         .current_dir(dir.path())
-        .args([
-            "diff",
-            "source.csv",
-            "target.csv",
-            "--key",
-            "id",
-            "--copies",
-        ])
+        .args(["diff", "source.csv", "target.csv", "--key", "id"])
         .args(["--compare", "amount,currency", "--out"])
         .arg(&out)
         .output()
@@ -300,4 +296,80 @@ fn recon_diff_lists_the_copies_of_both_files() {
         "{s}"
     );
     assert_eq!(summary_row(&out, "USD")["target_counted_twice"], "19.75");
+}
+
+#[test]
+fn a_first_copy_that_matched_within_a_tolerance_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("source.csv"), source_csv()).unwrap();
+    // ch_t's first target copy is 30.01 against the source's 30.00: a
+    // match within the tolerance, not the same record, so the engine has
+    // not kept it when the second copy shows.
+    let mut target = String::from("id,amount,currency,created\n");
+    for (id, amount, cur) in TARGET_ROWS {
+        let amount = if (id, amount) == ("ch_t", 3000) {
+            3001
+        } else {
+            amount
+        };
+        target.push_str(&format!("{id},{amount},{cur},{T1}\n"));
+    }
+    std::fs::write(dir.path().join("target.csv"), target).unwrap();
+    let out = dir.path().join("out");
+    let o = Command::cargo_bin("recon")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["diff", "source.csv", "target.csv", "--key", "id"])
+        .args(["--compare", "amount,currency", "--tolerance", "amount=1"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let (_, rows) = read(&out.join("duplicate_copies.csv"));
+    let seen: Vec<(&str, &str, &str, &str)> = rows
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str(), r[2].as_str(), r[4].as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("ch_k", "source", "1", "1.500"),
+            ("ch_k", "source", "2", "1.500"),
+            ("ch_t", "target", "1", "30.01"),
+            ("ch_t", "target", "2", "12.50"),
+            ("ch_t", "target", "3", "7.25"),
+        ]
+    );
+    assert_eq!(summary_row(&out, "USD")["target_counted_twice"], "19.75");
+}
+
+#[tokio::test]
+async fn a_file_side_lists_the_copies_its_window_holds() {
+    // A third copy of ch_t dated the day before the window: the read never
+    // diffs it, so it is neither counted nor listed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut target = String::from("id,amount,currency,created\n");
+    for (id, amount, cur) in TARGET_ROWS {
+        target.push_str(&format!("{id},{amount},{cur},{T1}\n"));
+    }
+    target.push_str(&format!("ch_t,999,usd,{}\n", T1 - 86_400));
+    std::fs::write(dir.path().join("target.csv"), target).unwrap();
+    let config = config(
+        dir.path(),
+        &common::file_side("charges", "target", &dir.path().join("target.csv")),
+    );
+    let out = dir.path().join("out");
+    let o = run(&config, &out);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let (_, rows) = read(&out.join("duplicate_copies.csv"));
+    let amounts: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[1] == "target")
+        .map(|r| r[4].as_str())
+        .collect();
+    assert_eq!(amounts, ["30.00", "12.50", "7.25"]);
+    let s = summary(&out);
+    assert_eq!(s["target_rows"], 5, "{s}");
+    assert_counted_twice(&out, 2, "19.75", "1975");
 }

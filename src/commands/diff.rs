@@ -25,8 +25,6 @@ pub struct DiffPlan {
     pub spec: DiffSpec,
     /// Where the reports go.
     pub out: PathBuf,
-    /// Whether the copies of duplicated IDs are listed (`--copies`).
-    pub copies: bool,
 }
 
 fn parse_renames(flag: &str, items: &[String]) -> Result<HashMap<String, String>> {
@@ -91,7 +89,6 @@ impl DiffPlan {
             target,
             spec,
             out: args.out,
-            copies: args.copies,
         })
     }
 }
@@ -253,6 +250,8 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     let target = FileReader::open(plan.target.clone(), &plan.spec.schema)?;
     let mut dir = ReportDir::create(&plan.out)?;
     let mut engine = DiffEngine::new(plan.spec.clone());
+    // Every copy of a duplicated ID, kept in the one pass.
+    engine.capture_copies();
     // Two stages on two threads: one parses and encodes both files in
     // turn, the other indexes (source) and probes (target).
     // Progress on a terminal only, while the files are read.
@@ -280,11 +279,7 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         message = "Classified.",
         peak_rss_mib = crate::memory::peak_rss_mib()
     );
-    // Without duplicates there is nothing to read again: counted twice is 0.
-    let copies = match plan.copies || outcome.duplicates.is_empty() {
-        true => Some(copies_in_files(&plan, &outcome)?),
-        false => None,
-    };
+    let copies = Some(copies_in_files(&plan, &outcome)?);
     let status = status_of(&outcome);
     let meta = RunMeta {
         job: "diff".into(),
@@ -311,8 +306,11 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     Ok((outcome, status, path))
 }
 
-/// Every copy of the IDs a file holds more than once, found by reading
-/// that file again for those IDs only (no second read without duplicates).
+/// Every copy of the IDs a file holds more than once: those the engine
+/// kept in its one pass, and the copies of the few IDs whose first copy
+/// it could not keep (a target copy that differed within a tolerance
+/// before its ID turned out duplicated), found by reading the target
+/// again for those IDs only.
 fn copies_in_files(
     plan: &DiffPlan,
     outcome: &DiffOutcome,

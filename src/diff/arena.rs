@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 pub(crate) const OFFSET_MASK: u64 = (1 << 40) - 1;
 const TAG_SHIFT: u32 = 40;
 const TAG_MASK: u64 = 0xffff << TAG_SHIFT;
-/// An empty slot; occupied slots never have bits 56..60 set.
+/// An empty slot; occupied slots never have bits 56..59 set.
 pub(crate) const EMPTY: u64 = u64::MAX;
 /// Grow past 3/4 full: linear probing wants short runs.
 const MAX_LOAD_NUM: usize = 3;
@@ -37,6 +37,9 @@ pub(crate) const DUP_SELF: u64 = 1 << 62;
 pub(crate) const DUP_OTHER: u64 = 1 << 61;
 /// At least one compared field differs.
 pub(crate) const MISMATCH: u64 = 1 << 60;
+/// The first copy the other side holds is byte for byte this record (set
+/// only while copies are captured; see `DiffEngine::capture_copies`).
+pub(crate) const SAME_OTHER: u64 = 1 << 59;
 
 /// Null for integer-like kinds: a varint that `write_varint` never
 /// produces (a continuation byte followed by a zero byte).
@@ -162,9 +165,9 @@ impl KeyIndex {
         (self.arena, self.slots)
     }
 
-    /// The arena from `offset` to its end; a record's encoded bytes are a prefix.
-    pub(crate) fn bytes_from(&self, offset: u64) -> &[u8] {
-        &self.arena[offset as usize..]
+    /// The whole arena.
+    pub(crate) fn arena(&self) -> &[u8] {
+        &self.arena
     }
 
     /// Bytes held, for memory accounting in benchmarks.
@@ -204,6 +207,24 @@ impl KeyIndex {
             }
             if e & TAG_MASK == tag && key_at(&self.arena, e & OFFSET_MASK) == key {
                 return Some(&mut self.slots[i]);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Finds the entry for `key`, mutably, with the arena beside it (to
+    /// compare the record while setting the entry's flags).
+    pub(crate) fn find_entry(&mut self, hash: u64, key: &[u8]) -> Option<(&mut u64, &[u8])> {
+        let mask = self.mask();
+        let tag = tag_of(hash);
+        let mut i = hash as usize & mask;
+        loop {
+            let e = self.slots[i];
+            if e == EMPTY {
+                return None;
+            }
+            if e & TAG_MASK == tag && key_at(&self.arena, e & OFFSET_MASK) == key {
+                return Some((&mut self.slots[i], &self.arena));
             }
             i = (i + 1) & mask;
         }

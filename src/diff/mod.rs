@@ -28,8 +28,9 @@ use serde::Serialize;
 
 use arena::{
     decode_values, encode_record, hash_key, key_at, split_record, KeyIndex, DUP_OTHER, DUP_SELF,
-    EMPTY, MISMATCH, OFFSET_MASK, SEEN_OTHER,
+    EMPTY, MISMATCH, OFFSET_MASK, SAME_OTHER, SEEN_OTHER,
 };
+use recon_core::Record;
 pub use records::Records;
 
 /// The engine's hash of an external ID (the same everywhere in a process).
@@ -300,6 +301,46 @@ pub struct DiffOutcome {
     pub source_totals: Totals,
     /// Totals of every target row.
     pub target_totals: Totals,
+    /// Every copy of each duplicated ID, as the engine saw them, when it
+    /// was asked to keep them ([`DiffEngine::capture_copies`]).
+    pub copies: Option<Copies>,
+}
+
+/// Every copy of the IDs a side holds more than once, in the order the
+/// engine saw them (a file's order), kept during the one pass so that no
+/// side is read again to list them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Copies {
+    /// The source's copies: every copy of each ID it holds more than once.
+    pub source: Vec<Record>,
+    /// The target's copies, except those of `target_unknown`.
+    pub target: Vec<Record>,
+    /// IDs the target holds more than once whose first copy the engine
+    /// did not keep: it matched the source's record without being the
+    /// same bytes (within a tolerance, or apart in a field not compared)
+    /// before the ID turned out duplicated. Their copies must be asked of
+    /// the target.
+    pub target_unknown: Vec<String>,
+}
+
+/// One kept copy: a record still in an index's arena, or its own bytes.
+enum Kept {
+    Source(u64),
+    Orphan(u64),
+    Bytes(Box<[u8]>),
+}
+
+/// What [`DiffEngine::capture_copies`] keeps while records stream past.
+#[derive(Default)]
+struct Capture {
+    source: Vec<Kept>,
+    target: Vec<Kept>,
+    /// First target copies that differ from the source's record (of IDs
+    /// the source holds more than once, or mismatched), until a second
+    /// target copy shows (by source offset).
+    first_target: HashMap<u64, Box<[u8]>>,
+    /// Source offsets whose first target copy was not kept.
+    unknown: Vec<u64>,
 }
 
 struct PendingMismatch {
@@ -328,6 +369,7 @@ pub struct DiffEngine {
     /// Reused by the one-record calls, so they allocate nothing per record.
     scratch: Option<RecordBatch>,
     kinds: Vec<FieldKind>,
+    copies: Option<Box<Capture>>,
 }
 
 impl DiffEngine {
@@ -347,8 +389,16 @@ impl DiffEngine {
             bytewise: spec_is_bytewise(&spec),
             scratch: None,
             kinds: spec.schema.fields.iter().map(|f| f.kind).collect(),
+            copies: None,
             spec,
         }
+    }
+
+    /// Keeps every copy of each duplicated ID as it streams past, for
+    /// [`DiffOutcome::copies`]: a few bytes per copy of a duplicate, and
+    /// nothing for the rest.
+    pub fn capture_copies(&mut self) {
+        self.copies.get_or_insert_with(Box::default);
     }
 
     /// Makes room for about `records` distinct source keys up front.
@@ -415,9 +465,16 @@ impl DiffEngine {
             }
             let (key, _) = split_record(&batch.bytes, start);
             if let Some(entry) = self.source.find_mut(hash, key) {
+                let first_dup = *entry & DUP_SELF == 0;
                 *entry |= DUP_SELF;
                 let offset = *entry & OFFSET_MASK;
                 self.source_dups.entry(offset).or_insert((1, 0)).0 += 1;
+                if let Some(c) = self.copies.as_mut() {
+                    if first_dup {
+                        c.source.push(Kept::Source(offset));
+                    }
+                    c.source.push(Kept::Bytes(batch.bytes[start..end].into()));
+                }
             } else {
                 self.source.insert_encoded(hash, &batch.bytes[start..end]);
             }
@@ -441,36 +498,64 @@ impl DiffEngine {
             }
             let record = &batch.bytes[start..end];
             let (key, values_at) = split_record(record, 0);
-            if let Some(entry) = self.source.find_mut(hash, key) {
+            if let Some((entry, arena)) = self.source.find_entry(hash, key) {
                 let offset = *entry & OFFSET_MASK;
                 if *entry & SEEN_OTHER != 0 {
+                    let first_dup = *entry & DUP_OTHER == 0;
+                    let same = *entry & SAME_OTHER != 0;
                     *entry |= DUP_OTHER;
                     let counts = self.source_dups.entry(offset).or_insert((1, 1));
                     counts.1 += 1;
+                    if let Some(c) = self.copies.as_mut() {
+                        c.target_copy(offset, first_dup, same, record);
+                    }
                     continue;
                 }
                 *entry |= SEEN_OTHER;
                 if *entry & DUP_SELF != 0 {
                     // Already a duplicate: comparing fields would be meaningless.
                     self.source_dups.entry(offset).or_insert((1, 0)).1 = 1;
+                    if let Some(c) = self.copies.as_mut() {
+                        c.first_target.insert(offset, record.into());
+                    }
                     continue;
                 }
                 // Records are encoded the same way on both sides, so equal
                 // bytes mean equal records: the common case costs one memcmp.
-                if self.bytewise && self.source.bytes_from(offset).starts_with(record) {
-                    continue;
+                if (self.bytewise || self.copies.is_some())
+                    && arena[offset as usize..].starts_with(record)
+                {
+                    if self.copies.is_some() {
+                        // A second copy then knows the first is the source's record.
+                        *entry |= SAME_OTHER;
+                    }
+                    if self.bytewise {
+                        continue;
+                    }
                 }
                 let diffs = self.compare(offset, record, values_at);
                 if !diffs.is_empty() {
                     if let Some(entry) = self.source.find_mut(hash, key) {
                         *entry |= MISMATCH;
                     }
+                    if let Some(c) = self.copies.as_mut() {
+                        // Kept in case a second copy follows (a mismatch
+                        // already holds more than these bytes).
+                        c.first_target.insert(offset, record.into());
+                    }
                     self.mismatches.push(PendingMismatch { offset, diffs });
                 }
             } else if let Some(entry) = self.orphans.find_mut(hash, key) {
+                let first_dup = *entry & DUP_SELF == 0;
                 *entry |= DUP_SELF;
                 let offset = *entry & OFFSET_MASK;
                 *self.orphan_dups.entry(offset).or_insert(1) += 1;
+                if let Some(c) = self.copies.as_mut() {
+                    if first_dup {
+                        c.target.push(Kept::Orphan(offset));
+                    }
+                    c.target.push(Kept::Bytes(record.into()));
+                }
             } else {
                 self.orphans.insert_encoded(hash, record);
             }
@@ -549,6 +634,10 @@ impl DiffEngine {
                 target_count,
             });
         }
+        let orphan_arena = self.orphans.arena();
+        out.copies = self
+            .copies
+            .map(|c| c.finish(&arena, orphan_arena, &self.kinds));
         let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
         for pending in self.mismatches {
             // A key that later turned out duplicated is reported as a duplicate only.
@@ -593,6 +682,51 @@ impl DiffEngine {
         out.mismatches.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out
+    }
+}
+
+impl Capture {
+    /// A second or later target copy of a source ID (`record`); with the
+    /// first, when this is the second.
+    fn target_copy(&mut self, offset: u64, first_dup: bool, same: bool, record: &[u8]) {
+        if first_dup {
+            if let Some(first) = self.first_target.remove(&offset) {
+                self.target.push(Kept::Bytes(first));
+            } else if same {
+                self.target.push(Kept::Source(offset));
+            } else {
+                self.unknown.push(offset);
+            }
+        }
+        self.target.push(Kept::Bytes(record.into()));
+    }
+
+    /// The kept copies, decoded; the target's copies of IDs whose first
+    /// copy is unknown are left out (they are asked of the target).
+    fn finish(self, source: &[u8], orphans: &[u8], kinds: &[FieldKind]) -> Copies {
+        let decode = |k: &Kept| match k {
+            Kept::Source(o) => records::decode(source, *o, kinds),
+            Kept::Orphan(o) => records::decode(orphans, *o, kinds),
+            Kept::Bytes(b) => records::decode(b, 0, kinds),
+        };
+        let target_unknown: Vec<String> = self
+            .unknown
+            .iter()
+            .map(|&o| as_string(key_at(source, o)))
+            .collect();
+        let unknown: std::collections::HashSet<&str> =
+            target_unknown.iter().map(String::as_str).collect();
+        let target = self
+            .target
+            .iter()
+            .map(decode)
+            .filter(|r| !unknown.contains(r.key.as_str()))
+            .collect();
+        Copies {
+            source: self.source.iter().map(decode).collect(),
+            target,
+            target_unknown,
+        }
     }
 }
 

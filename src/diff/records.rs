@@ -100,7 +100,8 @@ impl Records {
     }
 }
 
-fn decode(arena: &[u8], offset: u64, kinds: &[FieldKind]) -> Record {
+/// The record encoded at `offset` of `arena`, owned.
+pub(crate) fn decode(arena: &[u8], offset: u64, kinds: &[FieldKind]) -> Record {
     let (key, at) = split_record(arena, offset as usize);
     let mut values = Vec::with_capacity(kinds.len());
     decode_values(arena, at, kinds, |_, v: ValueRef<'_>| {

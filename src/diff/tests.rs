@@ -369,3 +369,138 @@ fn has_nul_finds_a_zero_byte_anywhere_and_nothing_else() {
         }
     }
 }
+
+/// Every copy of each ID a side holds more than once, in file order per
+/// ID (the order [`crate::report::copies::number`] keeps).
+fn copies_by_key(mut records: Vec<Record>) -> Vec<Record> {
+    records.sort_by(|a, b| a.key.cmp(&b.key));
+    records
+}
+
+fn expected_copies(side: &[Record]) -> Vec<Record> {
+    let mut n = BTreeMap::<&str, usize>::new();
+    for r in side {
+        *n.entry(r.key.as_str()).or_default() += 1;
+    }
+    side.iter()
+        .filter(|r| n[r.key.as_str()] > 1)
+        .cloned()
+        .collect()
+}
+
+fn run_capturing(spec: DiffSpec, source: &[Record], target: &[Record]) -> DiffOutcome {
+    let mut engine = DiffEngine::new(spec);
+    engine.capture_copies();
+    for r in source {
+        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+        engine.add_source(&r.key, &v).unwrap();
+    }
+    for r in target {
+        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+        engine.add_target(&r.key, &v).unwrap();
+    }
+    engine.finish()
+}
+
+proptest! {
+    #[test]
+    fn kept_copies_are_every_copy_of_each_duplicated_id(
+        source in arb_side(),
+        target in arb_side(),
+        other_note in prop::collection::vec(any::<bool>(), 60),
+    ) {
+        // Some target rows differ from the source only in the uncompared
+        // note: such a first copy matches without being the same bytes.
+        let target: Vec<Record> = target
+            .into_iter()
+            .zip(&other_note)
+            .map(|(mut r, &other)| {
+                if other {
+                    r.values[2] = Value::Text("other".into());
+                }
+                r
+            })
+            .collect();
+        let out = run_capturing(DiffSpec::exact(schema()), &source, &target);
+        let copies = out.copies.clone().expect("copies were asked for");
+        prop_assert_eq!(
+            copies_by_key(copies.source.clone()),
+            copies_by_key(expected_copies(&source))
+        );
+        let unknown: BTreeSet<&str> = copies.target_unknown.iter().map(String::as_str).collect();
+        let want: Vec<Record> = expected_copies(&target)
+            .into_iter()
+            .filter(|r| !unknown.contains(r.key.as_str()))
+            .collect();
+        prop_assert_eq!(copies_by_key(copies.target.clone()), copies_by_key(want));
+        // Unknown only where the first target copy matched the source's
+        // one record without being it (the note), of an ID copied twice.
+        for key in &unknown {
+            let of = |side: &[Record]| -> Vec<Record> {
+                side.iter().filter(|r| r.key == *key).cloned().collect()
+            };
+            let (s, t) = (of(&source), of(&target));
+            prop_assert_eq!(s.len(), 1);
+            prop_assert!(t.len() > 1);
+            prop_assert_eq!(&s[0].values[..2], &t[0].values[..2]);
+            prop_assert_ne!(&s[0].values[2], &t[0].values[2]);
+        }
+        // Classification is the same as without keeping copies.
+        let plain = run(DiffSpec::exact(schema()), &source, &target);
+        prop_assert_eq!(class_sets(&out), class_sets(&plain));
+        prop_assert_eq!(out.matched, plain.matched);
+        prop_assert_eq!(out.duplicates, plain.duplicates);
+    }
+}
+
+#[test]
+fn copies_are_kept_from_either_arena_and_from_the_stream() {
+    let source = vec![
+        rec("s", 1, "usd", "succeeded"),
+        rec("both", 5, "usd", "succeeded"),
+        rec("s", 2, "usd", "failed"),
+        rec("t", 7, "usd", "succeeded"),
+        rec("m", 9, "usd", "succeeded"),
+        rec("s", 3, "usd", "succeeded"),
+        rec("both", 6, "usd", "succeeded"),
+    ];
+    let target = vec![
+        rec("t", 7, "usd", "succeeded"),
+        rec("o", 4, "usd", "succeeded"),
+        rec("m", 8, "usd", "succeeded"),
+        rec("both", 5, "usd", "succeeded"),
+        rec("t", 70, "usd", "succeeded"),
+        rec("o", 40, "usd", "succeeded"),
+        rec("m", 80, "usd", "succeeded"),
+        rec("t", 700, "usd", "succeeded"),
+        rec("single", 1, "usd", "succeeded"),
+    ];
+    let out = run_capturing(DiffSpec::exact(schema()), &source, &target);
+    let copies = out.copies.unwrap();
+    let amounts = |records: &[Record], key: &str| -> Vec<i64> {
+        records
+            .iter()
+            .filter(|r| r.key == key)
+            .map(|r| match &r.values[0] {
+                Value::Money(m) => m.minor,
+                v => panic!("{v:?}"),
+            })
+            .collect()
+    };
+    // The source's first copy from its arena, the later ones as read.
+    assert_eq!(amounts(&copies.source, "s"), [1, 2, 3]);
+    assert_eq!(amounts(&copies.source, "both"), [5, 6]);
+    assert_eq!(copies.source.len(), 5);
+    // The target's: the first copy is the source's record (same bytes),
+    // an orphan's own record, a mismatch's kept bytes; "both" has one
+    // target copy, so it lists none there.
+    assert_eq!(amounts(&copies.target, "t"), [7, 70, 700]);
+    assert_eq!(amounts(&copies.target, "o"), [4, 40]);
+    assert_eq!(amounts(&copies.target, "m"), [8, 80]);
+    assert_eq!(copies.target.len(), 7);
+    assert!(copies.target_unknown.is_empty());
+    // Without asking, nothing is kept.
+    assert!(run(DiffSpec::exact(schema()), &source, &target)
+        .copies
+        .is_none());
+}

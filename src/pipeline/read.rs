@@ -99,6 +99,8 @@ pub async fn read_and_diff(plan: &RunPlan, sides: &Sides, window: Window) -> Res
     let job = &plan.job.name;
     let started = std::time::Instant::now();
     let mut engine = DiffEngine::new(plan.spec.clone());
+    // Duplicate copies of file sides are kept in the one pass.
+    engine.capture_copies();
     let (source, target) = (sides.source.as_ref(), sides.target());
     let source_read = feed(source, plan, window, &mut engine, true)
         .await
@@ -339,14 +341,52 @@ pub async fn duplicate_copies(
             .map(|d| d.key.clone())
             .collect::<Vec<String>>()
     });
+    // A file side's copies were kept by the engine as the file streamed
+    // past (in file order, no native ID): only the IDs whose first copy it
+    // could not keep are asked of the file. Other sides are asked for their
+    // copies, which carry the system's own IDs.
+    let captured = |side: &dyn Source, i: usize| {
+        let c = outcome
+            .copies
+            .as_ref()
+            .filter(|_| side.as_file_feed().is_some())?;
+        let (kept, unknown) = match i {
+            0 => (&c.source, &[][..]),
+            _ => (&c.target, &c.target_unknown[..]),
+        };
+        let kept = kept.iter().map(|record| recon_core::DuplicateCopy {
+            native_id: None,
+            record: record.clone(),
+        });
+        Some((kept.collect::<Vec<_>>(), unknown.to_vec()))
+    };
+    let (kept_source, kept_target) = (captured(source, 0), captured(target, 1));
+    let ask = |kept: &Option<(Vec<recon_core::DuplicateCopy>, Vec<String>)>, i: usize| match kept {
+        Some((_, unknown)) => unknown.clone(),
+        None => keys[i].clone(),
+    };
+    let (ask_source, ask_target) = (ask(&kept_source, 0), ask(&kept_target, 1));
     // Both sides at once (a file side scans its file).
     let (from_source, from_target) = tokio::join!(
-        copies_of(source, &keys[0], "source"),
-        copies_of(target, &keys[1], "target")
+        copies_of(source, &ask_source, "source"),
+        copies_of(target, &ask_target, "target")
     );
+    let with_kept = |asked: Option<Vec<recon_core::DuplicateCopy>>,
+                     kept: Option<(Vec<recon_core::DuplicateCopy>, Vec<String>)>,
+                     i: usize| {
+        match kept {
+            None => asked,
+            Some((mut kept, _)) => {
+                kept.extend(asked.unwrap_or_default());
+                (!keys[i].is_empty()).then_some(kept)
+            }
+        }
+    };
+    let from_source = with_kept(from_source?, kept_source, 0);
+    let from_target = with_kept(from_target?, kept_target, 1);
     for (side, name, count, copies) in [
-        (source, "source", counts[0], from_source?),
-        (target, "target", counts[1], from_target?),
+        (source, "source", counts[0], from_source),
+        (target, "target", counts[1], from_target),
     ] {
         let Some(copies) = copies else { continue };
         let numbered = copies::number(name, copies);

@@ -320,7 +320,11 @@ impl Money {
     }
 
     /// Parses an integer count of minor units, such as Stripe's `2999`.
+    #[inline]
     pub fn parse_minor(text: &str, currency: Currency) -> Result<Money, MoneyError> {
+        if let Some(minor) = plain_integer(text.as_bytes()) {
+            return Ok(Money { minor, currency });
+        }
         let t = text.trim();
         let minor: i64 = t.parse().map_err(|_| {
             // Only a well-formed integer (one optional sign, then digits)
@@ -638,5 +642,77 @@ mod tests {
             TEST_UNITS.from_money(Money::from_minor(i64::MAX, cur("ISK"))),
             Err(MoneyError::Overflow(_))
         ));
+    }
+}
+
+/// The common form of an integer, read without the general parser: an
+/// optional `-`, then 1 to 18 ASCII digits (which never overflow an
+/// `i64`). Anything else (spaces, `+`, 19 digits or more) is `None`, left
+/// to `str::parse`, which reads every form this reads to the same value.
+#[inline]
+pub(crate) fn plain_integer(b: &[u8]) -> Option<i64> {
+    let (negative, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, b),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        let x = d.wrapping_sub(b'0');
+        if x > 9 {
+            return None;
+        }
+        v = v * 10 + i64::from(x);
+    }
+    Some(if negative { -v } else { v })
+}
+
+#[cfg(test)]
+mod plain_integer_tests {
+    use super::plain_integer;
+    use proptest::prelude::*;
+
+    #[test]
+    fn reads_the_common_form_and_leaves_the_rest() {
+        assert_eq!(plain_integer(b"2999"), Some(2999));
+        assert_eq!(plain_integer(b"-5"), Some(-5));
+        assert_eq!(plain_integer(b"-0"), Some(0));
+        assert_eq!(plain_integer(b"007"), Some(7));
+        assert_eq!(
+            plain_integer(b"999999999999999999"),
+            Some(999_999_999_999_999_999)
+        );
+        for other in [
+            &b""[..],
+            b"-",
+            b"+5",
+            b" 5",
+            b"5 ",
+            b"1.5",
+            b"--5",
+            b"5-",
+            b"9223372036854775807",
+            b"1e3",
+            b"\xd9\xa3",
+        ] {
+            assert_eq!(plain_integer(other), None, "{other:?}");
+        }
+    }
+
+    proptest! {
+        /// Whatever it reads, `str::parse` reads to the same value.
+        #[test]
+        fn agrees_with_str_parse(text in "-?[0-9]{0,20}|[-+ 0-9a.]{0,6}") {
+            if let Some(v) = plain_integer(text.as_bytes()) {
+                prop_assert_eq!(text.parse::<i64>().ok(), Some(v));
+            }
+        }
+
+        #[test]
+        fn reads_every_i64_of_at_most_18_digits(v in -999_999_999_999_999_999i64..=999_999_999_999_999_999) {
+            prop_assert_eq!(plain_integer(v.to_string().as_bytes()), Some(v));
+        }
     }
 }

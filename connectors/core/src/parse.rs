@@ -243,6 +243,13 @@ pub fn unix(n: i64, unit: Unit) -> Result<Timestamp, TimestampError> {
 /// integer in the rules' unit, RFC 3339 with an offset, and, as the rules
 /// allow, a date and time without offset or a date alone as UTC.
 pub fn timestamp(text: &str, rules: TimestampRules) -> Result<Timestamp, TimestampError> {
+    // Unix time as exports write it (digits, no spaces): no trim, no
+    // general parser. Anything else takes the paths below.
+    if let Some(unit) = rules.integers {
+        if let Some(n) = crate::money::plain_integer(text.as_bytes()) {
+            return unix(n, unit);
+        }
+    }
     let t = text.trim();
     // The common RFC 3339 form first: its fifth byte is a `-`, which no
     // integer has.

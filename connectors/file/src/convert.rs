@@ -31,29 +31,35 @@ impl ConvertError {
     }
 }
 
-/// Remembers the last currency code read: exports repeat a handful of
-/// currencies, and each row names its currency for the amount and again for
-/// a compared currency field.
+/// Remembers the currency codes read, as written: exports repeat a handful
+/// of currencies (in any order: a one-code memory missed three rows in four
+/// on a four-currency export), and each row names its currency for the
+/// amount and again for a compared currency field.
 #[derive(Default)]
 pub(crate) struct CurrencyCache {
-    text: String,
-    parsed: Option<Currency>,
+    /// A code's three bytes (as written, any case) and its currency.
+    codes: Vec<(u32, Currency)>,
 }
+
+/// How many distinct codes the cache keeps; past it, codes are parsed.
+const CACHED_CODES: usize = 16;
 
 impl CurrencyCache {
     // Inlined: without it the reader pays a call per cell (measured).
     #[inline]
     fn parse(&mut self, text: &str) -> Result<Currency, MoneyError> {
-        if let Some(c) = self.parsed {
-            if self.text == text {
-                return Ok(c);
-            }
+        let &[a, b, c] = text.as_bytes() else {
+            return Currency::parse(text);
+        };
+        let code = u32::from_le_bytes([a, b, c, 0]);
+        if let Some(&(_, currency)) = self.codes.iter().find(|(k, _)| *k == code) {
+            return Ok(currency);
         }
-        let c = Currency::parse(text)?;
-        self.text.clear();
-        self.text.push_str(text);
-        self.parsed = Some(c);
-        Ok(c)
+        let currency = Currency::parse(text)?;
+        if self.codes.len() < CACHED_CODES {
+            self.codes.push((code, currency));
+        }
+        Ok(currency)
     }
 }
 
@@ -152,7 +158,21 @@ mod tests {
         assert_eq!(cache.parse("usd"), Ok(usd));
         assert_eq!(cache.parse("eur"), Ok(eur));
         assert!(cache.parse("zzz").is_err());
-        // A refused code does not replace the remembered one.
+        // A refused code is never remembered, and the others still are.
+        assert!(cache.parse("zzz").is_err());
+        assert_eq!(cache.parse("usd"), Ok(usd));
+        assert_eq!(cache.parse("EUR"), Ok(eur));
         assert_eq!(cache.parse("eur"), Ok(eur));
+        // Codes with surrounding space are parsed (and trimmed) each time.
+        assert_eq!(cache.parse(" usd "), Ok(usd));
+        // Past its size the cache still answers, by parsing.
+        let codes = [
+            "aud", "brl", "cad", "chf", "cny", "czk", "dkk", "gbp", "hkd", "huf", "inr", "jpy",
+            "krw", "kwd", "mxn", "nok", "nzd", "pln", "sek", "sgd",
+        ];
+        for code in codes.iter().chain(&codes) {
+            assert_eq!(cache.parse(code), Currency::parse(code), "{code}");
+        }
+        assert_eq!(cache.codes.len(), CACHED_CODES);
     }
 }
