@@ -363,6 +363,7 @@ async fn write_and_report(
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
     crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field, &mut summary)
         .await?;
+    crate::report::html::record_totals(&mut dir, ledger.state, &mut summary).await?;
     ensure_lock(ledger.lock, job, "committing the report folder").await?;
     crate::interrupt::check(job, "before committing its report folder")?;
     let path = dir.commit()?;

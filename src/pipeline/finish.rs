@@ -243,6 +243,7 @@ async fn write_folder(
     // The folder is committed only once the history it shows is recorded,
     // and only by a run that still holds its lock and was not stopped.
     recording.finish().await?;
+    crate::report::html::record_totals(&mut dir, state, summary).await?;
     if crate::faults::abort_after_history() {
         std::process::abort();
     }

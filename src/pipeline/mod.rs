@@ -206,7 +206,16 @@ async fn run_locked(
     .await?;
     let (delta, outcomes, recording) = crate::ops::progress::phase(
         "backfill",
-        history::update_while_applying(ledger, open, &sides, &outcome, &items, &guard, now),
+        history::update_while_applying(
+            ledger,
+            open,
+            &sides,
+            &outcome,
+            &items,
+            &guard,
+            now,
+            plan.webhook.is_some(),
+        ),
     )
     .await?;
     let webhook = webhook::stage(plan, ledger, &sides, &items, &guard).await?;

@@ -694,8 +694,43 @@ async fn try_write_for_run(
     }
     let folder = dir.staged("");
     let (runs, summary) = (DEFAULT_RUNS, summary.clone());
-    let html = render_page(&folder, state, job, money_field, runs, "", true, summary).await?;
+    // The page draws this run from its summary; its totals are recorded
+    // for later runs' charts by [`record_totals`], once the history's
+    // write has freed SQLite's one writer (the page waited on it before).
+    let html = render_page(&folder, state, job, money_field, runs, "", false, summary).await?;
     dir.write_all(FILE, html.as_bytes())
+}
+
+/// Records a run's per-currency totals in the store, for the charts of
+/// later runs' pages. A failure is a warning and a note in `summary` (and
+/// its summary.json), as a page that could not be made is: the charts
+/// then miss this run.
+pub async fn record_totals(
+    dir: &mut ReportDir,
+    state: &StateStore,
+    summary: &mut RunSummary,
+) -> Result<()> {
+    let run_id = summary.run.run_id.clone().unwrap_or_default();
+    if run_id.is_empty() {
+        return Ok(());
+    }
+    let recorded = match summary_totals(summary) {
+        Ok(totals) => state
+            .record_run_totals(&run_id, &totals)
+            .await
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
+    let Err(e) = recorded else {
+        return Ok(());
+    };
+    let why = recon_core::scrub(&format!("{e:#}")).into_owned();
+    let note = format!(
+        "this run's totals were not recorded for later charts ({why}); the reports are complete"
+    );
+    crate::logging::stderr_line("warning", &note);
+    summary.add_note(note);
+    super::write_summary(dir, summary)
 }
 
 const STYLE: &str = "\

@@ -1,7 +1,7 @@
 //! Every test body runs twice: on its own SQLite file and on its own
 //! PostgreSQL database (`recon_sql::testing::TestDb`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -504,7 +504,7 @@ fn keys(v: &[(Class, &str)]) -> Vec<(Class, String)> {
     v.iter().map(|(c, s)| (*c, s.to_string())).collect()
 }
 
-fn set(v: &[(Class, &str)]) -> HashSet<(Class, String)> {
+fn set(v: &[(Class, &str)]) -> crate::DiscrepancySet {
     keys(v).into_iter().collect()
 }
 
@@ -550,7 +550,7 @@ async fn discrepancy_history(url: String) {
     assert_eq!(d2.new, set(&[(Mismatch, "d")]));
     assert_eq!(
         d2.persisting,
-        HashMap::from([
+        crate::DiscrepancyMap::from_iter([
             ((Gap, "a".to_string()), t1),
             ((Orphan, "c".to_string()), t1)
         ])
@@ -571,7 +571,7 @@ async fn discrepancy_history(url: String) {
     assert_eq!(d3.new, set(&[(Gap, "b"), (Duplicate, "a")]));
     assert_eq!(
         d3.persisting,
-        HashMap::from([((Mismatch, "d".to_string()), t2)])
+        crate::DiscrepancyMap::from_iter([((Mismatch, "d".to_string()), t2)])
     );
     assert_eq!(
         d3.resolved,
@@ -1477,7 +1477,7 @@ async fn assert_legacy_data(store: &StateStore, through: i64) {
     assert!(delta.new.is_empty(), "{delta:?}");
     assert_eq!(
         delta.persisting,
-        HashMap::from([(
+        crate::DiscrepancyMap::from_iter([(
             (Class::Gap, "cus_3".to_string()),
             ts("2026-11-02T01:00:00Z")
         )])
