@@ -428,10 +428,12 @@ async fn lookup(
     if records.is_empty() || side.reads_whole() {
         return Ok(HashMap::new());
     }
+    // Keys only: decoding each record's values to read its key was most
+    // of a 10M dry run's confirmation (0.07 s for 200,000 gaps and orphans).
     let keys: Vec<String> = records
-        .iter()
-        .filter(|r| outside.is_none_or(|o| o.may_hold(&r.key)))
-        .map(|r| r.key.clone())
+        .keys()
+        .filter(|k| outside.is_none_or(|o| o.may_hold(k)))
+        .map(|k| k.into_owned())
         .collect();
     if keys.is_empty() {
         return Ok(HashMap::new());

@@ -415,6 +415,9 @@ impl<'a> Fields<'a> {
     }
 
     /// Field `i`, or "" past the end.
+    // Inlined: called for every cell of every row (4.5% of a typed read's
+    // time as a call).
+    #[inline]
     pub(crate) fn get(&self, i: usize) -> &'a str {
         match self.spans.get(i) {
             // Spans split at ASCII commas, so they fall on char boundaries.
