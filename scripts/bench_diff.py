@@ -14,8 +14,9 @@ For each row count N this script
   3. checks that both found the same gaps, orphans, (id, field) mismatches and
      (id, side) duplicates, and that recon's summary.json counts agree.
 
-Targets, at 10M rows: recon's time <= 0.5x DuckDB's, its peak RSS <= 0.25x
-DuckDB's. The exit status is non-zero when the results differ or a run fails;
+Targets, at 10M rows: recon's time <= 0.3x DuckDB's, its peak RSS <= 0.15x
+DuckDB's (issue "Speed as users configure it"; the first targets were 0.5x
+and 0.25x). The exit status is non-zero when the results differ or a run fails;
 missed targets are reported but do not change the exit status.
 
 Classification (recon's rule, reproduced in DuckDB): an id that appears more
@@ -42,8 +43,8 @@ CSV_TYPES = "{'id': 'VARCHAR', 'amount': 'BIGINT', 'currency': 'VARCHAR', 'statu
 NOV_2026 = 1793491200  # 2026-11-01T00:00:00Z
 NOV_SECONDS = 30 * 86400
 GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate caches
-TIME_TARGET = 0.5
-RSS_TARGET = 0.25
+TIME_TARGET = 0.3
+RSS_TARGET = 0.15
 
 
 # --------------------------------------------------------------------------
@@ -381,8 +382,10 @@ def bench(n, args):
     (rt, rr), (dt, dr) = best["recon"], best["duckdb"]
     time_ratio, rss_ratio = rt / dt, rr / dr
     line = (f"rows={n}  recon: {rt:.1f} s, {rr:.0f} MiB   duckdb: {dt:.1f} s, {dr:.0f} MiB   "
-            f"time ratio {time_ratio:.2f} (target <= {TIME_TARGET})   "
-            f"rss ratio {rss_ratio:.2f} (target <= {RSS_TARGET})   "
+            f"time ratio {time_ratio:.2f} (target <= {TIME_TARGET}: "
+            f"{'met' if time_ratio <= TIME_TARGET else 'MISSED'})   "
+            f"rss ratio {rss_ratio:.2f} (target <= {RSS_TARGET}: "
+            f"{'met' if rss_ratio <= RSS_TARGET else 'MISSED'})   "
             f"results: {'MATCH' if not problems else 'DIFFER'}")
     print("  " + line)
     for p in problems:
