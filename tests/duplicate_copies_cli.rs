@@ -44,6 +44,36 @@ const TARGET_ROWS: [(&str, i64, &str); 5] = [
     ("ch_t", 725, "usd"),
 ];
 
+/// The target's rows as CSV (`TARGET_ROWS`), each amount through `amount`
+/// (to plant a change), then `extra` lines.
+fn target_csv(amount: impl Fn(&str, i64) -> i64, extra: &str) -> String {
+    let mut target = String::from("id,amount,currency,created\n");
+    for (id, a, cur) in TARGET_ROWS {
+        target.push_str(&format!("{id},{},{cur},{T1}\n", amount(id, a)));
+    }
+    target.push_str(extra);
+    target
+}
+
+/// `recon diff` of the source and `target` (written into `dir`), amount
+/// and currency compared, with `flags`; its output and report folder.
+fn diff(dir: &Path, target: &str, flags: &[&str]) -> (Output, std::path::PathBuf) {
+    std::fs::write(dir.join("source.csv"), source_csv()).unwrap();
+    std::fs::write(dir.join("target.csv"), target).unwrap();
+    let out = dir.join("out");
+    let o = Command::cargo_bin("recon")
+        .unwrap()
+        .current_dir(dir)
+        .args(["diff", "source.csv", "target.csv", "--key", "id"])
+        .args(["--compare", "amount,currency"])
+        .args(flags)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    (o, out)
+}
+
 fn config(dir: &Path, target: &str) -> std::path::PathBuf {
     std::fs::write(dir.join("source.csv"), source_csv()).unwrap();
     let text = format!(
@@ -91,6 +121,14 @@ fn read(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
         .map(|x| x.unwrap().iter().map(str::to_string).collect())
         .collect();
     (header, rows)
+}
+
+/// duplicate_copies.csv's ID, side and copy of each row, with column `col`.
+fn listed(out: &Path, col: usize) -> Vec<[String; 4]> {
+    let (_, rows) = read(&out.join("duplicate_copies.csv"));
+    rows.into_iter()
+        .map(|r| [r[0].clone(), r[1].clone(), r[2].clone(), r[col].clone()])
+        .collect()
 }
 
 /// summary.csv's row of `currency`, by column name.
@@ -159,11 +197,7 @@ fn assert_counted_twice(
 #[tokio::test]
 async fn a_file_target_lists_every_copy_in_line_order() {
     let dir = tempfile::tempdir().unwrap();
-    let mut target = String::from("id,amount,currency,created\n");
-    for (id, amount, cur) in TARGET_ROWS {
-        target.push_str(&format!("{id},{amount},{cur},{T1}\n"));
-    }
-    std::fs::write(dir.path().join("target.csv"), target).unwrap();
+    std::fs::write(dir.path().join("target.csv"), target_csv(|_, a| a, "")).unwrap();
     let config = config(
         dir.path(),
         &common::file_side("charges", "target", &dir.path().join("target.csv")),
@@ -258,35 +292,16 @@ async fn a_sql_target_without_a_unique_key_lists_every_copy() {
 #[test]
 fn recon_diff_lists_the_copies_of_both_files() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("source.csv"), source_csv()).unwrap();
-    let mut target = String::from("id,amount,currency,created\n");
-    for (id, amount, cur) in TARGET_ROWS {
-        target.push_str(&format!("{id},{amount},{cur},{T1}\n"));
-    }
-    std::fs::write(dir.path().join("target.csv"), target).unwrap();
-    let out = dir.path().join("out");
-    let o = Command::cargo_bin("recon")
-        .unwrap()
-        .current_dir(dir.path())
-        .args(["diff", "source.csv", "target.csv", "--key", "id"])
-        .args(["--compare", "amount,currency", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let (o, out) = diff(dir.path(), &target_csv(|_, a| a, ""), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let (_, rows) = read(&out.join("duplicate_copies.csv"));
-    let seen: Vec<(&str, &str, &str, &str)> = rows
-        .iter()
-        .map(|r| (r[0].as_str(), r[1].as_str(), r[2].as_str(), r[3].as_str()))
-        .collect();
     assert_eq!(
-        seen,
+        listed(&out, 3),
         [
-            ("ch_k", "source", "1", ""),
-            ("ch_k", "source", "2", ""),
-            ("ch_t", "target", "1", ""),
-            ("ch_t", "target", "2", ""),
-            ("ch_t", "target", "3", ""),
+            ["ch_k", "source", "1", ""],
+            ["ch_k", "source", "2", ""],
+            ["ch_t", "target", "1", ""],
+            ["ch_t", "target", "2", ""],
+            ["ch_t", "target", "3", ""],
         ]
     );
     let s = summary(&out);
@@ -301,44 +316,24 @@ fn recon_diff_lists_the_copies_of_both_files() {
 #[test]
 fn a_first_copy_that_matched_within_a_tolerance_is_read_again() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("source.csv"), source_csv()).unwrap();
     // ch_t's first target copy is 30.01 against the source's 30.00: a
     // match within the tolerance, not the same record, so the engine has
     // not kept it when the second copy shows.
-    let mut target = String::from("id,amount,currency,created\n");
-    for (id, amount, cur) in TARGET_ROWS {
-        let amount = if (id, amount) == ("ch_t", 3000) {
-            3001
-        } else {
-            amount
-        };
-        target.push_str(&format!("{id},{amount},{cur},{T1}\n"));
-    }
-    std::fs::write(dir.path().join("target.csv"), target).unwrap();
-    let out = dir.path().join("out");
-    let o = Command::cargo_bin("recon")
-        .unwrap()
-        .current_dir(dir.path())
-        .args(["diff", "source.csv", "target.csv", "--key", "id"])
-        .args(["--compare", "amount,currency", "--tolerance", "amount=1"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let planted = |id: &str, a: i64| if (id, a) == ("ch_t", 3000) { 3001 } else { a };
+    let (o, out) = diff(
+        dir.path(),
+        &target_csv(planted, ""),
+        &["--tolerance", "amount=1"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let (_, rows) = read(&out.join("duplicate_copies.csv"));
-    let seen: Vec<(&str, &str, &str, &str)> = rows
-        .iter()
-        .map(|r| (r[0].as_str(), r[1].as_str(), r[2].as_str(), r[4].as_str()))
-        .collect();
     assert_eq!(
-        seen,
+        listed(&out, 4),
         [
-            ("ch_k", "source", "1", "1.500"),
-            ("ch_k", "source", "2", "1.500"),
-            ("ch_t", "target", "1", "30.01"),
-            ("ch_t", "target", "2", "12.50"),
-            ("ch_t", "target", "3", "7.25"),
+            ["ch_k", "source", "1", "1.500"],
+            ["ch_k", "source", "2", "1.500"],
+            ["ch_t", "target", "1", "30.01"],
+            ["ch_t", "target", "2", "12.50"],
+            ["ch_t", "target", "3", "7.25"],
         ]
     );
     assert_eq!(summary_row(&out, "USD")["target_counted_twice"], "19.75");
@@ -349,12 +344,12 @@ async fn a_file_side_lists_the_copies_its_window_holds() {
     // A third copy of ch_t dated the day before the window: the read never
     // diffs it, so it is neither counted nor listed.
     let dir = tempfile::tempdir().unwrap();
-    let mut target = String::from("id,amount,currency,created\n");
-    for (id, amount, cur) in TARGET_ROWS {
-        target.push_str(&format!("{id},{amount},{cur},{T1}\n"));
-    }
-    target.push_str(&format!("ch_t,999,usd,{}\n", T1 - 86_400));
-    std::fs::write(dir.path().join("target.csv"), target).unwrap();
+    let earlier = format!("ch_t,999,usd,{}\n", T1 - 86_400);
+    std::fs::write(
+        dir.path().join("target.csv"),
+        target_csv(|_, a| a, &earlier),
+    )
+    .unwrap();
     let config = config(
         dir.path(),
         &common::file_side("charges", "target", &dir.path().join("target.csv")),

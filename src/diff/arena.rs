@@ -197,19 +197,7 @@ impl KeyIndex {
 
     /// Finds the entry for `key`, mutably.
     pub(crate) fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut u64> {
-        let mask = self.mask();
-        let tag = tag_of(hash);
-        let mut i = hash as usize & mask;
-        loop {
-            let e = self.slots[i];
-            if e == EMPTY {
-                return None;
-            }
-            if e & TAG_MASK == tag && key_at(&self.arena, e & OFFSET_MASK) == key {
-                return Some(&mut self.slots[i]);
-            }
-            i = (i + 1) & mask;
-        }
+        self.find_entry(hash, key).map(|(entry, _)| entry)
     }
 
     /// Finds the entry for `key`, mutably, with the arena beside it (to

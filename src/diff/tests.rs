@@ -28,7 +28,10 @@ fn schema() -> Schema {
 }
 
 fn run(spec: DiffSpec, source: &[Record], target: &[Record]) -> DiffOutcome {
-    let mut engine = DiffEngine::new(spec);
+    feed(DiffEngine::new(spec), source, target)
+}
+
+fn feed(mut engine: DiffEngine, source: &[Record], target: &[Record]) -> DiffOutcome {
     for r in source {
         let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
         engine.add_source(&r.key, &v).unwrap();
@@ -391,15 +394,7 @@ fn expected_copies(side: &[Record]) -> Vec<Record> {
 fn run_capturing(spec: DiffSpec, source: &[Record], target: &[Record]) -> DiffOutcome {
     let mut engine = DiffEngine::new(spec);
     engine.capture_copies();
-    for r in source {
-        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
-        engine.add_source(&r.key, &v).unwrap();
-    }
-    for r in target {
-        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
-        engine.add_target(&r.key, &v).unwrap();
-    }
-    engine.finish()
+    feed(engine, source, target)
 }
 
 proptest! {
