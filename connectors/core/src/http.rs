@@ -73,10 +73,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub use client_credentials::ClientCredentials;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
 pub use traffic::{traffic, Answer, Traffic};
 
 mod call;
+mod client_credentials;
 pub mod rotating;
 mod stream;
 mod traffic;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use recon_core::http::rotating::{self, ClientAuth, RefreshGrant, RotatingRefresh};
 use recon_core::http::{
-    Auth, HttpClient, HttpError, HttpPolicy, Method, Provider, RefreshableToken, ResponseMeta,
-    StaticAuth, Throttle, TokenSource,
+    Auth, ClientCredentials, HttpClient, HttpError, HttpPolicy, Method, Provider, RefreshableToken,
+    ResponseMeta, StaticAuth, Throttle,
 };
 use recon_core::{ConnectorError, Secret, TokenStore};
 use serde_json::Value as Json;
@@ -32,52 +32,6 @@ pub struct Api {
 /// twice, so this leaks a few bytes per run.
 fn leak(s: &str) -> &'static str {
     Box::leak(s.to_string().into_boxed_str())
-}
-
-/// OAuth 2.0 client credentials (RFC 6749 section 4.4): `POST token_url`
-/// form-encoded `grant_type=client_credentials`, `client_id`,
-/// `client_secret` and an optional `scope`; the answer's `access_token`.
-struct ClientCredentials {
-    http: HttpClient,
-    token_url: String,
-    client_id: Secret,
-    client_secret: Secret,
-    scope: Option<String>,
-}
-
-#[async_trait::async_trait]
-impl TokenSource for ClientCredentials {
-    async fn fetch(&self) -> Result<Secret, HttpError> {
-        let mut form = vec![
-            ("grant_type", "client_credentials"),
-            ("client_id", self.client_id.expose()),
-            ("client_secret", self.client_secret.expose()),
-        ];
-        if let Some(s) = &self.scope {
-            form.push(("scope", s));
-        }
-        let (v, meta) = self
-            .http
-            .send_json::<Json>(Method::POST, &self.token_url, |req| req.form(&form))
-            .await?;
-        match v.get("access_token").and_then(Json::as_str) {
-            Some(t) if !t.is_empty() => {
-                tracing::info!(
-                    message = "Fetched an access token (OAuth 2.0 client credentials).",
-                    request_id = meta.request_id.as_deref()
-                );
-                Ok(Secret::new(t))
-            }
-            _ => Err(HttpError::Status {
-                provider: "OAuth token endpoint",
-                endpoint: "POST auth.token_url".into(),
-                status: meta.status,
-                request_id: meta.request_id,
-                message: "the token answer has no access_token".into(),
-                body_code: None,
-            }),
-        }
-    }
 }
 
 impl Api {
@@ -133,20 +87,16 @@ impl Api {
                 client_secret,
                 scope,
             }) => {
-                let http = HttpClient::with_auth(
+                let grant = ClientCredentials::new(
                     Provider::new(leak(&format!("{} OAuth", settings.name)), "X-Request-Id"),
                     HttpPolicy::new(5),
-                    Arc::new(StaticAuth::new(vec![])),
-                    vec![("Accept".into(), "application/json".into())],
+                    token_url,
+                    "POST auth.token_url",
+                    (client_id.clone(), client_secret.clone()),
+                    scope.clone(),
                 )
                 .map_err(config)?;
-                Arc::new(RefreshableToken::bearer(ClientCredentials {
-                    http,
-                    token_url: token_url.clone(),
-                    client_id: client_id.clone(),
-                    client_secret: client_secret.clone(),
-                    scope: scope.clone(),
-                }))
+                Arc::new(RefreshableToken::bearer(grant))
             }
             Some(AuthSettings::OauthRefreshToken {
                 token_url,

@@ -19,75 +19,30 @@
 use std::sync::Arc;
 
 use recon_core::http::{
-    HttpClient, HttpError, HttpPolicy, Method, Provider, RefreshableToken, StaticAuth, TokenSource,
+    ClientCredentials, HttpError, HttpPolicy, Provider, RefreshableToken, StaticAuth,
 };
 use recon_core::Secret;
-use serde_json::Value as Json;
 
 /// The token endpoint's identity for the HTTP policy (OAuth 2.0 error
 /// bodies, `{"error", "error_description"}`, read the common way).
 const SALESFORCE_OAUTH: Provider = Provider::new("Salesforce OAuth", "X-Request-Id");
 
-/// Access tokens from the client credentials flow.
-pub struct ClientCredentials {
-    http: HttpClient,
-    token_url: String,
+/// Access tokens from the client credentials flow of a connected app, at
+/// `token_url` (`/services/oauth2/token`), through the shared grant.
+pub fn client_credentials(
+    token_url: &str,
     client_id: Secret,
     client_secret: Secret,
-}
-
-impl ClientCredentials {
-    /// Tokens from `token_url` for this client.
-    pub fn new(
-        token_url: &str,
-        client_id: Secret,
-        client_secret: Secret,
-        policy: HttpPolicy,
-    ) -> Result<ClientCredentials, HttpError> {
-        Ok(ClientCredentials {
-            http: HttpClient::with_auth(
-                SALESFORCE_OAUTH,
-                policy,
-                Arc::new(StaticAuth::new(vec![])),
-                vec![("Accept".into(), "application/json".into())],
-            )?,
-            token_url: token_url.to_string(),
-            client_id,
-            client_secret,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl TokenSource for ClientCredentials {
-    async fn fetch(&self) -> Result<Secret, HttpError> {
-        let form = [
-            ("grant_type", "client_credentials"),
-            ("client_id", self.client_id.expose()),
-            ("client_secret", self.client_secret.expose()),
-        ];
-        let (v, meta) = self
-            .http
-            .send_json::<Json>(Method::POST, &self.token_url, |req| req.form(&form))
-            .await?;
-        match v.get("access_token").and_then(Json::as_str) {
-            Some(t) if !t.is_empty() => {
-                tracing::info!(
-                    message = "Fetched a Salesforce access token (client credentials).",
-                    request_id = meta.request_id.as_deref()
-                );
-                Ok(Secret::new(t))
-            }
-            _ => Err(HttpError::Status {
-                provider: SALESFORCE_OAUTH.name,
-                endpoint: "POST /services/oauth2/token".into(),
-                status: meta.status,
-                request_id: meta.request_id,
-                message: "the token response has no access_token".into(),
-                body_code: None,
-            }),
-        }
-    }
+    policy: HttpPolicy,
+) -> Result<ClientCredentials, HttpError> {
+    ClientCredentials::new(
+        SALESFORCE_OAUTH,
+        policy,
+        token_url,
+        "POST /services/oauth2/token",
+        (client_id, client_secret),
+        None,
+    )
 }
 
 /// The bearer token hook of a connector: refreshed once after a 401

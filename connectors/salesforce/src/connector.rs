@@ -26,7 +26,7 @@ use recon_core::{ConnectorError, Currency, FieldKind, Schema, Secret};
 use serde_json::Value as Json;
 use tokio::sync::OnceCell;
 
-use crate::auth::{bearer_auth, ClientCredentials};
+use crate::auth::{bearer_auth, client_credentials};
 use crate::describe::{FieldInfo, ObjectInfo};
 use crate::limits::{parse_limit_info, ApiUsage, UsageTracker};
 use crate::settings::{
@@ -274,7 +274,7 @@ impl SalesforceObjects {
                 token_url,
             } => bearer_auth(
                 Some(
-                    ClientCredentials::new(
+                    client_credentials(
                         token_url,
                         client_id.clone(),
                         client_secret.clone(),
