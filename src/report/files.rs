@@ -620,27 +620,64 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
     history: Option<History<'_>>,
     add_currency: bool,
 ) -> Result<()> {
+    use std::fmt::Write as _;
     let money_field = schema.money_field();
-    let mut row = Vec::with_capacity(schema.fields.len() + 1 + HISTORY_COLUMNS.len());
+    // Every cell is written into a buffer reused from row to row, and the
+    // history is looked up with a reused key: no string is made per cell
+    // (gaps.csv of a 10M-row diff has 100,000 rows).
+    let mut row = RowBuf::default();
+    let mut probe = (Class::Gap, String::new());
     for r in records {
         let r: &Record = r.borrow();
-        row.clear();
-        row.push(r.key.clone());
-        row.extend(r.values.iter().map(|v| v.to_string()));
+        row.used = 0;
+        row.next().push_str(&r.key);
+        for v in &r.values {
+            write!(row.next(), "{v}")?;
+        }
         if add_currency {
-            let cur = money_field
-                .and_then(|i| r.values[i].currency())
-                .map(|c| c.code().to_string())
-                .unwrap_or_default();
-            row.push(cur);
+            let cur = money_field.and_then(|i| r.values[i].currency());
+            row.next().push_str(cur.as_ref().map_or("", |c| c.code()));
         }
-        if let Some(cells) = history_cells(history, &r.key) {
-            row.extend(cells);
+        if let Some((h, class)) = history {
+            probe.0 = class;
+            probe.1.clear();
+            probe.1.push_str(&r.key);
+            let first = h.delta.persisting.get(&probe).and_then(|t| h.firsts.get(t));
+            let (first, state) = match first {
+                Some(first) => (first.as_str(), "persisting"),
+                None => (h.now.as_str(), "new"),
+            };
+            row.next().push_str(first);
+            row.next().push_str(state);
         }
-        w.row(&row)?;
+        w.row(row.cells())?;
     }
     w.finish()?.flush()?;
     Ok(())
+}
+
+/// The cells of one row, their strings kept from row to row.
+#[derive(Default)]
+struct RowBuf {
+    cells: Vec<String>,
+    used: usize,
+}
+
+impl RowBuf {
+    /// The next cell, empty.
+    fn next(&mut self) -> &mut String {
+        if self.used == self.cells.len() {
+            self.cells.push(String::new());
+        }
+        let cell = &mut self.cells[self.used];
+        self.used += 1;
+        cell.clear();
+        cell
+    }
+
+    fn cells(&self) -> &[String] {
+        &self.cells[..self.used]
+    }
 }
 
 fn write_mismatches(
