@@ -499,3 +499,35 @@ fn copies_are_kept_from_either_arena_and_from_the_stream() {
         .copies
         .is_none());
 }
+
+proptest! {
+    /// Offsets sorted by their keys' prefixes and then the keys are in the
+    /// keys' own order, whatever prefix the keys share, their lengths, and
+    /// whether the vector has room for the pairs.
+    #[test]
+    fn offsets_sort_in_key_order(
+        keys in prop::collection::btree_set("(ch_|ch_3|x)?[0-9a-f]{0,12}", 0..200),
+        spare in any::<bool>(),
+    ) {
+        let mut arena = Vec::new();
+        let mut offsets = Vec::new();
+        for k in &keys {
+            offsets.push(arena.len() as u64);
+            arena::encode_record(&mut arena, k, &[], &[]).unwrap();
+        }
+        // A fixed shuffle: reversed, then every other one moved to the back.
+        offsets.reverse();
+        let (even, odd): (Vec<(usize, u64)>, Vec<(usize, u64)>) =
+            offsets.iter().copied().enumerate().partition(|(i, _)| i % 2 == 0);
+        let mut shuffled: Vec<u64> = even.into_iter().chain(odd).map(|(_, o)| o).collect();
+        if spare {
+            shuffled.reserve_exact(shuffled.len() * 2);
+        } else {
+            shuffled.shrink_to_fit();
+        }
+        sort_by_key(&arena, &mut shuffled);
+        let sorted: Vec<&[u8]> = shuffled.iter().map(|&o| key_at(&arena, o)).collect();
+        let want: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        prop_assert_eq!(sorted, want);
+    }
+}
