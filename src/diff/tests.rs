@@ -517,9 +517,8 @@ proptest! {
         }
         // A fixed shuffle: reversed, then every other one moved to the back.
         offsets.reverse();
-        let (even, odd): (Vec<(usize, u64)>, Vec<(usize, u64)>) =
-            offsets.iter().copied().enumerate().partition(|(i, _)| i % 2 == 0);
-        let mut shuffled: Vec<u64> = even.into_iter().chain(odd).map(|(_, o)| o).collect();
+        let mut shuffled: Vec<u64> = offsets.iter().step_by(2).copied().collect();
+        shuffled.extend(offsets.iter().skip(1).step_by(2));
         if spare {
             shuffled.reserve_exact(shuffled.len() * 2);
         } else {
