@@ -669,7 +669,6 @@ impl DiffEngine {
             }
         }
         let arena = Arc::new(arena);
-        // Keys are distinct within one index, so an unstable sort is exact.
         sort_by_key(&arena, &mut mismatch_offsets);
         out.mismatch_sources = Records::encoded(arena.clone(), mismatch_offsets, kinds.clone());
         out.gaps = sorted_records(arena, slots, &kinds);
@@ -788,7 +787,7 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
             offsets.sort_unstable_by(by_key);
             return;
         }
-        offsets.reserve_exact(2 * n - offsets.len());
+        offsets.reserve_exact(n);
     }
     let first = key_at(arena, offsets[0]);
     let mut shared = first.len();

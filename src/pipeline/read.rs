@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use futures_util::TryStreamExt;
-use recon_core::{FileFeed, Record, Source, Target, Unplaced, Value, ValueRef, Window};
+use recon_core::{
+    DuplicateCopy, FileFeed, Record, Source, Target, Unplaced, Value, ValueRef, Window,
+};
 
 use super::feed::{feed_files, Outside, Row, Side};
 use super::RunPlan;
@@ -309,7 +311,7 @@ async fn copies_of(
     side: &dyn Source,
     keys: &[String],
     name: &str,
-) -> Result<Option<Vec<recon_core::DuplicateCopy>>> {
+) -> Result<Option<Vec<DuplicateCopy>>> {
     if keys.is_empty() {
         return Ok(None);
     }
@@ -343,47 +345,41 @@ pub async fn duplicate_copies(
     });
     // A file side's copies were kept by the engine as the file streamed
     // past (in file order, no native ID): only the IDs whose first copy it
-    // could not keep are asked of the file. Other sides are asked for their
-    // copies, which carry the system's own IDs.
-    let captured = |side: &dyn Source, i: usize| {
-        let c = outcome
+    // could not keep are asked of the file. Other sides are asked for all
+    // their copies, which carry the system's own IDs.
+    let plan = |side: &dyn Source, i: usize| -> (Option<Vec<DuplicateCopy>>, Vec<String>) {
+        let Some(c) = outcome
             .copies
             .as_ref()
-            .filter(|_| side.as_file_feed().is_some())?;
+            .filter(|_| side.as_file_feed().is_some())
+        else {
+            return (None, keys[i].clone());
+        };
         let (kept, unknown) = match i {
             0 => (&c.source, &[][..]),
             _ => (&c.target, &c.target_unknown[..]),
         };
-        let kept = kept.iter().map(|record| recon_core::DuplicateCopy {
+        let kept = kept.iter().map(|record| DuplicateCopy {
             native_id: None,
             record: record.clone(),
         });
-        Some((kept.collect::<Vec<_>>(), unknown.to_vec()))
+        (Some(kept.collect()), unknown.to_vec())
     };
-    let (kept_source, kept_target) = (captured(source, 0), captured(target, 1));
-    let ask = |kept: &Option<(Vec<recon_core::DuplicateCopy>, Vec<String>)>, i: usize| match kept {
-        Some((_, unknown)) => unknown.clone(),
-        None => keys[i].clone(),
-    };
-    let (ask_source, ask_target) = (ask(&kept_source, 0), ask(&kept_target, 1));
+    let ((kept_source, ask_source), (kept_target, ask_target)) = (plan(source, 0), plan(target, 1));
     // Both sides at once (a file side scans its file).
     let (from_source, from_target) = tokio::join!(
         copies_of(source, &ask_source, "source"),
         copies_of(target, &ask_target, "target")
     );
-    let with_kept = |asked: Option<Vec<recon_core::DuplicateCopy>>,
-                     kept: Option<(Vec<recon_core::DuplicateCopy>, Vec<String>)>,
-                     i: usize| {
-        match kept {
-            None => asked,
-            Some((mut kept, _)) => {
-                kept.extend(asked.unwrap_or_default());
-                (!keys[i].is_empty()).then_some(kept)
-            }
-        }
-    };
-    let from_source = with_kept(from_source?, kept_source, 0);
-    let from_target = with_kept(from_target?, kept_target, 1);
+    // None for a side without duplicates, as when nothing was asked.
+    let with_kept =
+        |kept: Option<Vec<DuplicateCopy>>, asked: Option<Vec<DuplicateCopy>>, i: usize| {
+            let Some(mut kept) = kept else { return asked };
+            kept.extend(asked.unwrap_or_default());
+            (!keys[i].is_empty()).then_some(kept)
+        };
+    let from_source = with_kept(kept_source, from_source?, 0);
+    let from_target = with_kept(kept_target, from_target?, 1);
     for (side, name, count, copies) in [
         (source, "source", counts[0], from_source),
         (target, "target", counts[1], from_target),

@@ -567,16 +567,22 @@ pub struct HistoryMap {
 
 type History<'a> = (&'a HistoryMap, Class);
 
-fn history_cells(history: Option<History<'_>>, key: &str) -> Option<[String; 2]> {
+/// The history's cells of one discrepancy (first seen; `new` or
+/// `persisting`), borrowed from the map. `probe` is the lookup key, reused
+/// from row to row so that no string is made per row.
+fn history_cells<'h>(
+    history: Option<History<'h>>,
+    key: &str,
+    probe: &mut (Class, String),
+) -> Option<[&'h str; 2]> {
     let (h, class) = history?;
-    let first = h
-        .delta
-        .persisting
-        .get(&(class, key.to_string()))
-        .and_then(|t| h.firsts.get(t));
+    probe.0 = class;
+    probe.1.clear();
+    probe.1.push_str(key);
+    let first = h.delta.persisting.get(probe).and_then(|t| h.firsts.get(t));
     Some(match first {
-        Some(first) => [first.clone(), "persisting".into()],
-        None => [h.now.clone(), "new".into()],
+        Some(first) => [first.as_str(), "persisting"],
+        None => [h.now.as_str(), "new"],
     })
 }
 
@@ -638,17 +644,11 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
             let cur = money_field.and_then(|i| r.values[i].currency());
             row.next().push_str(cur.as_ref().map_or("", |c| c.code()));
         }
-        if let Some((h, class)) = history {
-            probe.0 = class;
-            probe.1.clear();
-            probe.1.push_str(&r.key);
-            let first = h.delta.persisting.get(&probe).and_then(|t| h.firsts.get(t));
-            let (first, state) = match first {
-                Some(first) => (first.as_str(), "persisting"),
-                None => (h.now.as_str(), "new"),
-            };
-            row.next().push_str(first);
-            row.next().push_str(state);
+        for cell in history_cells(history, &r.key, &mut probe)
+            .into_iter()
+            .flatten()
+        {
+            row.next().push_str(cell);
         }
         w.row(row.cells())?;
     }
@@ -698,6 +698,7 @@ fn write_mismatches(
         header.extend(HISTORY_COLUMNS);
     }
     let mut w = CsvReport::new(dir.file("mismatches.csv")?, &header)?;
+    let mut probe = (Class::Mismatch, String::new());
     for m in &outcome.mismatches {
         for d in &m.fields {
             let field = &schema.fields[d.field];
@@ -733,9 +734,8 @@ fn write_mismatches(
                 currency,
                 difference,
             ];
-            if let Some(cells) = history_cells(history.map(|h| (h, Class::Mismatch)), &m.key) {
-                row.extend(cells);
-            }
+            let cells = history_cells(history.map(|h| (h, Class::Mismatch)), &m.key, &mut probe);
+            row.extend(cells.into_iter().flatten().map(String::from));
             w.row(&row)?;
         }
     }
@@ -753,8 +753,9 @@ fn write_duplicates(
         header.extend(HISTORY_COLUMNS);
     }
     let mut w = CsvReport::new(dir.file("duplicates.csv")?, &header)?;
+    let mut probe = (Class::Duplicate, String::new());
     for d in &outcome.duplicates {
-        let extra = history_cells(history.map(|h| (h, Class::Duplicate)), &d.key);
+        let extra = history_cells(history.map(|h| (h, Class::Duplicate)), &d.key, &mut probe);
         for (side, count, other) in [
             ("source", d.source_count, d.target_count),
             ("target", d.target_count, d.source_count),
@@ -766,9 +767,7 @@ fn write_duplicates(
                     count.to_string(),
                     other.to_string(),
                 ];
-                if let Some(cells) = &extra {
-                    row.extend(cells.iter().cloned());
-                }
+                row.extend(extra.into_iter().flatten().map(String::from));
                 w.row(&row)?;
             }
         }

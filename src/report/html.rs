@@ -673,10 +673,23 @@ pub async fn write_for_run(
         return Ok(());
     };
     let _ = std::fs::remove_file(dir.staged(FILE));
-    let why = recon_core::scrub(&format!("{e:#}")).into_owned();
-    let note = format!(
-        "report.html was not written ({why}); the CSV files and summary.json are complete; `recon report --job {job}` makes the page again"
-    );
+    warn_in_summary(dir, summary, &e, |why| {
+        format!(
+            "report.html was not written ({why}); the CSV files and summary.json are complete; `recon report --job {job}` makes the page again"
+        )
+    })
+}
+
+/// A failure of the page's work that fails nothing else: logged as a
+/// warning (scrubbed) and added to `summary`'s notes, summary.json written
+/// again. `note` says what happened, given the scrubbed reason.
+fn warn_in_summary(
+    dir: &mut ReportDir,
+    summary: &mut RunSummary,
+    e: &anyhow::Error,
+    note: impl FnOnce(&str) -> String,
+) -> Result<()> {
+    let note = note(&recon_core::scrub(&format!("{e:#}")));
     crate::logging::stderr_line("warning", &note);
     summary.add_note(note);
     super::write_summary(dir, summary)
@@ -714,23 +727,17 @@ pub async fn record_totals(
     if run_id.is_empty() {
         return Ok(());
     }
-    let recorded = match summary_totals(summary) {
-        Ok(totals) => state
-            .record_run_totals(&run_id, &totals)
-            .await
-            .map_err(anyhow::Error::from),
-        Err(e) => Err(e),
+    let recorded = async {
+        let totals = summary_totals(summary)?;
+        state.record_run_totals(&run_id, &totals).await?;
+        anyhow::Ok(())
     };
-    let Err(e) = recorded else {
+    let Err(e) = recorded.await else {
         return Ok(());
     };
-    let why = recon_core::scrub(&format!("{e:#}")).into_owned();
-    let note = format!(
-        "this run's totals were not recorded for later charts ({why}); the reports are complete"
-    );
-    crate::logging::stderr_line("warning", &note);
-    summary.add_note(note);
-    super::write_summary(dir, summary)
+    warn_in_summary(dir, summary, &e, |why| {
+        format!("this run's totals were not recorded for later charts ({why}); the reports are complete")
+    })
 }
 
 const STYLE: &str = "\
