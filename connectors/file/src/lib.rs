@@ -329,13 +329,20 @@ impl RowCx<'_> {
     ) -> Result<(), ReadError<E>> {
         let amount_format = self.spec.amount_format;
         for (k, (cell, &kind)) in cells.zip(self.kinds).enumerate() {
-            let v = convert(cell, kind, currency, amount_format, cache).map_err(|m| {
-                ReadError::Connector(m.at(
-                    location(),
-                    &self.spec.columns[k],
-                    self.spec.currency_column.as_deref(),
-                ))
-            })?;
+            // Text needs no conversion: no call, and no value returned
+            // through memory (reloading it stalled the reader, measured).
+            let v = match (cell, kind) {
+                (Cell::Text(t), FieldKind::Text) if !t.is_empty() => ValueRef::Text(t),
+                (cell, kind) => {
+                    convert(cell, kind, currency, amount_format, cache).map_err(|m| {
+                        ReadError::Connector(m.at(
+                            location(),
+                            &self.spec.columns[k],
+                            self.spec.currency_column.as_deref(),
+                        ))
+                    })?
+                }
+            };
             values.push(v);
         }
         Ok(())
