@@ -109,8 +109,7 @@ fn main() {
     let (mut load, mut probe, mut finish) = (Duration::MAX, Duration::MAX, Duration::MAX);
     for _ in 0..5 {
         let mut engine = DiffEngine::new(spec.clone());
-        let bytes: usize = src.iter().map(RecordBatch::encoded_bytes).sum();
-        engine.reserve_source(n, bytes);
+        engine.reserve_source(n);
         let t = Instant::now();
         for b in &src {
             engine.add_source_batch(b).unwrap();

@@ -16,11 +16,12 @@
 //! those misses overlap instead of queueing; measured with
 //! `scripts/bench-diff`, this halved the engine's time.
 //!
-//! Both large allocations (the arena, reserved up front from the reader's
-//! estimate, and the table) are advised onto transparent huge pages: with
-//! 4 KiB pages nearly every probe also misses the TLB, and the prefetches
-//! wait on page walks. `cargo bench --bench engine -- 10000000`: probing
-//! 158-170 -> 110-127 ns/row, indexing 81-87 -> 45-60 ns/row.
+//! Tried and dropped: the arena (reserved once from the reader's estimate)
+//! and the table on transparent huge pages (`madvise(MADV_HUGEPAGE)`).
+//! `cargo bench --bench engine -- 10000000` probed in 110-127 instead of
+//! 158-170 ns/row (fewer TLB misses), and `recon diff` of the 10M bench
+//! pair used 1.1 s less user CPU, but 1.4 s more system time faulting in
+//! 2 MiB pages on this (virtual) machine: wall time unchanged.
 
 use foldhash::fast::FixedState;
 use jiff::Timestamp;
@@ -57,42 +58,6 @@ pub(crate) struct KeyIndex {
     arena: Vec<u8>,
     slots: Vec<u64>,
     len: usize,
-}
-
-/// Below this, an allocation is not worth a huge page (2 MiB each).
-const HUGE_MIN: usize = 4 << 20;
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Asks the kernel to back the whole 2 MiB pages inside `bytes` bytes at
-/// `ptr` with transparent huge pages (a hint: under
-/// `/sys/kernel/mm/transparent_hugepage/enabled = never`, or on another
-/// OS, nothing changes). Only pages touched later become resident, so a
-/// reservation larger than what is used costs no memory.
-#[allow(unsafe_code)] // Reviewed: one advisory system call (SAFETY below).
-fn advise_huge_pages(ptr: *const u8, bytes: usize) {
-    if bytes < HUGE_MIN {
-        return;
-    }
-    let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
-    let end = (ptr as usize + bytes) & !(HUGE_PAGE - 1);
-    if end <= start {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    // SAFETY: the range lies inside one live allocation of this process;
-    // MADV_HUGEPAGE changes how its pages are backed, never their
-    // contents, and its result is only a hint that may be ignored.
-    unsafe {
-        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-    }
-}
-
-/// A table of `len` empty slots, on huge pages when large.
-fn empty_slots(len: usize) -> Vec<u64> {
-    let mut slots = Vec::with_capacity(len);
-    advise_huge_pages(slots.as_ptr() as *const u8, len * 8);
-    slots.resize(len, EMPTY);
-    slots
 }
 
 fn tag_of(hash: u64) -> u64 {
@@ -187,19 +152,8 @@ impl KeyIndex {
         }
     }
 
-    /// Makes room for about `bytes` more bytes of encoded records, on huge
-    /// pages: the arena is then allocated once, at its final size, instead
-    /// of doubling on the way (its pages become resident as they fill).
-    pub(crate) fn reserve_bytes(&mut self, bytes: usize) {
-        let had = self.arena.capacity();
-        self.arena.reserve(bytes);
-        if self.arena.capacity() != had {
-            advise_huge_pages(self.arena.as_ptr(), self.arena.capacity());
-        }
-    }
-
     fn rehash(&mut self, new_len: usize) {
-        let old = std::mem::replace(&mut self.slots, empty_slots(new_len));
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; new_len]);
         let mask = new_len - 1;
         for e in old.into_iter().filter(|&e| e != EMPTY) {
             let hash = hash_key(key_at(&self.arena, e & OFFSET_MASK));
@@ -505,74 +459,5 @@ mod tests {
         assert!(index
             .find_mut(hash_key(b"ch_missing"), b"ch_missing")
             .is_none());
-    }
-
-    /// The `VmFlags` of the mapping of this process holding `addr`.
-    #[cfg(target_os = "linux")]
-    fn vm_flags(addr: usize) -> String {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line.split(' ').next().unwrap_or_default();
-            if let Some((a, b)) = range.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = (a..b).contains(&addr);
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(flags) = line.strip_prefix("VmFlags:") {
-                    return flags.trim().to_string();
-                }
-            }
-        }
-        panic!("no mapping holds {addr:#x}");
-    }
-
-    #[test]
-    #[cfg(target_os = "linux")]
-    fn a_reserved_arena_and_a_large_table_are_advised_onto_huge_pages() {
-        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
-            eprintln!("skipped: this kernel has no transparent huge pages");
-            return;
-        }
-        let mut index = KeyIndex::new();
-        index.reserve(1 << 20);
-        index.reserve_bytes(64 << 20);
-        let arena = index.arena.as_ptr() as usize;
-        let slots = index.slots.as_ptr() as usize;
-        // A page inside each allocation, past its first (partial) 2 MiB.
-        for (what, addr) in [("arena", arena), ("table", slots)] {
-            let flags = vm_flags(addr + (4 << 20));
-            assert!(
-                flags.split(' ').any(|f| f == "hg"),
-                "the {what} is not advised: VmFlags {flags}"
-            );
-        }
-        // Records still land and are found in a reserved arena.
-        let mut buf = Vec::new();
-        encode_record(
-            &mut buf,
-            "ch_1",
-            &[ValueRef::Integer(7)],
-            &[FieldKind::Integer],
-        )
-        .unwrap();
-        let h = hash_key(b"ch_1");
-        index.insert_encoded(h, &buf);
-        assert!(
-            index.arena.capacity() >= 64 << 20,
-            "reserved once, not regrown"
-        );
-        let e = *index.find_mut(h, b"ch_1").unwrap();
-        assert_eq!(
-            index.record(e & OFFSET_MASK, &[FieldKind::Integer]).1,
-            [ValueRef::Integer(7)]
-        );
-        // A small index is left alone (no huge page for a few bytes).
-        let small = KeyIndex::new();
-        let flags = vm_flags(small.slots.as_ptr() as usize);
-        assert!(!flags.split(' ').any(|f| f == "hg"), "VmFlags {flags}");
     }
 }

@@ -91,12 +91,6 @@ impl RecordBatch {
         Ok(())
     }
 
-    /// Bytes of the batch's encoded records (what the engine's index will
-    /// hold of them).
-    pub fn encoded_bytes(&self) -> usize {
-        self.bytes.len()
-    }
-
     /// Records in the batch.
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -422,14 +416,10 @@ impl DiffEngine {
         self.copies.get_or_insert_with(Box::default);
     }
 
-    /// Makes room for about `records` distinct source keys, of about
-    /// `bytes` encoded bytes in all ([`RecordBatch::encoded_bytes`]), up
-    /// front.
-    pub fn reserve_source(&mut self, records: usize, bytes: usize) {
+    /// Makes room for about `records` distinct source keys up front.
+    pub fn reserve_source(&mut self, records: usize) {
         self.source
             .reserve(records.saturating_sub(self.source.len()));
-        self.source
-            .reserve_bytes(bytes.saturating_sub(self.source.arena().len()));
     }
 
     /// The spec this engine compares by.

@@ -54,9 +54,8 @@ pub type FileFeed<'a> = (FileReader, Side, Option<RowFilter<'a>>);
 
 /// What the reader thread sends.
 enum Message {
-    /// A batch of source records, and an estimate of the source's size
-    /// (records, encoded bytes).
-    Source(RecordBatch, Option<(usize, usize)>),
+    /// A batch of source records, and an estimate of the source's size.
+    Source(RecordBatch, Option<usize>),
     /// A batch of target records.
     Target(RecordBatch),
 }
@@ -121,8 +120,8 @@ pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<F
             for msg in rx {
                 match msg {
                     Message::Source(batch, estimate) => {
-                        if let Some((records, bytes)) = estimate {
-                            engine.reserve_source(records, bytes);
+                        if let Some(n) = estimate {
+                            engine.reserve_source(n);
                         }
                         engine.add_source_batch(&batch)?;
                         let _ = free_tx.send(batch);
@@ -196,14 +195,11 @@ fn read_side(
             crate::ops::progress::file_batch(side == Side::Source, batch.len(), read, total);
             let msg = match side {
                 // Estimate the source's size from the first batch's bytes
-                // per row (in the file, then encoded), so that the engine
-                // sizes its index and its arena once.
+                // per row, so that the engine sizes its index once.
                 Side::Source => {
                     let (read, total) = reader.progress();
                     let estimate = (first && read > 0).then(|| {
-                        let records = total as f64 / (read as f64 / batch.len() as f64) * 1.02;
-                        let per_record = batch.encoded_bytes() as f64 / batch.len() as f64;
-                        (records as usize, (records * per_record) as usize)
+                        (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize
                     });
                     Message::Source(batch, estimate)
                 }
