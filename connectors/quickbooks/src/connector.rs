@@ -510,6 +510,9 @@ fn describe(e: &Json) -> String {
     )
 }
 
+/// How many duplicated external IDs a read logs one by one.
+const LOGGED_DUPLICATES: usize = 20;
+
 /// The transactions of a read that share an external ID: the first of
 /// each key is kept as one line (the `seen` map), the others added when a
 /// key repeats.
@@ -542,16 +545,40 @@ impl Duplicates {
         }
     }
 
-    /// Logs every external ID two or more transactions carry, with each
-    /// transaction and the money counted more than once.
+    /// The external IDs logged one by one (in key order), and how many
+    /// more there are: a company that imported a batch twice would
+    /// otherwise log a line per invoice, when the run's
+    /// duplicate_copies.csv already lists every copy.
+    fn logged(
+        &self,
+    ) -> (
+        impl Iterator<Item = (&String, &(Vec<String>, Vec<String>))>,
+        usize,
+    ) {
+        let more = self.repeated.len().saturating_sub(LOGGED_DUPLICATES);
+        (self.repeated.iter().take(LOGGED_DUPLICATES), more)
+    }
+
+    /// Logs the external IDs two or more transactions carry (the first
+    /// [`LOGGED_DUPLICATES`], each with its transactions and the money
+    /// counted more than once), then how many more there are.
     fn report(&self, object: &str) {
-        for (key, (copies, extra)) in &self.repeated {
+        let (logged, more) = self.logged();
+        for (key, (copies, extra)) in logged {
             tracing::warn!(
                 message = "QuickBooks holds several transactions with one external ID: review them in QuickBooks (recon never deletes or voids).",
                 object,
                 external_id = key.as_str(),
                 transactions = copies.join("; ").as_str(),
                 counted_more_than_once = extra.join(" + ").as_str()
+            );
+        }
+        if more > 0 {
+            tracing::warn!(
+                message = "More external IDs are carried by several QuickBooks transactions than are logged: every copy is listed in the run's duplicate_copies.csv.",
+                object,
+                not_logged = more,
+                in_all = self.repeated.len()
             );
         }
     }
@@ -723,5 +750,41 @@ mod tests {
         assert_eq!(text_at(&e, "TotalAmt").as_deref(), Some("12.50"));
         assert_eq!(custom_value(&e, "2").as_deref(), Some("ch_1"));
         assert_eq!(custom_value(&e, "1"), None);
+    }
+
+    #[test]
+    fn duplicates_are_logged_twenty_at_most_then_counted() {
+        let tx = |id: usize, doc: &str| -> Json {
+            serde_json::json!({"Id": id.to_string(), "DocNumber": doc, "TotalAmt": 5,
+                "CurrencyRef": {"value": "USD"}})
+        };
+        let mut d = Duplicates::default();
+        for i in 0..25 {
+            let key = format!("ch_{i:02}");
+            d.note(&key, &tx(2 * i, &key));
+            d.note(&key, &tx(2 * i + 1, &key));
+        }
+        d.note("ch_single", &tx(99, "ch_single"));
+        let (logged, more) = d.logged();
+        let keys: Vec<&String> = logged.map(|(k, _)| k).collect();
+        assert_eq!(keys.len(), LOGGED_DUPLICATES);
+        assert_eq!(keys[0], "ch_00");
+        assert_eq!(keys[19], "ch_19");
+        assert_eq!(
+            more, 5,
+            "ch_20..ch_24 are counted, the single one is no duplicate"
+        );
+        let (mut logged, _) = d.logged();
+        let (_, (copies, extra)) = logged.next().unwrap();
+        assert_eq!(copies.len(), 2);
+        assert!(
+            copies[0].starts_with("Id 0 ") && copies[1].starts_with("Id 1 "),
+            "{copies:?}"
+        );
+        assert_eq!(
+            extra.len(),
+            1,
+            "the second copy counts its money twice: {extra:?}"
+        );
     }
 }
