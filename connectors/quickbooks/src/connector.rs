@@ -510,6 +510,9 @@ fn describe(e: &Json) -> String {
     )
 }
 
+/// Every copy of one external ID, and the amounts counted more than once.
+type Repeated = (Vec<String>, Vec<String>);
+
 /// How many duplicated external IDs a read logs one by one.
 const LOGGED_DUPLICATES: usize = 20;
 
@@ -520,7 +523,7 @@ const LOGGED_DUPLICATES: usize = 20;
 struct Duplicates {
     seen: HashMap<String, String>,
     /// Key → every copy, and the amounts counted more than once.
-    repeated: BTreeMap<String, (Vec<String>, Vec<String>)>,
+    repeated: BTreeMap<String, Repeated>,
 }
 
 impl Duplicates {
@@ -549,12 +552,7 @@ impl Duplicates {
     /// more there are: a company that imported a batch twice would
     /// otherwise log a line per invoice, when the run's
     /// duplicate_copies.csv already lists every copy.
-    fn logged(
-        &self,
-    ) -> (
-        impl Iterator<Item = (&String, &(Vec<String>, Vec<String>))>,
-        usize,
-    ) {
+    fn logged(&self) -> (impl Iterator<Item = (&String, &Repeated)>, usize) {
         let more = self.repeated.len().saturating_sub(LOGGED_DUPLICATES);
         (self.repeated.iter().take(LOGGED_DUPLICATES), more)
     }
