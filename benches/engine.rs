@@ -21,14 +21,18 @@ struct Row {
     created: String,
 }
 
-fn rows(n: usize, seed: u64) -> Vec<Row> {
-    let mut s = seed;
-    let mut next = move || {
+/// A xorshift64 generator: the same numbers on every run.
+fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+    move || {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
         s
-    };
+    }
+}
+
+fn rows(n: usize, seed: u64) -> Vec<Row> {
+    let mut next = xorshift(seed);
     let currencies = ["usd", "eur", "gbp", "jpy"].map(|c| Currency::parse(c).unwrap());
     (0..n)
         .map(|_| {
@@ -95,12 +99,9 @@ fn main() {
     let source = rows(n, 0x9e37_79b9_7f4a_7c15);
     let mut target: Vec<Row> = rows(n, 0x9e37_79b9_7f4a_7c15);
     // Another order (a fixed shuffle), 1% other amounts.
-    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     for i in (1..target.len()).rev() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        target.swap(i, (s % (i as u64 + 1)) as usize);
+        target.swap(i, (next() % (i as u64 + 1)) as usize);
     }
     for r in target.iter_mut().step_by(100) {
         r.minor += 1;
