@@ -193,6 +193,39 @@ fn csv_quoted_fields_with_commas_newlines_and_quotes() {
     assert_eq!(got, want);
 }
 
+/// Text is read without conversion, but an empty text cell (bare or
+/// quoted) is still null, as in every other kind, and a space is text.
+#[test]
+fn csv_empty_text_cells_are_null_and_others_are_text() {
+    let dir = test_dir("empty-text");
+    let path = write(
+        &dir,
+        "empty.csv",
+        b"id,amount,currency,note
+ch_1,5,usd,
+ch_2,6,usd,\"\"
+ch_3,7,usd, 
+ch_4,8,usd,x
+",
+    );
+    let got: Vec<Record> = read_with_locations(
+        spec(path, "id", &["amount", "note"], AmountFormat::Minor),
+        &amount_and("note"),
+    )
+    .into_iter()
+    .map(|(r, _)| r)
+    .collect();
+    assert_eq!(
+        got,
+        vec![
+            record("ch_1", vec![money(5, "USD"), Value::Null]),
+            record("ch_2", vec![money(6, "USD"), Value::Null]),
+            record("ch_3", vec![money(7, "USD"), text(" ")]),
+            record("ch_4", vec![money(8, "USD"), text("x")]),
+        ]
+    );
+}
+
 #[test]
 fn csv_quote_never_closed_is_an_error_naming_its_line() {
     let dir = test_dir("unterminated");
