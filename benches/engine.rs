@@ -55,8 +55,8 @@ fn spec() -> DiffSpec {
         kind,
         compared: true,
     };
-    DiffSpec {
-        schema: Schema {
+    DiffSpec::new(
+        Schema {
             fields: vec![
                 field("amount", FieldKind::Money),
                 field("currency", FieldKind::Currency),
@@ -64,8 +64,8 @@ fn spec() -> DiffSpec {
                 field("created", FieldKind::Text),
             ],
         },
-        tolerances: vec![None; 4],
-    }
+        vec![None; 4],
+    )
 }
 
 fn batches(spec: &DiffSpec, rows: &[Row]) -> Vec<RecordBatch> {

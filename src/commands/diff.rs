@@ -207,10 +207,7 @@ fn diff_spec(
         });
         tols.push(None);
     }
-    Ok(DiffSpec {
-        schema: Schema { fields },
-        tolerances: tols,
-    })
+    Ok(DiffSpec::new(Schema { fields }, tols))
 }
 
 /// How to read one side's file: its columns after `--*-rename`.

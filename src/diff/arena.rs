@@ -4,11 +4,16 @@
 //! Each slot holds the arena offset of its record (low 40 bits), 16 bits of
 //! the key's hash (so that a probe rarely reads the arena for a key that is
 //! not its own) and flag bits (high 8 bits). A record in the arena is
-//! `varint(key_len) key values…`; values carry no type tag, since the schema
-//! gives each field's kind (text is `varint(len + 1)` and bytes, 0 for null;
-//! integers and timestamps a zigzag varint; a currency two bytes). For
-//! Stripe-like rows that is about 50 bytes per key plus ~13 bytes of table:
-//! a fraction of what a map of owned `String`s and `Vec<Value>`s would take.
+//! `key values…`: the key as `keys.rs` encodes it (six bits a character
+//! for IDs of letters, digits, `_` and `-`), then values that carry no type
+//! tag, since the schema gives each field's kind (text as `texts.rs` stores
+//! it: a code for a value the field repeats, the number for canonical
+//! digits, else its bytes; integers and timestamps a zigzag varint; a
+//! currency two bytes). For the bench pair's Stripe-like rows (`ch_` + 24
+//! hex digits, money, currency, a status, Unix seconds kept as text) that
+//! is 35 bytes per key (56 before keys were packed and text coded) plus
+//! ~13 bytes of table: a fraction of what a map of owned `String`s and
+//! `Vec<Value>`s would take.
 //!
 //! Why not `hashbrown`: at ten million keys nearly every probe misses the
 //! CPU cache twice (slot, then arena). Owning the table lets the engine
@@ -25,8 +30,11 @@
 
 use foldhash::fast::FixedState;
 use jiff::Timestamp;
-use recon_core::{Currency, FieldKind, Money, ValueRef};
+use recon_core::{Currency, FieldKind, Money, Value, ValueRef};
 use std::hash::BuildHasher;
+
+use super::keys::{key_end, write_key};
+use super::texts::{TextCodec, TextDict, TextForm};
 
 pub(crate) const OFFSET_MASK: u64 = (1 << 40) - 1;
 const TAG_SHIFT: u32 = 40;
@@ -86,7 +94,8 @@ pub(crate) fn hash_key(key: &[u8]) -> u64 {
     HASHER.hash_one(key)
 }
 
-/// Appends `varint(key_len) key values…` to `buf`.
+/// Appends `varint(key_len) key values…` to `buf`, text values in the
+/// forms `texts` gives them.
 /// Each value must be of its field's kind or null (the caller checks).
 /// On a value that does not fit its field's kind, returns that field's
 /// index (the caller drops what was appended).
@@ -95,32 +104,36 @@ pub(crate) fn encode_record(
     key: &str,
     values: &[ValueRef<'_>],
     kinds: &[FieldKind],
+    texts: &mut TextCodec,
 ) -> Result<(), usize> {
-    write_varint(buf, key.len() as u64);
-    buf.extend_from_slice(key.as_bytes());
+    write_key(buf, key.as_bytes());
     for (i, (v, &kind)) in values.iter().zip(kinds).enumerate() {
-        if !encode(buf, v, kind) {
+        if !encode(buf, v, kind, texts) {
             return Err(i);
         }
     }
     Ok(())
 }
 
-/// Splits an encoded record into its key and the offset where values start.
+/// Splits an encoded record into its encoded key (see `keys.rs`: equal
+/// exactly when the keys are) and the offset where values start.
+#[inline]
 pub(crate) fn split_record(buf: &[u8], offset: usize) -> (&[u8], usize) {
     key_and_end(buf, offset as u64)
 }
 
-/// Decodes `n` values starting at `pos`.
-pub(crate) fn decode_values<'a>(
-    buf: &'a [u8],
+/// Decodes the values starting at `pos`, one per kind, owned (text codes
+/// looked up in `dict`).
+pub(crate) fn decode_values(
+    buf: &[u8],
     mut pos: usize,
     kinds: &[FieldKind],
-    mut f: impl FnMut(usize, ValueRef<'a>),
+    dict: &TextDict,
+    mut f: impl FnMut(Value),
 ) {
-    for (i, &kind) in kinds.iter().enumerate() {
-        let (v, next) = decode(buf, pos, kind);
-        f(i, v);
+    for &kind in kinds {
+        let (v, next) = decode_value(buf, pos, kind, dict);
+        f(v);
         pos = next;
     }
 }
@@ -218,7 +231,10 @@ impl KeyIndex {
             if e == EMPTY {
                 return None;
             }
-            if e & TAG_MASK == tag && key_at(&self.arena, e & OFFSET_MASK) == key {
+            // `key` is encoded with its tag (length and form), so a record
+            // starting with its bytes holds this key and no longer one.
+            let at = (e & OFFSET_MASK) as usize;
+            if e & TAG_MASK == tag && self.arena.get(at..at + key.len()) == Some(key) {
                 return Some((&mut self.slots[i], &self.arena));
             }
             i = (i + 1) & mask;
@@ -244,32 +260,16 @@ impl KeyIndex {
 
     /// The key and decoded values of the record at `offset`.
     #[cfg(test)]
-    pub(crate) fn record(&self, offset: u64, kinds: &[FieldKind]) -> (&str, Vec<ValueRef<'_>>) {
-        let (key, mut pos) = key_and_end(&self.arena, offset);
-        let mut values = Vec::with_capacity(kinds.len());
-        for &kind in kinds {
-            let (v, next) = decode(&self.arena, pos, kind);
-            values.push(v);
-            pos = next;
-        }
-        (as_str(key), values)
-    }
-
-    /// Calls `f` with each value of the record at `offset`, in order, until it returns false.
-    pub(crate) fn visit_values(
+    pub(crate) fn record(
         &self,
         offset: u64,
         kinds: &[FieldKind],
-        mut f: impl FnMut(usize, ValueRef<'_>) -> bool,
-    ) {
-        let (_, mut pos) = key_and_end(&self.arena, offset);
-        for (i, &kind) in kinds.iter().enumerate() {
-            let (v, next) = decode(&self.arena, pos, kind);
-            if !f(i, v) {
-                return;
-            }
-            pos = next;
-        }
+        dict: &TextDict,
+    ) -> (String, Vec<Value>) {
+        let (key, pos) = key_and_end(&self.arena, offset);
+        let mut values = Vec::with_capacity(kinds.len());
+        decode_values(&self.arena, pos, kinds, dict, |v| values.push(v));
+        (super::keys::key_string(key), values)
     }
 }
 
@@ -279,17 +279,20 @@ fn as_str(bytes: &[u8]) -> &str {
 }
 
 /// The key of the record at `offset`.
+#[inline]
 pub(crate) fn key_at(arena: &[u8], offset: u64) -> &[u8] {
     key_and_end(arena, offset).0
 }
 
+#[inline]
 fn key_and_end(arena: &[u8], offset: u64) -> (&[u8], usize) {
-    let (len, pos) = read_varint(arena, offset as usize);
-    let end = pos + len as usize;
-    (&arena[pos..end], end)
+    let start = offset as usize;
+    let end = key_end(arena, start);
+    (&arena[start..end], end)
 }
 
-fn write_varint(buf: &mut Vec<u8>, mut v: u64) {
+#[inline]
+pub(crate) fn write_varint(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         buf.push((v as u8) | 0x80);
         v >>= 7;
@@ -297,7 +300,8 @@ fn write_varint(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
-fn read_varint(buf: &[u8], mut pos: usize) -> (u64, usize) {
+#[inline]
+pub(crate) fn read_varint(buf: &[u8], mut pos: usize) -> (u64, usize) {
     let mut v = 0u64;
     let mut shift = 0;
     loop {
@@ -321,7 +325,7 @@ fn unzigzag(v: u64) -> i64 {
 
 /// Appends `v`; false when it is not of `kind` (checked in the same match
 /// that encodes, so the check costs nothing on the hot path).
-fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind) -> bool {
+fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind, texts: &mut TextCodec) -> bool {
     match (*v, kind) {
         (ValueRef::Null, _)
         | (ValueRef::Text(_), FieldKind::Text)
@@ -338,10 +342,14 @@ fn encode(buf: &mut Vec<u8>, v: &ValueRef<'_>, kind: FieldKind) -> bool {
             FieldKind::Currency => buf.extend_from_slice(&NULL_CURRENCY.to_le_bytes()),
             _ => buf.extend_from_slice(&NULL_VARINT),
         },
-        ValueRef::Text(s) => {
-            write_varint(buf, s.len() as u64 + 1);
-            buf.extend_from_slice(s.as_bytes());
-        }
+        ValueRef::Text(s) => match texts.form(s) {
+            TextForm::Digits(n) => write_varint(buf, (n << 1) | 1),
+            TextForm::Code(c) => write_varint(buf, (u64::from(c) << 2) | 2),
+            TextForm::Inline => {
+                write_varint(buf, (s.len() as u64 + 1) << 2);
+                buf.extend_from_slice(s.as_bytes());
+            }
+        },
         ValueRef::Integer(i) => write_varint(buf, zigzag(i)),
         ValueRef::Money(m) => {
             write_varint(buf, zigzag(m.minor));
@@ -358,17 +366,44 @@ fn currency_at(buf: &[u8], pos: usize) -> Currency {
     Currency::from_index(index).expect("arena holds valid currency codes")
 }
 
-fn decode(buf: &[u8], pos: usize, kind: FieldKind) -> (ValueRef<'_>, usize) {
+/// A text cell as stored: `varint(tag)`, where tag 0 is null, an odd tag
+/// `2n + 1` canonical digits spelling `n`, a tag `4c + 2` the dictionary's
+/// code `c`, and a tag `4(len + 1)` the `len` bytes that follow.
+enum TextCell<'a> {
+    Null,
+    Digits(u64),
+    Code(u32),
+    Inline(&'a [u8]),
+}
+
+fn text_at(buf: &[u8], pos: usize) -> (TextCell<'_>, usize) {
+    let (tag, p) = read_varint(buf, pos);
+    if tag == 0 {
+        (TextCell::Null, p)
+    } else if tag & 1 == 1 {
+        (TextCell::Digits(tag >> 1), p)
+    } else if tag & 3 == 2 {
+        (TextCell::Code((tag >> 2) as u32), p)
+    } else {
+        let end = p + (tag >> 2) as usize - 1;
+        (TextCell::Inline(&buf[p..end]), end)
+    }
+}
+
+/// Where the value of `kind` starting at `pos` ends.
+pub(crate) fn field_end(buf: &[u8], pos: usize, kind: FieldKind) -> usize {
+    match kind {
+        FieldKind::Text => text_at(buf, pos).1,
+        _ => decode_scalar(buf, pos, kind).1,
+    }
+}
+
+/// The value of `kind` (any kind but text, which may need the dictionary)
+/// at `pos`, and where it ends.
+pub(crate) fn decode_scalar(buf: &[u8], pos: usize, kind: FieldKind) -> (ValueRef<'static>, usize) {
     let is_null_varint = buf.get(pos..pos + 2) == Some(&NULL_VARINT[..]);
     match kind {
-        FieldKind::Text => {
-            let (len, p) = read_varint(buf, pos);
-            if len == 0 {
-                return (ValueRef::Null, p);
-            }
-            let end = p + len as usize - 1;
-            (ValueRef::Text(as_str(&buf[p..end])), end)
-        }
+        FieldKind::Text => unreachable!("text is decoded by decode_value"),
         FieldKind::Currency => {
             if u16::from_le_bytes([buf[pos], buf[pos + 1]]) == NULL_CURRENCY {
                 return (ValueRef::Null, pos + 2);
@@ -393,6 +428,27 @@ fn decode(buf: &[u8], pos: usize, kind: FieldKind) -> (ValueRef<'_>, usize) {
     }
 }
 
+/// The value of `kind` at `pos`, owned, and where it ends.
+pub(crate) fn decode_value(
+    buf: &[u8],
+    pos: usize,
+    kind: FieldKind,
+    dict: &TextDict,
+) -> (Value, usize) {
+    if kind != FieldKind::Text {
+        let (v, end) = decode_scalar(buf, pos, kind);
+        return (v.to_owned_value(), end);
+    }
+    let (cell, end) = text_at(buf, pos);
+    let v = match cell {
+        TextCell::Null => Value::Null,
+        TextCell::Digits(n) => Value::Text(n.to_string()),
+        TextCell::Code(c) => Value::Text(dict.value(c)),
+        TextCell::Inline(b) => Value::Text(as_str(b).to_string()),
+    };
+    (v, end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,6 +456,7 @@ mod tests {
     #[test]
     fn round_trips_every_value_kind() {
         let usd = Currency::parse("usd").unwrap();
+        let long = "a long text, more than any coded value: ".repeat(4);
         let t = Timestamp::from_second(1_764_374_399).unwrap();
         let values = [
             ValueRef::Text("succeeded – ünïcode"),
@@ -417,6 +474,11 @@ mod tests {
             ValueRef::Integer(64),
             ValueRef::Integer(i64::MAX),
             ValueRef::Text(""),
+            ValueRef::Text("1793491200"),
+            ValueRef::Text("0"),
+            ValueRef::Text("007"),
+            ValueRef::Text("succeeded"),
+            ValueRef::Text(&long),
         ];
         use FieldKind as K;
         let kinds = [
@@ -435,29 +497,46 @@ mod tests {
             K::Integer,
             K::Integer,
             K::Text,
+            K::Text,
+            K::Text,
+            K::Text,
+            K::Text,
+            K::Text,
         ];
+        let owned: Vec<Value> = values.iter().map(ValueRef::to_owned_value).collect();
+        let dict = std::sync::Arc::new(TextDict::default());
+        let mut texts = TextCodec::new(dict.clone());
         let mut index = KeyIndex::new();
         let keys: Vec<String> = (0..1000).map(|i| format!("ch_{i:024x}")).collect();
+        // The index finds keys by their encoding (`keys.rs`).
+        let enc = |k: &str| {
+            let mut b = Vec::new();
+            write_key(&mut b, k.as_bytes());
+            b
+        };
         let mut buf = Vec::new();
         for k in &keys {
-            let h = hash_key(k.as_bytes());
-            assert!(index.find_mut(h, k.as_bytes()).is_none());
+            let h = hash_key(&enc(k));
+            assert!(index.find_mut(h, &enc(k)).is_none());
             buf.clear();
-            encode_record(&mut buf, k, &values, &kinds).unwrap();
+            encode_record(&mut buf, k, &values, &kinds, &mut texts).unwrap();
             index.insert_encoded(h, &buf);
         }
         assert_eq!(index.len(), 1000);
         for k in &keys {
-            let h = hash_key(k.as_bytes());
-            let e = *index
-                .find_mut(h, k.as_bytes())
-                .expect("inserted key is found");
-            let (key, decoded) = index.record(e & OFFSET_MASK, &kinds);
-            assert_eq!(key, k);
-            assert_eq!(decoded, values);
+            let h = hash_key(&enc(k));
+            let e = *index.find_mut(h, &enc(k)).expect("inserted key is found");
+            let (key, decoded) = index.record(e & OFFSET_MASK, &kinds, &dict);
+            assert_eq!(&key, k);
+            assert_eq!(decoded, owned);
         }
         assert!(index
-            .find_mut(hash_key(b"ch_missing"), b"ch_missing")
+            .find_mut(hash_key(&enc("ch_missing")), &enc("ch_missing"))
+            .is_none());
+        // A key is not found by its bytes as they are, only encoded.
+        let packed = &keys[0];
+        assert!(index
+            .find_mut(hash_key(packed.as_bytes()), packed.as_bytes())
             .is_none());
     }
 }

@@ -18,7 +18,9 @@
 //! duplicated payment shows up in the money delta as well as in the count.
 
 mod arena;
+mod keys;
 mod records;
+mod texts;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,11 +29,13 @@ use recon_core::{Currency, FieldKind, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_values, encode_record, hash_key, key_at, split_record, KeyIndex, DUP_OTHER, DUP_SELF,
-    EMPTY, MISMATCH, OFFSET_MASK, SAME_OTHER, SEEN_OTHER,
+    decode_scalar, decode_value, encode_record, field_end, hash_key, key_at, split_record,
+    KeyIndex, DUP_OTHER, DUP_SELF, EMPTY, MISMATCH, OFFSET_MASK, SAME_OTHER, SEEN_OTHER,
 };
+use keys::{cmp_keys, key_string, with_key};
 use recon_core::Record;
 pub use records::Records;
+use texts::{TextCodec, TextDict};
 
 /// The engine's hash of an external ID (the same everywhere in a process).
 pub fn key_hash(key: &str) -> u64 {
@@ -51,10 +55,13 @@ pub struct RecordBatch {
     totals: Vec<(Option<Currency>, CurrencyTotal)>,
     money_field: Option<usize>,
     kinds: Vec<FieldKind>,
+    /// The codes of the spec's text values this batch has learnt.
+    texts: TextCodec,
 }
 
 impl RecordBatch {
-    /// An empty batch for records of this spec.
+    /// An empty batch for records of this spec (and of every engine made
+    /// with it or a clone of it: they share its text codes).
     pub fn new(spec: &DiffSpec) -> RecordBatch {
         RecordBatch {
             bytes: Vec::new(),
@@ -62,6 +69,7 @@ impl RecordBatch {
             totals: Vec::new(),
             money_field: spec.schema.money_field(),
             kinds: spec.schema.fields.iter().map(|f| f.kind).collect(),
+            texts: TextCodec::new(spec.texts.clone()),
         }
     }
 
@@ -78,7 +86,7 @@ impl RecordBatch {
             return Err(DiffError::Nul(key.to_string()));
         }
         let start = self.bytes.len();
-        if let Err(i) = encode_record(&mut self.bytes, key, values, &self.kinds) {
+        if let Err(i) = encode_record(&mut self.bytes, key, values, &self.kinds, &mut self.texts) {
             self.bytes.truncate(start);
             return Err(DiffError::Kind {
                 key: key.to_string(),
@@ -171,16 +179,25 @@ pub struct DiffSpec {
     pub schema: Schema,
     /// One entry per schema field.
     pub tolerances: Vec<Option<Tolerance>>,
+    /// The codes of repeated text values, shared by the clones of this
+    /// spec, their engines and batches (see `texts.rs`).
+    texts: Arc<TextDict>,
 }
 
 impl DiffSpec {
+    /// A spec comparing by these fields and tolerances (one per field).
+    pub fn new(schema: Schema, tolerances: Vec<Option<Tolerance>>) -> DiffSpec {
+        DiffSpec {
+            schema,
+            tolerances,
+            texts: Arc::default(),
+        }
+    }
+
     /// A spec with exact comparison of every compared field.
     pub fn exact(schema: Schema) -> DiffSpec {
         let n = schema.fields.len();
-        DiffSpec {
-            schema,
-            tolerances: vec![None; n],
-        }
+        DiffSpec::new(schema, vec![None; n])
     }
 }
 
@@ -466,9 +483,7 @@ impl DiffEngine {
             let key = batch
                 .rows
                 .first()
-                .map(|&(s, _)| {
-                    String::from_utf8_lossy(split_record(&batch.bytes, s).0).into_owned()
-                })
+                .map(|&(s, _)| key_string(split_record(&batch.bytes, s).0))
                 .unwrap_or_default();
             return Err(DiffError::SourceAfterTarget(key));
         }
@@ -584,19 +599,33 @@ impl DiffEngine {
     fn compare(&self, offset: u64, record: &[u8], values_at: usize) -> Vec<FieldDiff> {
         let mut diffs = Vec::new();
         let fields = &self.spec.schema.fields;
-        let mut target = Vec::with_capacity(fields.len());
-        decode_values(record, values_at, &self.kinds, |_, v| target.push(v));
-        self.source.visit_values(offset, &self.kinds, |i, source| {
-            let field = &fields[i];
-            if field.compared && !equal(source, target[i], field.kind, self.spec.tolerances[i]) {
+        let arena = self.source.arena();
+        let (_, mut sp) = split_record(arena, offset as usize);
+        let mut tp = values_at;
+        for (i, field) in fields.iter().enumerate() {
+            let kind = field.kind;
+            let (se, te) = (field_end(arena, sp, kind), field_end(record, tp, kind));
+            // Text is compared exactly, and each text value has one
+            // encoding: equal bytes are equal text (no decoding).
+            let differ = field.compared
+                && if kind == FieldKind::Text {
+                    arena[sp..se] != record[tp..te]
+                } else {
+                    let (a, _) = decode_scalar(arena, sp, kind);
+                    let (b, _) = decode_scalar(record, tp, kind);
+                    !equal(a, b, kind, self.spec.tolerances[i])
+                };
+            if differ {
+                let texts = &self.spec.texts;
                 diffs.push(FieldDiff {
                     field: i,
-                    source: source.to_owned_value(),
-                    target: target[i].to_owned_value(),
+                    source: decode_value(arena, sp, kind, texts).0,
+                    target: decode_value(record, tp, kind, texts).0,
                 });
             }
-            true
-        });
+            sp = se;
+            tp = te;
+        }
         diffs
     }
 
@@ -615,7 +644,7 @@ impl DiffEngine {
             target_totals: self.target_totals,
             ..DiffOutcome::default()
         };
-        let key_string = |arena: &[u8], offset: u64| as_string(key_at(arena, offset));
+        let key_string = |arena: &[u8], offset: u64| key_string(key_at(arena, offset));
 
         // Source side: gaps stay in the table's vector (in place), the other
         // classes are counted or noted.
@@ -656,7 +685,7 @@ impl DiffEngine {
         let orphan_arena = self.orphans.arena();
         out.copies = self
             .copies
-            .map(|c| c.finish(&arena, orphan_arena, &self.kinds));
+            .map(|c| c.finish(&arena, orphan_arena, &self.kinds, &self.spec.texts));
         let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
         for pending in self.mismatches {
             // A key that later turned out duplicated is reported as a duplicate only.
@@ -670,8 +699,14 @@ impl DiffEngine {
         }
         let arena = Arc::new(arena);
         sort_by_key(&arena, &mut mismatch_offsets);
-        out.mismatch_sources = Records::encoded(arena.clone(), mismatch_offsets, kinds.clone());
-        out.gaps = sorted_records(arena, slots, &kinds);
+        let texts = &self.spec.texts;
+        out.mismatch_sources = Records::encoded(
+            arena.clone(),
+            mismatch_offsets,
+            kinds.clone(),
+            texts.clone(),
+        );
+        out.gaps = sorted_records(arena, slots, &kinds, texts);
 
         // Target side: every key not in the source, once or more.
         let orphan_keys = self.orphans.len() as u64;
@@ -695,7 +730,7 @@ impl DiffEngine {
                 target_count: self.orphan_dups.get(&offset).copied().unwrap_or(2),
             });
         }
-        out.orphans = sorted_records(Arc::new(arena), slots, &kinds);
+        out.orphans = sorted_records(Arc::new(arena), slots, &kinds, texts);
         out.target_records = seen_in_target + orphan_keys;
         out.mismatches.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
@@ -721,16 +756,22 @@ impl Capture {
 
     /// The kept copies, decoded; the target's copies of IDs whose first
     /// copy is unknown are left out (they are asked of the target).
-    fn finish(self, source: &[u8], orphans: &[u8], kinds: &[FieldKind]) -> Copies {
+    fn finish(
+        self,
+        source: &[u8],
+        orphans: &[u8],
+        kinds: &[FieldKind],
+        texts: &TextDict,
+    ) -> Copies {
         let decode = |k: &Kept| match k {
-            Kept::Source(o) => records::decode(source, *o, kinds),
-            Kept::Orphan(o) => records::decode(orphans, *o, kinds),
-            Kept::Bytes(b) => records::decode(b, 0, kinds),
+            Kept::Source(o) => records::decode(source, *o, kinds, texts),
+            Kept::Orphan(o) => records::decode(orphans, *o, kinds, texts),
+            Kept::Bytes(b) => records::decode(b, 0, kinds, texts),
         };
         let target_unknown: Vec<String> = self
             .unknown
             .iter()
-            .map(|&o| as_string(key_at(source, o)))
+            .map(|&o| key_string(key_at(source, o)))
             .collect();
         let unknown: std::collections::HashSet<&str> =
             target_unknown.iter().map(String::as_str).collect();
@@ -750,13 +791,18 @@ impl Capture {
 
 /// The records at these entries of `arena`, sorted by key. `entries` (the
 /// table's own vector) becomes the list of offsets.
-fn sorted_records(arena: Arc<Vec<u8>>, mut entries: Vec<u64>, kinds: &Arc<[FieldKind]>) -> Records {
+fn sorted_records(
+    arena: Arc<Vec<u8>>,
+    mut entries: Vec<u64>,
+    kinds: &Arc<[FieldKind]>,
+    texts: &Arc<TextDict>,
+) -> Records {
     for e in entries.iter_mut() {
         *e &= OFFSET_MASK;
     }
     sort_by_key(&arena, &mut entries);
     entries.shrink_to_fit();
-    Records::encoded(arena, entries, kinds.clone())
+    Records::encoded(arena, entries, kinds.clone(), texts.clone())
 }
 
 /// Lists longer than this sort by key alone when their vector has no room
@@ -781,7 +827,7 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
     if n < 2 {
         return;
     }
-    let by_key = |a: &u64, b: &u64| key_at(arena, *a).cmp(key_at(arena, *b));
+    let by_key = |a: &u64, b: &u64| cmp_keys(key_at(arena, *a), key_at(arena, *b));
     if offsets.capacity() < 2 * n {
         if n > PREFIX_SORT_ALLOC_MAX {
             offsets.sort_unstable_by(by_key);
@@ -789,25 +835,43 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
         }
         offsets.reserve_exact(n);
     }
-    let first = key_at(arena, offsets[0]);
+    // Keys of one form (all packed, or none) compare by their encoded
+    // bytes, as `cmp_keys` does, and ties of equal bytes go to it; a list
+    // of both forms is decoded.
+    let first_packed = keys::is_packed(key_at(arena, offsets[0]));
+    let uniform = offsets
+        .iter()
+        .all(|&o| keys::is_packed(key_at(arena, o)) == first_packed);
+    let view = |o: u64, f: &mut dyn FnMut(&[u8])| {
+        let enc = key_at(arena, o);
+        if uniform {
+            f(keys::payload(enc))
+        } else {
+            with_key(enc, f)
+        }
+    };
+    let mut first = Vec::new();
+    view(offsets[0], &mut |k| first = k.to_vec());
     let mut shared = first.len();
     for &o in offsets.iter() {
-        let key = key_at(arena, o);
-        shared = first[..shared]
-            .iter()
-            .zip(key)
-            .take_while(|(a, b)| a == b)
-            .count();
+        view(o, &mut |key| {
+            shared = first[..shared]
+                .iter()
+                .zip(key)
+                .take_while(|(a, b)| a == b)
+                .count()
+        });
         if shared == 0 {
             break;
         }
     }
     let prefix = |o: u64| -> u64 {
-        let key = key_at(arena, o);
         let mut bytes = [0u8; 8];
-        let tail = key.get(shared..).unwrap_or_default();
-        let k = tail.len().min(8);
-        bytes[..k].copy_from_slice(&tail[..k]);
+        view(o, &mut |key| {
+            let tail = key.get(shared..).unwrap_or_default();
+            let k = tail.len().min(8);
+            bytes[..k].copy_from_slice(&tail[..k]);
+        });
         u64::from_be_bytes(bytes)
     };
     // Pairs (prefix, offset) from the back, so that no offset is
@@ -824,11 +888,6 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
         offsets[i] = offsets[2 * i + 1];
     }
     offsets.truncate(n);
-}
-
-fn as_string(key: &[u8]) -> String {
-    // Only `&str`s are ever encoded.
-    String::from_utf8_lossy(key).into_owned()
 }
 
 /// The hashes of a batch's keys, in row order, into `out`.

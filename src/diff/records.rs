@@ -14,9 +14,11 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use recon_core::{FieldKind, Record, ValueRef};
+use recon_core::{FieldKind, Record};
 
 use super::arena::{decode_values, split_record};
+use super::keys::key_string;
+use super::texts::TextDict;
 
 /// Records of one class (gaps or orphans), sorted by external ID.
 ///
@@ -34,6 +36,7 @@ enum Repr {
         arena: Arc<Vec<u8>>,
         offsets: Vec<u64>,
         kinds: Arc<[FieldKind]>,
+        texts: Arc<TextDict>,
     },
     Owned(Vec<Record>),
 }
@@ -50,11 +53,13 @@ impl Records {
         arena: Arc<Vec<u8>>,
         offsets: Vec<u64>,
         kinds: Arc<[FieldKind]>,
+        texts: Arc<TextDict>,
     ) -> Records {
         Records(Repr::Encoded {
             arena,
             offsets,
             kinds,
+            texts,
         })
     }
 
@@ -81,7 +86,7 @@ impl Records {
     pub fn keys(&self) -> impl Iterator<Item = Cow<'_, str>> + '_ {
         (0..self.len()).map(move |i| match &self.0 {
             Repr::Encoded { arena, offsets, .. } => {
-                String::from_utf8_lossy(split_record(arena, offsets[i] as usize).0)
+                Cow::Owned(key_string(split_record(arena, offsets[i] as usize).0))
             }
             Repr::Owned(v) => Cow::Borrowed(v[i].key.as_str()),
         })
@@ -94,22 +99,20 @@ impl Records {
                 arena,
                 offsets,
                 kinds,
-            } => Cow::Owned(decode(arena, offsets[i], kinds)),
+                texts,
+            } => Cow::Owned(decode(arena, offsets[i], kinds, texts)),
             Repr::Owned(v) => Cow::Borrowed(&v[i]),
         }
     }
 }
 
 /// The record encoded at `offset` of `arena`, owned.
-pub(crate) fn decode(arena: &[u8], offset: u64, kinds: &[FieldKind]) -> Record {
+pub(crate) fn decode(arena: &[u8], offset: u64, kinds: &[FieldKind], texts: &TextDict) -> Record {
     let (key, at) = split_record(arena, offset as usize);
     let mut values = Vec::with_capacity(kinds.len());
-    decode_values(arena, at, kinds, |_, v: ValueRef<'_>| {
-        values.push(v.to_owned_value())
-    });
+    decode_values(arena, at, kinds, texts, |v| values.push(v));
     Record {
-        // Only `&str`s are ever encoded.
-        key: String::from_utf8_lossy(key).into_owned(),
+        key: key_string(key),
         values,
     }
 }
@@ -143,6 +146,7 @@ enum IntoIterRepr {
         arena: Arc<Vec<u8>>,
         offsets: std::vec::IntoIter<u64>,
         kinds: Arc<[FieldKind]>,
+        texts: Arc<TextDict>,
     },
 }
 
@@ -156,7 +160,8 @@ impl Iterator for IntoIter {
                 arena,
                 offsets,
                 kinds,
-            } => offsets.next().map(|o| decode(arena, o, kinds)),
+                texts,
+            } => offsets.next().map(|o| decode(arena, o, kinds, texts)),
         }
     }
 
@@ -179,10 +184,12 @@ impl IntoIterator for Records {
                 arena,
                 offsets,
                 kinds,
+                texts,
             } => IntoIterRepr::Encoded {
                 arena,
                 offsets: offsets.into_iter(),
                 kinds,
+                texts,
             },
         })
     }
@@ -208,12 +215,14 @@ mod tests {
         ];
         let mut arena = Vec::new();
         let mut offsets = Vec::new();
+        let texts = Arc::new(TextDict::default());
+        let mut codec = super::super::texts::TextCodec::new(texts.clone());
         for r in &records {
             offsets.push(arena.len() as u64);
             let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
-            super::super::arena::encode_record(&mut arena, &r.key, &v, &kinds).unwrap();
+            super::super::arena::encode_record(&mut arena, &r.key, &v, &kinds, &mut codec).unwrap();
         }
-        let encoded = Records::encoded(Arc::new(arena), offsets, kinds);
+        let encoded = Records::encoded(Arc::new(arena), offsets, kinds, texts);
         let owned = Records::from(records.clone());
         assert_eq!(encoded.len(), 2);
         assert_eq!(

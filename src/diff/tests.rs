@@ -506,14 +506,15 @@ proptest! {
     /// whether the vector has room for the pairs.
     #[test]
     fn offsets_sort_in_key_order(
-        keys in prop::collection::btree_set("(ch_|ch_3|x)?[0-9a-f]{0,12}", 0..200),
+        keys in prop::collection::btree_set("(ch_|ch_3|x|in\\.)?[-0-9a-fA-F]{0,12}", 0..200),
         spare in any::<bool>(),
     ) {
         let mut arena = Vec::new();
         let mut offsets = Vec::new();
+        let mut texts = texts::TextCodec::new(Default::default());
         for k in &keys {
             offsets.push(arena.len() as u64);
-            arena::encode_record(&mut arena, k, &[], &[]).unwrap();
+            arena::encode_record(&mut arena, k, &[], &[], &mut texts).unwrap();
         }
         // A fixed shuffle: reversed, then every other one moved to the back.
         offsets.reverse();
@@ -525,8 +526,132 @@ proptest! {
             shuffled.shrink_to_fit();
         }
         sort_by_key(&arena, &mut shuffled);
-        let sorted: Vec<&[u8]> = shuffled.iter().map(|&o| key_at(&arena, o)).collect();
-        let want: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let sorted: Vec<String> = shuffled.iter().map(|&o| key_string(key_at(&arena, o))).collect();
+        let want: Vec<String> = keys.iter().cloned().collect();
         prop_assert_eq!(sorted, want);
     }
+}
+
+/// Keys and text values in every stored form (packed keys, keys kept as
+/// they are, keys too long to pack; coded text, text past a full
+/// dictionary, canonical digits, digits with a leading zero, empty and
+/// long text) read back as they went in, and compare exactly: `7` and
+/// `007`, a code and the same text stored inline never pass for each other.
+#[test]
+fn every_stored_form_reads_back_and_compares_exactly() {
+    let field = |name: &str, compared| Field {
+        name: name.into(),
+        kind: FieldKind::Text,
+        compared,
+    };
+    let spec = DiffSpec::exact(Schema {
+        fields: vec![
+            field("status", true),
+            field("created", true),
+            field("note", false),
+        ],
+    });
+    let text = |s: String| Value::Text(s);
+    let source: Vec<Record> = (0..6000u32)
+        .map(|i| Record {
+            key: match i % 3 {
+                0 => format!("ch_{i:024x}"),
+                1 => format!("in.{i}"),
+                _ => format!("{}-{i}", "x".repeat(70)),
+            },
+            values: vec![
+                // 5,000 distinct values: the dictionary fills part way.
+                text(format!("s{}", i % 5000)),
+                match i % 5 {
+                    0 => text(i.to_string()),
+                    1 => text(format!("{i:08}")),
+                    2 => text(format!("{i}.5")),
+                    3 => text(String::new()),
+                    _ => text("a long text that no dictionary code is given for".repeat(2)),
+                },
+                text(format!("n{i}")),
+            ],
+        })
+        .collect();
+    let mut target: Vec<Record> = Vec::new();
+    for (i, r) in source.iter().enumerate() {
+        let mut r = r.clone();
+        match i % 11 {
+            0 => continue, // a gap
+            1 => r.values[0] = text(format!("s{}", (i + 1) % 5000)),
+            2 => {
+                // The same number with a leading zero, or digits for text.
+                r.values[1] = match &r.values[1] {
+                    Value::Text(t) if !t.is_empty() => text(format!("0{t}")),
+                    _ => text(i.to_string()),
+                }
+            }
+            3 => r.values[2] = text("another note (not compared)".into()),
+            _ => {}
+        }
+        target.push(r);
+    }
+    target.extend((0..50).map(|i| Record {
+        key: format!("ch_orphan_{i:020}"),
+        values: vec![text(format!("t{i}")), text("77".into()), Value::Null],
+    }));
+    let out = run(spec, &source, &target);
+
+    let by_key = |side: &[Record]| -> BTreeMap<String, Record> {
+        side.iter().map(|r| (r.key.clone(), r.clone())).collect()
+    };
+    let (s, t) = (by_key(&source), by_key(&target));
+    let want_gaps: Vec<Record> = s
+        .values()
+        .filter(|r| !t.contains_key(&r.key))
+        .cloned()
+        .collect();
+    let want_orphans: Vec<Record> = t
+        .values()
+        .filter(|r| !s.contains_key(&r.key))
+        .cloned()
+        .collect();
+    assert_eq!(
+        out.gaps.iter().map(|r| r.into_owned()).collect::<Vec<_>>(),
+        want_gaps
+    );
+    assert_eq!(
+        out.orphans
+            .iter()
+            .map(|r| r.into_owned())
+            .collect::<Vec<_>>(),
+        want_orphans
+    );
+    let mut want_mismatches = Vec::new();
+    for (key, a) in &s {
+        let Some(b) = t.get(key) else { continue };
+        let fields: Vec<FieldDiff> = (0..2)
+            .filter(|&f| a.values[f] != b.values[f])
+            .map(|f| FieldDiff {
+                field: f,
+                source: a.values[f].clone(),
+                target: b.values[f].clone(),
+            })
+            .collect();
+        if !fields.is_empty() {
+            want_mismatches.push(Mismatch {
+                key: key.clone(),
+                fields,
+            });
+        }
+    }
+    assert!(want_mismatches.len() > 900, "{}", want_mismatches.len());
+    assert_eq!(out.mismatches, want_mismatches);
+    let sources: Vec<Record> = out
+        .mismatch_sources
+        .iter()
+        .map(|r| r.into_owned())
+        .collect();
+    let want_sources: Vec<Record> = want_mismatches.iter().map(|m| s[&m.key].clone()).collect();
+    assert_eq!(sources, want_sources);
+    assert_eq!(
+        out.matched as usize,
+        s.len() - want_gaps.len() - want_mismatches.len()
+    );
+    assert!(out.duplicates.is_empty());
 }

@@ -89,7 +89,7 @@ impl RunPlan {
             }
         };
         Ok(RunPlan {
-            spec: DiffSpec { schema, tolerances },
+            spec: DiffSpec::new(schema, tolerances),
             time_field,
             window,
             tz,
