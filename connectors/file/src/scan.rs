@@ -481,6 +481,18 @@ impl<'a> Fields<'a> {
 mod tests {
     use super::*;
 
+    /// A reader that hands out at most `.1` bytes per call, to split
+    /// records across refills.
+    struct Trickle<'a>(&'a [u8], usize);
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(out.len()).min(self.1);
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
     fn scan(input: &str) -> Vec<Vec<String>> {
         scan_chunked(input.as_bytes(), CHUNK)
     }
@@ -488,17 +500,14 @@ mod tests {
     /// Reads through a reader that returns at most `step` bytes per call,
     /// to exercise records split across refills.
     fn scan_chunked(input: &[u8], step: usize) -> Vec<Vec<String>> {
-        struct Trickle<'a>(&'a [u8], usize);
-        impl Read for Trickle<'_> {
-            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-                let n = self.0.len().min(out.len()).min(self.1);
-                out[..n].copy_from_slice(&self.0[..n]);
-                self.0 = &self.0[n..];
-                Ok(n)
-            }
-        }
+        scan_buffered(input, step, 8)
+    }
+
+    /// Every record's fields, read `step` bytes per call into a buffer
+    /// that starts `buf` bytes long (and grows as a record needs).
+    pub(super) fn scan_buffered(input: &[u8], step: usize, buf: usize) -> Vec<Vec<String>> {
         let mut s = Scanner::new(Trickle(input, step), usize::MAX);
-        s.buf = vec![0; 8];
+        s.buf = vec![0; buf];
         let mut out = Vec::new();
         while s.next_record().unwrap() {
             let f = s.fields().unwrap();
@@ -624,19 +633,9 @@ mod tests {
 
 #[cfg(test)]
 mod differential {
+    use super::tests::scan_buffered;
     use super::*;
     use proptest::prelude::*;
-
-    /// Hands out at most `.1` bytes per read.
-    struct Trickle<'a>(&'a [u8], usize);
-    impl Read for Trickle<'_> {
-        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.0.len().min(out.len()).min(self.1);
-            out[..n].copy_from_slice(&self.0[..n]);
-            self.0 = &self.0[n..];
-            Ok(n)
-        }
-    }
 
     fn field() -> impl Strategy<Value = String> {
         prop::string::string_regex("[a-z0-9 ,\"\\n\\r€é]{0,12}").unwrap()
@@ -680,12 +679,7 @@ mod differential {
                 w.write_record(r).unwrap();
             }
             let bytes = w.into_inner().unwrap();
-            let mut s = Scanner::new(Trickle(&bytes, step), usize::MAX);
-            let mut got = Vec::new();
-            while s.next_record().unwrap() {
-                let f = s.fields().unwrap();
-                got.push((0..f.len()).map(|i| f.get(i).to_string()).collect::<Vec<_>>());
-            }
+            let got = scan_buffered(&bytes, step, CHUNK);
             // The csv crate writes a lone empty field as `""`, never as a
             // blank line, so no row is skipped.
             prop_assert_eq!(got, rows);
@@ -703,13 +697,7 @@ mod differential {
                 w.write_record(r).unwrap();
             }
             let bytes = w.into_inner().unwrap();
-            let mut s = Scanner::new(Trickle(&bytes, step), usize::MAX);
-            s.buf = vec![0; 16];
-            let mut got = Vec::new();
-            while s.next_record().unwrap() {
-                let f = s.fields().unwrap();
-                got.push((0..f.len()).map(|i| f.get(i).to_string()).collect::<Vec<_>>());
-            }
+            let got = scan_buffered(&bytes, step, 16);
             // A row of three empty fields is written as `,,` and read back
             // as such; the only rows the scanner skips are blank lines,
             // which the csv crate never writes for three fields.
