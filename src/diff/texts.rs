@@ -79,39 +79,14 @@ pub(crate) enum TextForm {
 }
 
 /// The number that canonical digit-only text spells: `Some` exactly when
-/// printing the number gives back the same text. Eight digits at a time
-/// (a digit at a time was a fifth of the reader's record encoding).
+/// printing the number gives back the same text (no leading zero but `0`
+/// itself, at most 18 digits).
 #[inline]
 pub(crate) fn canonical_digits(s: &[u8]) -> Option<u64> {
-    const ZEROS: u64 = 0x3030_3030_3030_3030;
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    if s.is_empty() || s.len() > 18 || (s[0] == b'0' && s.len() > 1) {
+    if s.len() > 1 && s[0] == b'0' {
         return None;
     }
-    let mut v = 0u64;
-    let mut chunks = s.chunks_exact(8);
-    for c in &mut chunks {
-        let x = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        // Every byte 0x30..=0x39: high nibble 3, and still 3 after adding 6
-        // (no byte carries: each is at most 0x3F once the first test holds).
-        if x & HIGH != ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
-            return None;
-        }
-        // The first digit is the lowest byte: fold pairs, quads, then halves.
-        let d = x - ZEROS;
-        let d = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
-        let d = (d * 100 + (d >> 16)) & 0x0000_FFFF_0000_FFFF;
-        let d = (d * 10_000 + (d >> 32)) & 0xFFFF_FFFF;
-        v = v * 100_000_000 + d;
-    }
-    for &b in chunks.remainder() {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v * 10 + u64::from(d);
-    }
-    Some(v)
+    recon_core::parse::ascii_digits(s)
 }
 
 /// One batch's view of a [`TextDict`]: the codes it has learnt.

@@ -655,45 +655,9 @@ pub(crate) fn plain_integer(b: &[u8]) -> Option<i64> {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, b),
     };
-    if digits.is_empty() || digits.len() > 18 {
-        return None;
-    }
-    let mut v: i64 = 0;
-    // Eight digits at a time (a Unix time has ten): one load, one check,
-    // three multiplies, instead of a dependent multiply-add per digit.
-    let mut chunks = digits.chunks_exact(8);
-    for c in &mut chunks {
-        let eight = eight_digits(c.try_into().expect("chunks of 8"))?;
-        v = v * 100_000_000 + eight;
-    }
-    for &d in chunks.remainder() {
-        let x = d.wrapping_sub(b'0');
-        if x > 9 {
-            return None;
-        }
-        v = v * 10 + i64::from(x);
-    }
+    // At most 18 digits: never an overflow.
+    let v = crate::parse::ascii_digits(digits)? as i64;
     Some(if negative { -v } else { v })
-}
-
-/// Eight ASCII digits as their number, `None` if any byte is not a digit.
-#[inline]
-fn eight_digits(b: &[u8; 8]) -> Option<i64> {
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    const ZEROS: u64 = 0x3030_3030_3030_3030;
-    let x = u64::from_le_bytes(*b);
-    // Each byte is 0x30..=0x39: its high nibble is 3, and still is with 6
-    // added (0x3A..=0x3F would carry into it; no byte carries into the
-    // next, as none exceeds 0x3F + 6 once the first test passed).
-    if x & HIGH != ZEROS || (x.wrapping_add(0x0606_0606_0606_0606) & HIGH) != ZEROS {
-        return None;
-    }
-    // The first digit is the lowest byte: combine pairs, then quads.
-    let d = x - ZEROS;
-    let pairs = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
-    let quads = (pairs * 100 + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
-    let all = (quads * 10_000 + (quads >> 32)) & 0xFFFF_FFFF;
-    Some(all as i64)
 }
 
 #[cfg(test)]

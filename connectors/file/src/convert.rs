@@ -7,6 +7,7 @@ use recon_core::{ConnectorError, Currency, FieldKind, Location, MoneyError, Valu
 use crate::AmountFormat;
 
 /// A cell as read: text (possibly empty) or absent (JSON null or missing).
+#[derive(Clone, Copy)]
 pub(crate) enum Cell<'a> {
     Text(&'a str),
     Null,
