@@ -650,7 +650,7 @@ mod tests {
 /// `i64`). Anything else (spaces, `+`, 19 digits or more) is `None`, left
 /// to `str::parse`, which reads every form this reads to the same value.
 #[inline]
-pub(crate) fn plain_integer(b: &[u8]) -> Option<i64> {
+pub fn plain_integer(b: &[u8]) -> Option<i64> {
     let (negative, digits) = match b {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, b),

@@ -239,6 +239,8 @@ pub fn unix(n: i64, unit: Unit) -> Result<Timestamp, TimestampError> {
     .map_err(|_| TimestampError::Range { value: n, unit })
 }
 
+pub use crate::money::plain_integer;
+
 /// The number that 1 to 18 ASCII digits spell (leading zeros allowed, no
 /// sign); `None` for anything else. Eight digits at a time: one check and
 /// three multiplies per eight instead of a dependent multiply-add per
@@ -284,14 +286,16 @@ pub fn ascii_digits(s: &[u8]) -> Option<u64> {
 /// forms to the same instant (a property test checks it) and says why the
 /// others are refused. Inlined into the file reader's loop, where a call
 /// through [`value_ref`] per timestamp cell was a quarter of a typed row.
-#[inline]
+// Always inlined: returned from a call, the timestamp came back through
+// memory and its reload could not be store-forwarded (perf annotate).
+#[inline(always)]
 pub fn timestamp_fast(text: &str, rules: TimestampRules) -> Option<Timestamp> {
     let b = text.as_bytes();
     // An RFC 3339 text's fifth byte is a `-`, which no integer has.
     if b.len() >= 20 && b[4] == b'-' {
         return rfc3339_fast(b);
     }
-    let n = crate::money::plain_integer(b)?;
+    let n = plain_integer(b)?;
     unix(n, rules.integers?).ok()
 }
 
@@ -302,7 +306,7 @@ pub fn timestamp(text: &str, rules: TimestampRules) -> Result<Timestamp, Timesta
     // Unix time as exports write it (digits, no spaces): no trim, no
     // general parser. Anything else takes the paths below.
     if let Some(unit) = rules.integers {
-        if let Some(n) = crate::money::plain_integer(text.as_bytes()) {
+        if let Some(n) = plain_integer(text.as_bytes()) {
             return unix(n, unit);
         }
     }

@@ -3,7 +3,11 @@
 //! reader alone) and as a timestamp, written as Unix seconds and as RFC
 //! 3339; prints ns per row and the ratio of each timestamp read to its text
 //! read (goal: at most 1.25, i.e. parsing costs at most a quarter of what
-//! scanning the row does).
+//! scanning the row does). A third file is the row users' jobs read
+//! (`id,amount,currency,status,created`, the bench-diff pair's columns)
+//! with `amount` as money, `currency` as a currency and `created` as a
+//! timestamp, against the same columns read as text (goal: at most 1.25
+//! too).
 //!
 //! Run: `cargo bench -p recon-file --bench timestamps` (`ROWS` to change
 //! the row count, `RUNS` the repeats; the best run of each is kept).
@@ -21,20 +25,36 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn write(dir: &Path, name: &str, rows: usize, rfc3339: bool) -> PathBuf {
-    let mut text = String::from("id,status,created\n");
+/// The file's forms: `created` as Unix seconds or RFC 3339 beside a
+/// status, or the typed Stripe-like row.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Unix,
+    Rfc3339,
+    Typed,
+}
+
+fn write(dir: &Path, name: &str, rows: usize, form: Form) -> PathBuf {
+    let mut text = String::from(match form {
+        Form::Typed => "id,amount,currency,status,created\n",
+        _ => "id,status,created\n",
+    });
     let start = 1_793_491_200i64; // 2026-11-01T00:00:00Z
     for i in 0..rows {
         let t = start + (i as i64 * 7919) % 2_592_000;
-        let created = if rfc3339 {
+        let created = if form == Form::Rfc3339 {
             jiff::Timestamp::from_second(t).unwrap().to_string()
         } else {
             t.to_string()
         };
-        text.push_str(&format!(
-            "ch_{:024x},succeeded,{created}\n",
-            i as u128 * 0x9E37_79B9
-        ));
+        let key = format!("ch_{:024x}", i as u128 * 0x9E37_79B9);
+        if form == Form::Typed {
+            let currency = ["usd", "eur", "jpy", "gbp"][i % 4];
+            let amount = 100 + (i * 7_919) % 999_900;
+            text.push_str(&format!("{key},{amount},{currency},succeeded,{created}\n"));
+        } else {
+            text.push_str(&format!("{key},succeeded,{created}\n"));
+        }
     }
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
@@ -42,28 +62,37 @@ fn write(dir: &Path, name: &str, rows: usize, rfc3339: bool) -> PathBuf {
 }
 
 /// The best of `runs` full reads, in ns per row.
-fn read(path: &Path, kind: FieldKind, rows: usize, runs: usize) -> f64 {
+fn read(path: &Path, form: Form, typed: bool, rows: usize, runs: usize) -> f64 {
+    let kind = |k: FieldKind| if typed { k } else { FieldKind::Text };
+    let columns: Vec<(&str, FieldKind)> = match form {
+        Form::Typed => vec![
+            ("amount", kind(FieldKind::Money)),
+            ("currency", kind(FieldKind::Currency)),
+            ("status", FieldKind::Text),
+            ("created", kind(FieldKind::Timestamp)),
+        ],
+        _ => vec![
+            ("status", FieldKind::Text),
+            ("created", kind(FieldKind::Timestamp)),
+        ],
+    };
     let schema = Schema {
-        fields: vec![
-            Field {
-                name: "status".into(),
-                kind: FieldKind::Text,
-                compared: true,
-            },
-            Field {
-                name: "created".into(),
+        fields: columns
+            .iter()
+            .map(|&(name, kind)| Field {
+                name: name.into(),
                 kind,
                 compared: true,
-            },
-        ],
+            })
+            .collect(),
     };
     let mut best = f64::MAX;
     for _ in 0..runs {
         let spec = FileSpec {
             path: path.to_path_buf(),
             key_column: "id".into(),
-            columns: vec!["status".into(), "created".into()],
-            currency_column: None,
+            columns: columns.iter().map(|&(name, _)| name.into()).collect(),
+            currency_column: (form == Form::Typed).then(|| "currency".into()),
             amount_format: AmountFormat::Minor,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
         };
@@ -77,7 +106,7 @@ fn read(path: &Path, kind: FieldKind, rows: usize, runs: usize) -> f64 {
             })
             .unwrap();
         let ns = t.elapsed().as_nanos() as f64 / rows as f64;
-        assert_eq!(n, rows * 2);
+        assert_eq!(n, rows * columns.len());
         best = best.min(ns);
     }
     best
@@ -89,14 +118,18 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("recon-ts-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut worst: f64 = 0.0;
-    for (form, rfc) in [("unix seconds", false), ("rfc 3339", true)] {
-        let path = write(&dir, &format!("{rfc}.csv"), rows, rfc);
-        let text = read(&path, FieldKind::Text, rows, runs);
-        let ts = read(&path, FieldKind::Timestamp, rows, runs);
-        let ratio = ts / text;
+    for (name, form, typed_as) in [
+        ("unix seconds", Form::Unix, "timestamp"),
+        ("rfc 3339", Form::Rfc3339, "timestamp"),
+        ("stripe row", Form::Typed, "typed"),
+    ] {
+        let path = write(&dir, &format!("{name}.csv"), rows, form);
+        let text = read(&path, form, false, rows, runs);
+        let typed = read(&path, form, true, rows, runs);
+        let ratio = typed / text;
         worst = worst.max(ratio);
         println!(
-            "{form:>13}: as text {text:6.1} ns/row, as timestamp {ts:6.1} ns/row, ratio {ratio:.2} (goal <= 1.25)"
+            "{name:>13}: as text {text:6.1} ns/row, as {typed_as} {typed:6.1} ns/row, ratio {ratio:.2} (goal <= 1.25)"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

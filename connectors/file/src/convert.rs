@@ -49,18 +49,62 @@ impl CurrencyCache {
     // Inlined: without it the reader pays a call per cell (measured).
     #[inline]
     fn parse(&mut self, text: &str) -> Result<Currency, MoneyError> {
-        let &[a, b, c] = text.as_bytes() else {
-            return Currency::parse(text);
-        };
-        let code = u32::from_le_bytes([a, b, c, 0]);
-        if let Some(&(_, currency)) = self.codes.iter().find(|(k, _)| *k == code) {
+        if let Some(currency) = self.cached(text) {
             return Ok(currency);
         }
         let currency = Currency::parse(text)?;
-        if self.codes.len() < CACHED_CODES {
-            self.codes.push((code, currency));
+        if let (&[a, b, c], true) = (text.as_bytes(), self.codes.len() < CACHED_CODES) {
+            self.codes
+                .push((u32::from_le_bytes([a, b, c, 0]), currency));
         }
         Ok(currency)
+    }
+
+    /// The currency of a code read before, as written; `None` for any
+    /// other text (then [`CurrencyCache::parse`] reads it).
+    #[inline]
+    fn cached(&self, text: &str) -> Option<Currency> {
+        let &[a, b, c] = text.as_bytes() else {
+            return None;
+        };
+        let code = u32::from_le_bytes([a, b, c, 0]);
+        self.codes
+            .iter()
+            .find(|(k, _)| *k == code)
+            .map(|&(_, currency)| currency)
+    }
+}
+
+/// The typed cells exports write most, read inline by the reader's loop
+/// without a call per cell: timestamps in Unix seconds or RFC 3339,
+/// amounts in minor units as plain integers, and currency codes read
+/// before (text cells the loop takes itself). `None` sends the cell to
+/// [`convert`], which reads these forms to the same values (a test checks
+/// it) and words the refusals.
+#[inline(always)]
+pub(crate) fn convert_fast<'a>(
+    cell: Cell<'a>,
+    kind: FieldKind,
+    currency: Option<&str>,
+    amount_format: AmountFormat,
+    cache: &CurrencyCache,
+) -> Option<ValueRef<'a>> {
+    let Cell::Text(text) = cell else {
+        return None;
+    };
+    match kind {
+        FieldKind::Timestamp => {
+            parse::timestamp_fast(text, TimestampRules::FILE).map(ValueRef::Timestamp)
+        }
+        FieldKind::Currency => cache.cached(text).map(ValueRef::Currency),
+        FieldKind::Money if amount_format == AmountFormat::Minor => {
+            let currency = cache.cached(currency?)?;
+            let minor = parse::plain_integer(text.as_bytes())?;
+            Some(ValueRef::Money(recon_core::Money::from_minor(
+                minor, currency,
+            )))
+        }
+        _ => None,
     }
 }
 
@@ -148,6 +192,54 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    proptest::proptest! {
+        /// The inline path reads exactly what convert reads, for every
+        /// kind, with and without the currency cached, in both amount
+        /// formats; and the forms exports write take it.
+        #[test]
+        fn the_inline_path_reads_what_convert_reads(
+            text in proptest::prop_oneof![
+                "-?[0-9]{1,20}",
+                "[ +]?[0-9]{1,6}(\\.[0-9]{1,3})?[ ]?",
+                "2026-11-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})",
+                "(usd|USD|jpy|kwd|zzz|us|)",
+                "[a-zA-Z0-9 .:-]{0,24}",
+            ],
+            kind in proptest::sample::select(vec![
+                FieldKind::Text, FieldKind::Integer, FieldKind::Currency,
+                FieldKind::Money, FieldKind::Timestamp,
+            ]),
+            currency in proptest::option::of("(usd|jpy|kwd|eur|zzz|)"),
+            major in proptest::bool::ANY,
+            warm in proptest::bool::ANY,
+        ) {
+            let format = if major { AmountFormat::Major } else { AmountFormat::Minor };
+            let mut cache = CurrencyCache::default();
+            if warm {
+                for code in ["usd", "jpy", "kwd"] {
+                    cache.parse(code).unwrap();
+                }
+            }
+            let fast = convert_fast(Cell::Text(&text), kind, currency.as_deref(), format, &cache);
+            let slow = convert(Cell::Text(&text), kind, currency.as_deref(), format, &mut cache)
+                .map_err(|e| e.0);
+            if let Some(v) = fast {
+                proptest::prop_assert_eq!(Ok(v), slow, "{:?} as {:?}", text, kind);
+            }
+            let common = match kind {
+                FieldKind::Text | FieldKind::Integer => false,
+                FieldKind::Timestamp => text.len() <= 11 && text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty(),
+                FieldKind::Money => warm && !major && text.len() <= 18 && !text.is_empty()
+                    && text.bytes().all(|b| b.is_ascii_digit())
+                    && matches!(currency.as_deref(), Some("usd" | "jpy" | "kwd")),
+                FieldKind::Currency => warm && matches!(text.as_str(), "usd" | "jpy" | "kwd"),
+            };
+            if common {
+                proptest::prop_assert!(fast.is_some(), "{:?} as {:?} not inline", text, kind);
+            }
+        }
     }
 
     #[test]

@@ -18,13 +18,12 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use recon_core::parse::{self, TimestampRules};
 use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
 
 pub use settings::FileSettings;
 pub use source::FileSource;
 
-use convert::{convert, Cell, CurrencyCache};
+use convert::{convert, convert_fast, Cell, CurrencyCache};
 
 /// The two export formats, chosen by file extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,28 +331,21 @@ impl RowCx<'_> {
         for (k, (cell, &kind)) in cells.zip(self.kinds).enumerate() {
             // Text needs no conversion: no call, and no value returned
             // through memory (reloading it stalled the reader, measured).
-            // Timestamps in the forms exports write (Unix seconds, RFC
-            // 3339) are read here too; anything else goes to convert,
-            // which reads those forms alike and words the refusals.
-            let v = 'cell: {
-                match (cell, kind) {
-                    (Cell::Text(t), FieldKind::Text) if !t.is_empty() => {
-                        break 'cell ValueRef::Text(t)
-                    }
-                    (Cell::Text(t), FieldKind::Timestamp) => {
-                        if let Some(ts) = parse::timestamp_fast(t, TimestampRules::FILE) {
-                            break 'cell ValueRef::Timestamp(ts);
-                        }
-                    }
-                    _ => {}
-                }
-                convert(cell, kind, currency, amount_format, cache).map_err(|m| {
-                    ReadError::Connector(m.at(
-                        location(),
-                        &self.spec.columns[k],
-                        self.spec.currency_column.as_deref(),
-                    ))
-                })?
+            // Text needs no conversion: no call, and no value returned
+            // through memory (reloading it stalled the reader, measured).
+            // Other common cells are read inline, the rest by convert.
+            let v = match (cell, kind) {
+                (Cell::Text(t), FieldKind::Text) if !t.is_empty() => ValueRef::Text(t),
+                (cell, kind) => match convert_fast(cell, kind, currency, amount_format, cache) {
+                    Some(v) => v,
+                    None => convert(cell, kind, currency, amount_format, cache).map_err(|m| {
+                        ReadError::Connector(m.at(
+                            location(),
+                            &self.spec.columns[k],
+                            self.spec.currency_column.as_deref(),
+                        ))
+                    })?,
+                },
             };
             values.push(v);
         }
