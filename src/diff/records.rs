@@ -17,7 +17,7 @@ use std::sync::Arc;
 use recon_core::{FieldKind, Record};
 
 use super::arena::{decode_values, split_record};
-use super::keys::key_string;
+use super::keys::{key_string, with_key};
 use super::texts::TextDict;
 
 /// Records of one class (gaps or orphans), sorted by external ID.
@@ -90,6 +90,22 @@ impl Records {
             }
             Repr::Owned(v) => Cow::Borrowed(v[i].key.as_str()),
         })
+    }
+
+    /// Calls `f` with each external ID in order, decoded on the stack: no
+    /// string per key (what a count or a membership test needs).
+    pub fn for_each_key(&self, mut f: impl FnMut(&str)) {
+        match &self.0 {
+            Repr::Encoded { arena, offsets, .. } => {
+                for &offset in offsets {
+                    with_key(split_record(arena, offset as usize).0, |b| {
+                        // Only `&str`s are ever encoded, and packing keeps ASCII.
+                        f(&String::from_utf8_lossy(b))
+                    });
+                }
+            }
+            Repr::Owned(v) => v.iter().for_each(|r| f(&r.key)),
+        }
     }
 
     /// The record at position `i`; panics past the end, like a slice.

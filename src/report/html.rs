@@ -288,14 +288,38 @@ fn started_at(summary: &RunSummary) -> Option<&str> {
 struct Largest {
     n: usize,
     by: BTreeMap<Currency, Vec<TopRow>>,
+    /// Per currency, once a trim kept `n` rows: the smallest amount among
+    /// them. A later row below it can never be among the largest, so it is
+    /// not copied (a 200,000-gap report made three strings a row).
+    floor: BTreeMap<Currency, u128>,
 }
 
 impl Largest {
+    fn new(n: usize) -> Largest {
+        Largest {
+            n,
+            by: BTreeMap::new(),
+            floor: BTreeMap::new(),
+        }
+    }
+
+    /// Whether an amount could still be among the largest of its currency
+    /// (an equal one may, by its key).
+    fn admits(&self, currency: Currency, minor: i128) -> bool {
+        self.floor
+            .get(&currency)
+            .is_none_or(|floor| minor.unsigned_abs() >= *floor)
+    }
+
     fn push(&mut self, row: TopRow) {
-        let list = self.by.entry(row.currency).or_default();
+        let currency = row.currency;
+        let list = self.by.entry(currency).or_default();
         list.push(row);
         if list.len() >= self.n * 4 + 16 {
             Self::trim(list, self.n);
+            if let Some(last) = list.last().filter(|_| list.len() == self.n) {
+                self.floor.insert(currency, last.minor.unsigned_abs());
+            }
         }
     }
 
@@ -345,10 +369,7 @@ fn header(path: &Path) -> Result<Vec<String>> {
 /// per currency. `money_field` is the job's money field (the amount
 /// column of gaps.csv and orphans.csv).
 pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec<TopRow>> {
-    let mut top = Largest {
-        n,
-        by: BTreeMap::new(),
-    };
+    let mut top = Largest::new(n);
     let col = |h: &[String], name: &str| h.iter().position(|c| c == name);
     if let Some(field) = money_field {
         for (file, class) in [("gaps.csv", "gap"), ("orphans.csv", "orphan")] {
@@ -372,6 +393,9 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
                 let Ok(m) = Money::parse_major(&row[amount], currency) else {
                     return Ok(());
                 };
+                if !top.admits(currency, i128::from(m.minor)) {
+                    return Ok(());
+                }
                 top.push(TopRow {
                     class,
                     key: row[key].to_string(),
@@ -404,6 +428,9 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
                 let Ok(m) = Money::parse_major(&row[diff], currency) else {
                     return Ok(());
                 };
+                if !top.admits(currency, i128::from(m.minor)) {
+                    return Ok(());
+                }
                 top.push(TopRow {
                     class: "mismatch",
                     key: row[key].to_string(),
@@ -1197,6 +1224,48 @@ fn day(t: &str) -> &str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    proptest::proptest! {
+        /// Rows turned away below a currency's floor never change the
+        /// result: the same rows as a naive sort of everything (by amount,
+        /// then key), `n` per currency, ties at the floor included.
+        #[test]
+        fn largest_keeps_what_a_full_sort_keeps(
+            rows in proptest::collection::vec((0usize..3, -40i128..40, 0u16..500), 0..600),
+            n in 1usize..6,
+        ) {
+            let currencies = ["USD", "EUR", "JPY"].map(|c| Currency::parse(c).unwrap());
+            let row = |&(c, minor, k): &(usize, i128, u16)| TopRow {
+                class: "gap",
+                key: format!("k{k:03}"),
+                minor,
+                currency: currencies[c],
+                state: String::new(),
+                first_seen: String::new(),
+            };
+            let mut top = Largest::new(n);
+            for r in &rows {
+                let r = row(r);
+                if top.admits(r.currency, r.minor) {
+                    top.push(r);
+                }
+            }
+            let got: Vec<_> = top.finish().into_iter().map(|r| (r.currency, r.minor, r.key)).collect();
+            let mut want = Vec::new();
+            // In the currencies' order, as the kept rows are listed.
+            let mut order = currencies.to_vec();
+            order.sort();
+            for c in order {
+                let mut of: Vec<TopRow> = rows.iter().map(row).filter(|r| r.currency == c).collect();
+                if of.is_empty() {
+                    continue;
+                }
+                Largest::trim(&mut of, n);
+                want.extend(of.into_iter().map(|r| (r.currency, r.minor, r.key)));
+            }
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 
     fn usd() -> Currency {
         Currency::parse("USD").unwrap()
