@@ -71,8 +71,9 @@ pub(crate) use store::{friendly, json_text, random_u64, stable_hash, ts_text, JS
 pub use story::{ClosedStreak, DiscrepancyStreak, IdRecords, ItemRecord, RunTotals};
 pub use tokens::LazyTokens;
 pub use types::{
-    discrepancy_id, Backend, BatchOutcome, Class, DiscrepancyDelta, DiscrepancyMap, DiscrepancySet,
-    ItemStatus, LedgerBatch, LedgerItem, OpenHistory, PlanRecord, RunRow, RunStatus, RUN_STATUSES,
+    discrepancy_id, Backend, BatchOutcome, Class, DeltaBuilder, DiscrepancyDelta, DiscrepancyMap,
+    DiscrepancySet, ItemStatus, LedgerBatch, LedgerItem, OpenHistory, PlanRecord, RunRow,
+    RunStatus, RUN_STATUSES,
 };
 
 /// Every role trait, for callers that use the store whole:

@@ -305,36 +305,59 @@ impl OpenHistory {
     /// one is new, and the open ones not in `current` are resolved.
     /// Duplicates in `current` count once.
     pub fn delta(self, current: &[(Class, String)]) -> DiscrepancyDelta {
-        self.delta_of(current.iter().cloned())
+        let mut delta = self.delta_builder(current.len());
+        for (class, id) in current {
+            delta.see(*class, id);
+        }
+        delta.finish()
     }
 
-    /// [`OpenHistory::delta`] of discrepancies given owned: each key moves
-    /// into the delta, none is copied.
-    pub fn delta_of(
-        mut self,
-        current: impl IntoIterator<Item = (Class, String)>,
-    ) -> DiscrepancyDelta {
-        let current = current.into_iter();
+    /// A [`DeltaBuilder`] for about `expected` discrepancies: each is told
+    /// by reference ([`DeltaBuilder::see`]), so a persisting one costs no
+    /// string (the open row's own key moves into the delta) and only new
+    /// ones are copied.
+    pub fn delta_builder(self, expected: usize) -> DeltaBuilder {
         let mut delta = DiscrepancyDelta::default();
         let open: usize = self.0.iter().map(HashMap::len).sum();
-        let expected = current.size_hint().0;
         delta.persisting.reserve(open.min(expected));
         delta.new.reserve(expected.saturating_sub(open));
-        for (class, id) in current {
-            // The open row's own key moves into `persisting`.
-            if let Some((id, first)) = self.0[class as usize].remove_entry(id.as_str()) {
-                delta.persisting.insert((class, id), first);
-            } else {
-                // Listed twice in `current`: counted once.
-                let key = (class, id);
-                if !delta.persisting.contains_key(&key) {
-                    delta.new.insert(key);
-                }
-            }
+        DeltaBuilder { open: self, delta }
+    }
+}
+
+/// Builds a [`DiscrepancyDelta`] from the open history and the
+/// discrepancies one run found, told one at a time.
+#[derive(Debug)]
+pub struct DeltaBuilder {
+    open: OpenHistory,
+    delta: DiscrepancyDelta,
+}
+
+impl DeltaBuilder {
+    /// One discrepancy this run found: persisting when it was open (with
+    /// its first sighting), else new. Told twice, it counts once.
+    pub fn see(&mut self, class: Class, id: &str) {
+        // The open row's own key moves into `persisting`.
+        if let Some((id, first)) = self.open.0[class as usize].remove_entry(id) {
+            self.delta.persisting.insert((class, id), first);
+            return;
         }
+        // Told twice: counted once.
+        let key = (class, id.to_string());
+        if !self.delta.persisting.contains_key(&key) {
+            self.delta.new.insert(key);
+        }
+    }
+
+    /// The delta: the open discrepancies not told are resolved.
+    pub fn finish(self) -> DiscrepancyDelta {
+        let DeltaBuilder {
+            open: OpenHistory(open),
+            mut delta,
+        } = self;
         delta.resolved = CLASSES
             .into_iter()
-            .zip(self.0)
+            .zip(open)
             .flat_map(|(class, open)| open.into_iter().map(move |(id, first)| (class, id, first)))
             .collect();
         delta.resolved.sort();
