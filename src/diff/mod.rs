@@ -645,93 +645,104 @@ impl DiffEngine {
             ..DiffOutcome::default()
         };
         let key_string = |arena: &[u8], offset: u64| key_string(key_at(arena, offset));
-
-        // Source side: gaps stay in the table's vector (in place), the other
-        // classes are counted or noted.
-        let (arena, mut slots) = self.source.into_parts();
-        let mut seen_in_target = 0u64;
-        let mut dup_entries = Vec::new();
-        let mut matched = 0u64;
-        slots.retain(|&entry| {
-            if entry == EMPTY {
-                return false;
-            }
-            if entry & SEEN_OTHER != 0 {
-                seen_in_target += 1;
-            }
-            if entry & (DUP_SELF | DUP_OTHER) != 0 {
-                dup_entries.push(entry);
-                false
-            } else if entry & SEEN_OTHER == 0 {
-                true
-            } else {
-                if entry & MISMATCH == 0 {
-                    matched += 1;
-                }
-                false
-            }
-        });
-        out.matched = matched;
-        for entry in dup_entries {
-            let offset = entry & OFFSET_MASK;
-            let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
-            let target_count = if entry & SEEN_OTHER != 0 { t.max(1) } else { 0 };
-            out.duplicates.push(Duplicate {
-                key: key_string(&arena, offset),
-                source_count: s,
-                target_count,
-            });
-        }
-        let orphan_arena = self.orphans.arena();
-        out.copies = self
-            .copies
-            .map(|c| c.finish(&arena, orphan_arena, &self.kinds, &self.spec.texts));
-        let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
-        for pending in self.mismatches {
-            // A key that later turned out duplicated is reported as a duplicate only.
-            if !self.source_dups.contains_key(&pending.offset) {
-                out.mismatches.push(Mismatch {
-                    key: key_string(&arena, pending.offset),
-                    fields: pending.diffs,
-                });
-                mismatch_offsets.push(pending.offset);
-            }
-        }
-        let arena = Arc::new(arena);
-        sort_by_key(&arena, &mut mismatch_offsets);
         let texts = &self.spec.texts;
-        out.mismatch_sources = Records::encoded(
-            arena.clone(),
-            mismatch_offsets,
-            kinds.clone(),
-            texts.clone(),
-        );
-        out.gaps = sorted_records(arena, slots, &kinds, texts);
 
-        // Target side: every key not in the source, once or more.
+        // Target side: every key not in the source, once or more. One table
+        // and its own sort, classified on a thread of its own beside the
+        // source side (nothing else runs then: the other core was idle).
         let orphan_keys = self.orphans.len() as u64;
-        let (arena, mut slots) = self.orphans.into_parts();
-        let mut dup_entries = Vec::new();
-        slots.retain(|&entry| {
-            if entry == EMPTY {
-                return false;
-            }
-            if entry & DUP_SELF != 0 {
-                dup_entries.push(entry);
-                return false;
-            }
-            true
-        });
-        for entry in dup_entries {
-            let offset = entry & OFFSET_MASK;
-            out.duplicates.push(Duplicate {
-                key: key_string(&arena, offset),
-                source_count: 0,
-                target_count: self.orphan_dups.get(&offset).copied().unwrap_or(2),
+        let (orphan_arena, mut orphan_slots) = self.orphans.into_parts();
+        let orphan_arena = Arc::new(orphan_arena);
+        let orphan_dups = &self.orphan_dups;
+        let target_side = || {
+            let mut duplicates = Vec::new();
+            orphan_slots.retain(|&entry| {
+                if entry == EMPTY {
+                    return false;
+                }
+                if entry & DUP_SELF != 0 {
+                    let offset = entry & OFFSET_MASK;
+                    duplicates.push(Duplicate {
+                        key: key_string(&orphan_arena, offset),
+                        source_count: 0,
+                        target_count: orphan_dups.get(&offset).copied().unwrap_or(2),
+                    });
+                    return false;
+                }
+                true
             });
-        }
-        out.orphans = sorted_records(Arc::new(arena), slots, &kinds, texts);
-        out.target_records = seen_in_target + orphan_keys;
+            let orphans = sorted_records(orphan_arena.clone(), orphan_slots, &kinds, texts);
+            (orphans, duplicates)
+        };
+
+        let (orphans, orphan_duplicates) = std::thread::scope(|scope| {
+            let target = scope.spawn(target_side);
+            // Source side: gaps stay in the table's vector (in place), the
+            // other classes are counted or noted.
+            let (arena, mut slots) = self.source.into_parts();
+            let mut seen_in_target = 0u64;
+            let mut dup_entries = Vec::new();
+            let mut matched = 0u64;
+            slots.retain(|&entry| {
+                if entry == EMPTY {
+                    return false;
+                }
+                if entry & SEEN_OTHER != 0 {
+                    seen_in_target += 1;
+                }
+                if entry & (DUP_SELF | DUP_OTHER) != 0 {
+                    dup_entries.push(entry);
+                    false
+                } else if entry & SEEN_OTHER == 0 {
+                    true
+                } else {
+                    if entry & MISMATCH == 0 {
+                        matched += 1;
+                    }
+                    false
+                }
+            });
+            out.matched = matched;
+            out.target_records = seen_in_target + orphan_keys;
+            for entry in dup_entries {
+                let offset = entry & OFFSET_MASK;
+                let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
+                let target_count = if entry & SEEN_OTHER != 0 { t.max(1) } else { 0 };
+                out.duplicates.push(Duplicate {
+                    key: key_string(&arena, offset),
+                    source_count: s,
+                    target_count,
+                });
+            }
+            out.copies = self
+                .copies
+                .map(|c| c.finish(&arena, &orphan_arena, &self.kinds, texts));
+            let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
+            for pending in self.mismatches {
+                // A key that later turned out duplicated is reported as a duplicate only.
+                if !self.source_dups.contains_key(&pending.offset) {
+                    out.mismatches.push(Mismatch {
+                        key: key_string(&arena, pending.offset),
+                        fields: pending.diffs,
+                    });
+                    mismatch_offsets.push(pending.offset);
+                }
+            }
+            let arena = Arc::new(arena);
+            sort_by_key(&arena, &mut mismatch_offsets);
+            out.mismatch_sources = Records::encoded(
+                arena.clone(),
+                mismatch_offsets,
+                kinds.clone(),
+                texts.clone(),
+            );
+            out.gaps = sorted_records(arena, slots, &kinds, texts);
+            target
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        out.orphans = orphans;
+        out.duplicates.extend(orphan_duplicates);
         out.mismatches.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out.duplicates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out
