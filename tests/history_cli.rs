@@ -257,3 +257,57 @@ async fn a_run_killed_after_its_history_commit() {
     assert_eq!(seen, [r1.as_str(), killed.as_str(), r3.as_str()], "{ch3:#}");
     f.db.drop_db().await;
 }
+
+/// Each row of gaps.csv and orphans.csv carries its own ID's history when
+/// new and persisting discrepancies interleave in key order (the reports
+/// take the first sightings in list order, as the run found them).
+#[tokio::test]
+async fn new_and_persisting_rows_interleaved() {
+    let f = Fixture::new().await;
+    f.run(&["--dry-run"], 1);
+    // New gaps after each open one, a new orphan before the open one.
+    let path = f.dir.path().join("charges.csv");
+    let mut csv = std::fs::read_to_string(&path).unwrap();
+    for (id, minute) in [("ch_35", 3), ("ch_45", 4)] {
+        csv.push_str(&format!(
+            "{id},3500,usd,{}\n",
+            DAY_START + 3600 + minute * 60 + 30
+        ));
+    }
+    std::fs::write(&path, csv).unwrap();
+    f.db.exec("INSERT INTO payments VALUES ('ch_o0', 5, 'USD', '2026-11-28 06:00:30')")
+        .await;
+    let out = f.dir.path().join("second");
+    f.run(&["--dry-run", "--out", out.to_str().unwrap()], 1);
+    let states = |name: &str| -> Vec<(String, String)> {
+        let mut r = csv::Reader::from_path(out.join(name)).unwrap();
+        let h = r.headers().unwrap().clone();
+        let col = |n: &str| h.iter().position(|c| c == n).unwrap();
+        let (id, state) = (col("external_id"), col("state"));
+        r.records()
+            .map(|x| {
+                let x = x.unwrap();
+                (x[id].to_string(), x[state].to_string())
+            })
+            .collect()
+    };
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        states("gaps.csv"),
+        pairs(&[
+            ("ch_3", "persisting"),
+            ("ch_35", "new"),
+            ("ch_4", "persisting"),
+            ("ch_45", "new")
+        ])
+    );
+    assert_eq!(
+        states("orphans.csv"),
+        pairs(&[("ch_o0", "new"), ("ch_o1", "persisting")])
+    );
+    f.db.drop_db().await;
+}

@@ -77,7 +77,7 @@ impl Records {
     }
 
     /// The records in order, one at a time.
-    pub fn iter(&self) -> impl Iterator<Item = Cow<'_, Record>> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Cow<'_, Record>> + '_ {
         (0..self.len()).map(move |i| self.get(i))
     }
 

@@ -20,7 +20,7 @@ use crate::report::{
     RunSummary, UnplacedRow,
 };
 use crate::state::prelude::*;
-use crate::state::{DiscrepancyDelta, PlanRecord, RunStatus, StateStore};
+use crate::state::{PlanRecord, RunStatus, StateStore};
 use crate::Status;
 
 /// What the run is: its plan, id, windows and clocks.
@@ -59,7 +59,7 @@ pub struct Found {
     /// Young source records.
     pub pending: Vec<Record>,
     /// The history's delta.
-    pub delta: std::sync::Arc<DiscrepancyDelta>,
+    pub delta: super::history::RunDelta,
     /// The backfill plan.
     pub items: Vec<Item>,
     /// What the safety limits decided.
@@ -159,7 +159,7 @@ fn extras(
     plan: Option<PlanLines>,
     delivered: Option<&super::webhook::Delivered>,
 ) -> RunExtras {
-    let (history, resolved) = super::history::for_report(&found.delta, cx.now);
+    let (history, resolved) = super::history::for_report(std::mem::take(&mut found.delta), cx.now);
     let mut extras = RunExtras {
         run_id: Some(cx.run_id.to_string()),
         dry_run: cx.plan.dry_run,

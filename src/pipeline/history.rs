@@ -16,27 +16,46 @@ use crate::report::{HistoryMap, ResolvedRow};
 use crate::state::prelude::*;
 use crate::state::{Class, DiscrepancyDelta, OpenHistory, StateError, StateStore};
 
+/// The delta of one run, and the first sightings of its gaps and orphans
+/// in their lists' order.
+#[derive(Default)]
+pub struct RunDelta {
+    /// What the history says of this run's discrepancies.
+    pub delta: Arc<DiscrepancyDelta>,
+    /// First sightings in report order.
+    pub in_order: InOrder,
+}
+
+pub use crate::report::InOrder;
+
 /// What this run's open discrepancies change in the history: each is
 /// told to the delta by reference (gap and orphan keys decoded on the
 /// stack), so a persisting one costs no string (a nightly dry run of the
-/// 10M bench files tells 309,000 of them).
-fn delta(open: OpenHistory, outcome: &DiffOutcome) -> DiscrepancyDelta {
+/// 10M bench files tells 309,000 of them). The first sightings of the gaps
+/// and orphans are kept in their lists' order for the reports.
+fn delta(open: OpenHistory, outcome: &DiffOutcome) -> (DiscrepancyDelta, InOrder) {
     let expected = outcome.gaps.len()
         + outcome.orphans.len()
         + outcome.mismatches.len()
         + outcome.duplicates.len();
     let mut delta = open.delta_builder(expected);
-    outcome.gaps.for_each_key(|k| delta.see(Class::Gap, k));
+    let mut in_order = InOrder {
+        gaps: Vec::with_capacity(outcome.gaps.len()),
+        orphans: Vec::with_capacity(outcome.orphans.len()),
+    };
+    outcome
+        .gaps
+        .for_each_key(|k| in_order.gaps.push(delta.see(Class::Gap, k)));
     outcome
         .orphans
-        .for_each_key(|k| delta.see(Class::Orphan, k));
+        .for_each_key(|k| in_order.orphans.push(delta.see(Class::Orphan, k)));
     for m in &outcome.mismatches {
         delta.see(Class::Mismatch, &m.key);
     }
     for d in &outcome.duplicates {
         delta.see(Class::Duplicate, &d.key);
     }
-    delta.finish()
+    (delta.finish(), in_order)
 }
 
 /// The history's write, when it runs beside the reports: started once
@@ -140,9 +159,10 @@ pub async fn update_while_applying(
     guard: &Guard,
     now: Timestamp,
     deliveries: bool,
-) -> Result<(Arc<DiscrepancyDelta>, Option<Vec<WriteOutcome>>, Recording)> {
+) -> Result<(RunDelta, Option<Vec<WriteOutcome>>, Recording)> {
     let state = ledger.state;
-    let delta = Arc::new(delta(open.finish().await?, outcome));
+    let (delta, in_order) = delta(open.finish().await?, outcome);
+    let delta = Arc::new(delta);
     let Some(target) = sides.writer().filter(|_| guard.write) else {
         // No backfill to run beside: the write runs on its own task while
         // the reports are rendered, awaited before their folder is
@@ -168,7 +188,7 @@ pub async fn update_while_applying(
         } else {
             recording
         };
-        return Ok((delta, None, recording));
+        return Ok((RunDelta { delta, in_order }, None, recording));
     };
     // Beside the backfill: on PostgreSQL at once, on SQLite (one writer)
     // once the backfill's plan is committed.
@@ -190,12 +210,18 @@ pub async fn update_while_applying(
     // same state sessions terminated).
     let outcomes = outcomes?;
     written?;
-    Ok((delta, Some(outcomes), Recording(Write::Done)))
+    Ok((
+        RunDelta { delta, in_order },
+        Some(outcomes),
+        Recording(Write::Done),
+    ))
 }
 
 /// The history as the reports show it: first sightings of the persisting
 /// discrepancies, and the resolved ones.
-pub fn for_report(delta: &Arc<DiscrepancyDelta>, now: Timestamp) -> (HistoryMap, Vec<ResolvedRow>) {
+pub fn for_report(run: RunDelta, now: Timestamp) -> (HistoryMap, Vec<ResolvedRow>) {
+    let RunDelta { delta, in_order } = run;
+    let delta = &delta;
     // Formatted once per distinct first sighting, not once per row.
     let mut firsts: HashMap<Timestamp, String> = HashMap::new();
     let firsts_of = delta
@@ -222,6 +248,7 @@ pub fn for_report(delta: &Arc<DiscrepancyDelta>, now: Timestamp) -> (HistoryMap,
         now: now_s,
         delta: Arc::clone(delta),
         firsts,
+        in_order,
     };
     (history, resolved)
 }

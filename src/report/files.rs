@@ -563,6 +563,41 @@ pub struct HistoryMap {
     /// Each distinct first sighting, RFC 3339 (a history holds few: one
     /// per run that found something new).
     pub firsts: HashMap<Timestamp, String>,
+    /// The first sightings of the gaps and orphans in their lists' order,
+    /// found as the delta was built: their rows need no look-up in
+    /// `delta` (a hash probe and its cache misses per row).
+    pub in_order: InOrder,
+}
+
+/// First sightings in report order: `None` for a discrepancy seen for the
+/// first time by this run.
+#[derive(Clone, Debug, Default)]
+pub struct InOrder {
+    /// One per gap, in the outcome's order.
+    pub gaps: Vec<Option<Timestamp>>,
+    /// One per orphan, in the outcome's order.
+    pub orphans: Vec<Option<Timestamp>>,
+}
+
+impl HistoryMap {
+    /// The first sightings of `class` in list order, when they were found
+    /// for a list of `len` records (else rows are looked up by key).
+    fn in_order(&self, class: Class, len: usize) -> Option<&[Option<Timestamp>]> {
+        let list = match class {
+            Class::Gap => &self.in_order.gaps,
+            Class::Orphan => &self.in_order.orphans,
+            _ => return None,
+        };
+        (list.len() == len).then_some(list.as_slice())
+    }
+
+    /// The history's cells of a discrepancy whose first sighting is known.
+    fn cells_of(&self, first: Option<Timestamp>) -> [&str; 2] {
+        match first.and_then(|t| self.firsts.get(&t)) {
+            Some(first) => [first.as_str(), "persisting"],
+            None => [self.now.as_str(), "new"],
+        }
+    }
 }
 
 type History<'a> = (&'a HistoryMap, Class);
@@ -579,11 +614,7 @@ fn history_cells<'h>(
     probe.0 = class;
     probe.1.clear();
     probe.1.push_str(key);
-    let first = h.delta.persisting.get(probe).and_then(|t| h.firsts.get(t));
-    Some(match first {
-        Some(first) => [first.as_str(), "persisting"],
-        None => [h.now.as_str(), "new"],
-    })
+    Some(h.cells_of(h.delta.persisting.get(probe).copied()))
 }
 
 /// Writes records one at a time, as the list yields them: a large list of
@@ -592,7 +623,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
     dir: &mut ReportDir,
     name: &str,
     schema: &Schema,
-    records: impl IntoIterator<Item = R>,
+    records: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     history: Option<History<'_>>,
 ) -> Result<()> {
     records_into(dir.file(name)?, schema, records, history)
@@ -602,7 +633,7 @@ fn write_records<R: std::borrow::Borrow<Record>>(
 fn records_into<R: std::borrow::Borrow<Record>>(
     file: ReportFile,
     schema: &Schema,
-    records: impl IntoIterator<Item = R>,
+    records: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     history: Option<History<'_>>,
 ) -> Result<()> {
     let (mut header, add_currency) = record_header(schema);
@@ -622,7 +653,7 @@ fn records_into<R: std::borrow::Borrow<Record>>(
 fn write_rows<R: std::borrow::Borrow<Record>>(
     mut w: CsvReport<ReportFile>,
     schema: &Schema,
-    records: impl IntoIterator<Item = R>,
+    records: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     history: Option<History<'_>>,
     add_currency: bool,
 ) -> Result<()> {
@@ -630,10 +661,13 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
     let money_field = schema.money_field();
     // Every cell is written into a buffer reused from row to row, and the
     // history is looked up with a reused key: no string is made per cell
-    // (gaps.csv of a 10M-row diff has 100,000 rows).
+    // (gaps.csv of a 10M-row diff has 100,000 rows). Gaps and orphans take
+    // their first sightings in list order instead, when the run found them.
     let mut row = RowBuf::default();
     let mut probe = (Class::Gap, String::new());
-    for r in records {
+    let records = records.into_iter();
+    let in_order = history.and_then(|(h, class)| h.in_order(class, records.len()).map(|o| (h, o)));
+    for (i, r) in records.enumerate() {
         let r: &Record = r.borrow();
         row.used = 0;
         row.next().push_str(&r.key);
@@ -644,10 +678,11 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
             let cur = money_field.and_then(|i| r.values[i].currency());
             row.next().push_str(cur.as_ref().map_or("", |c| c.code()));
         }
-        for cell in history_cells(history, &r.key, &mut probe)
-            .into_iter()
-            .flatten()
-        {
+        let cells = match in_order {
+            Some((h, firsts)) => Some(h.cells_of(firsts[i])),
+            None => history_cells(history, &r.key, &mut probe),
+        };
+        for cell in cells.into_iter().flatten() {
             row.next().push_str(cell);
         }
         w.row(row.cells())?;

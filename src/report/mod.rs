@@ -12,7 +12,7 @@ pub mod summary;
 
 pub use files::{
     summary_of, write_backfill_csv, write_diff_files, write_diff_reports, write_summary,
-    BackfillOutcome, BackfillRow, HistoryMap, PlanLines, ResolvedRow, RunExtras, RunMeta,
+    BackfillOutcome, BackfillRow, HistoryMap, InOrder, PlanLines, ResolvedRow, RunExtras, RunMeta,
     UnplacedRow,
 };
 pub use staging::ReportDir;

@@ -335,18 +335,21 @@ pub struct DeltaBuilder {
 
 impl DeltaBuilder {
     /// One discrepancy this run found: persisting when it was open (with
-    /// its first sighting), else new. Told twice, it counts once.
-    pub fn see(&mut self, class: Class, id: &str) {
+    /// its first sighting, which is returned), else new (`None`). Told
+    /// twice, it counts once.
+    pub fn see(&mut self, class: Class, id: &str) -> Option<Timestamp> {
         // The open row's own key moves into `persisting`.
         if let Some((id, first)) = self.open.0[class as usize].remove_entry(id) {
             self.delta.persisting.insert((class, id), first);
-            return;
+            return Some(first);
         }
         // Told twice: counted once.
         let key = (class, id.to_string());
-        if !self.delta.persisting.contains_key(&key) {
-            self.delta.new.insert(key);
+        if let Some(first) = self.delta.persisting.get(&key) {
+            return Some(*first);
         }
+        self.delta.new.insert(key);
+        None
     }
 
     /// The delta: the open discrepancies not told are resolved.
