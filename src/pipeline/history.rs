@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::backfill::{self, Guard, Item, Ledger};
 use super::read::Sides;
-use crate::diff::DiffOutcome;
+use crate::diff::{DiffOutcome, Records};
 use crate::report::{HistoryMap, ResolvedRow};
 use crate::state::prelude::*;
 use crate::state::{Class, DiscrepancyDelta, OpenHistory, StateError, StateStore};
@@ -28,34 +28,63 @@ pub struct RunDelta {
 
 pub use crate::report::InOrder;
 
+/// The discrepancies one run found, as the delta needs them: the gap and
+/// orphan lists (encoded; cloning one copies its offsets, not its
+/// records) and the other classes' keys.
+struct Found {
+    gaps: Records,
+    orphans: Records,
+    mismatches: Vec<String>,
+    duplicates: Vec<String>,
+}
+
+impl Found {
+    fn of(outcome: &DiffOutcome) -> Found {
+        Found {
+            gaps: outcome.gaps.clone(),
+            orphans: outcome.orphans.clone(),
+            mismatches: outcome.mismatches.iter().map(|m| m.key.clone()).collect(),
+            duplicates: outcome.duplicates.iter().map(|d| d.key.clone()).collect(),
+        }
+    }
+}
+
 /// What this run's open discrepancies change in the history: each is
 /// told to the delta by reference (gap and orphan keys decoded on the
 /// stack), so a persisting one costs no string (a nightly dry run of the
 /// 10M bench files tells 309,000 of them). The first sightings of the gaps
 /// and orphans are kept in their lists' order for the reports.
-fn delta(open: OpenHistory, outcome: &DiffOutcome) -> (DiscrepancyDelta, InOrder) {
-    let expected = outcome.gaps.len()
-        + outcome.orphans.len()
-        + outcome.mismatches.len()
-        + outcome.duplicates.len();
+fn delta(
+    open: OpenHistory,
+    (gaps, orphans): (&Records, &Records),
+    mismatches: impl ExactSizeIterator<Item = impl AsRef<str>>,
+    duplicates: impl ExactSizeIterator<Item = impl AsRef<str>>,
+) -> RunDelta {
+    let expected = gaps.len() + orphans.len() + mismatches.len() + duplicates.len();
     let mut delta = open.delta_builder(expected);
     let mut in_order = InOrder {
-        gaps: Vec::with_capacity(outcome.gaps.len()),
-        orphans: Vec::with_capacity(outcome.orphans.len()),
+        gaps: Vec::with_capacity(gaps.len()),
+        orphans: Vec::with_capacity(orphans.len()),
     };
-    outcome
-        .gaps
-        .for_each_key(|k| in_order.gaps.push(delta.see(Class::Gap, k)));
-    outcome
-        .orphans
-        .for_each_key(|k| in_order.orphans.push(delta.see(Class::Orphan, k)));
-    for m in &outcome.mismatches {
-        delta.see(Class::Mismatch, &m.key);
+    gaps.for_each_key(|k| in_order.gaps.push(delta.see(Class::Gap, k)));
+    orphans.for_each_key(|k| in_order.orphans.push(delta.see(Class::Orphan, k)));
+    for k in mismatches {
+        delta.see(Class::Mismatch, k.as_ref());
     }
-    for d in &outcome.duplicates {
-        delta.see(Class::Duplicate, &d.key);
+    for k in duplicates {
+        delta.see(Class::Duplicate, k.as_ref());
     }
-    (delta.finish(), in_order)
+    RunDelta {
+        delta: Arc::new(delta.finish()),
+        in_order,
+    }
+}
+
+/// [`delta`] of an outcome, on this thread.
+fn delta_of(open: OpenHistory, outcome: &DiffOutcome) -> RunDelta {
+    let mismatches = outcome.mismatches.iter().map(|m| m.key.as_str());
+    let duplicates = outcome.duplicates.iter().map(|d| d.key.as_str());
+    delta(open, (&outcome.gaps, &outcome.orphans), mismatches, duplicates)
 }
 
 /// The history's write, when it runs beside the reports: started once
@@ -161,9 +190,9 @@ pub async fn update_while_applying(
     deliveries: bool,
 ) -> Result<(RunDelta, Option<Vec<WriteOutcome>>, Recording)> {
     let state = ledger.state;
-    let (delta, in_order) = delta(open.finish().await?, outcome);
-    let delta = Arc::new(delta);
+    let open = open.finish().await?;
     let Some(target) = sides.writer().filter(|_| guard.write) else {
+        let run = delta_of(open, outcome);
         // No backfill to run beside: the write runs on its own task while
         // the reports are rendered, awaited before their folder is
         // committed. On SQLite it starts after a webhook route's deliveries
@@ -176,7 +205,7 @@ pub async fn update_while_applying(
             job: ledger.job.to_string(),
             run: ledger.plan_id.to_string(),
             now,
-            delta: Arc::clone(&delta),
+            delta: Arc::clone(&run.delta),
         };
         let recording = Recording(Write::Deferred(Box::new(write)));
         // SQLite's one writer is free now unless webhook deliveries follow:
@@ -188,33 +217,48 @@ pub async fn update_while_applying(
         } else {
             recording
         };
-        return Ok((RunDelta { delta, in_order }, None, recording));
+        return Ok((run, None, recording));
     };
     // Beside the backfill: on PostgreSQL at once, on SQLite (one writer)
     // once the backfill's plan is committed.
     let (planned, plan_committed) = tokio::sync::oneshot::channel();
     let backfill = backfill::apply(ledger, target, items, Some(planned));
-    // Also when the backfill stopped before its plan: what the run found is
-    // recorded either way.
+    // The delta is made on a thread of its own while the backfill starts
+    // (its plan, its first batches): a 200,000-gap backfill waited 60 ms
+    // for it. Also when the backfill stopped before its plan: what the run
+    // found is recorded either way.
+    let found = Found::of(outcome);
     let history = async {
+        let run = tokio::task::spawn_blocking(move || {
+            let Found {
+                gaps,
+                orphans,
+                mismatches,
+                duplicates,
+            } = found;
+            delta(
+                open,
+                (&gaps, &orphans),
+                mismatches.iter(),
+                duplicates.iter(),
+            )
+        })
+        .await
+        .map_err(|e| anyhow!("comparing with the discrepancy history: {e}"))?;
         if !state.concurrent_writes() {
             let _ = plan_committed.await;
         }
         state
-            .write_discrepancies(ledger.job, ledger.plan_id, now, &delta)
-            .await
+            .write_discrepancies(ledger.job, ledger.plan_id, now, &run.delta)
+            .await?;
+        anyhow::Ok(run)
     };
-    let (written, outcomes) = tokio::join!(history, backfill);
+    let (run, outcomes) = tokio::join!(history, backfill);
     // When both fail, the backfill's error names the cause (a lost run
     // lock, a refused batch); the history's is then its consequence (the
     // same state sessions terminated).
     let outcomes = outcomes?;
-    written?;
-    Ok((
-        RunDelta { delta, in_order },
-        Some(outcomes),
-        Recording(Write::Done),
-    ))
+    Ok((run?, Some(outcomes), Recording(Write::Done)))
 }
 
 /// The history as the reports show it: first sightings of the persisting

@@ -359,6 +359,31 @@ fn each_row(path: &Path, mut each: impl FnMut(&csv::StringRecord) -> Result<()>)
     Ok(())
 }
 
+/// [`each_row`] with the raw bytes of each row: no UTF-8 check of the
+/// cells a caller does not read (report.html reads every gap, orphan and
+/// mismatch row for a few of them).
+fn each_byte_row(path: &Path, mut each: impl FnMut(&csv::ByteRecord) -> Result<()>) -> Result<()> {
+    let mut r =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut row = csv::ByteRecord::new();
+    while r
+        .read_byte_record(&mut row)
+        .with_context(|| format!("cannot read {}", path.display()))?
+    {
+        each(&row).with_context(|| format!("cannot read {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A cell of a row read by [`each_byte_row`], as text; an error when it
+/// is not UTF-8 (no report file recon writes holds such a cell).
+fn cell(row: &csv::ByteRecord, i: usize) -> Result<&str> {
+    std::str::from_utf8(&row[i]).map_err(|e| {
+        let line = row.position().map_or(0, |p| p.line());
+        anyhow::anyhow!("line {line}, column {}: not UTF-8 ({e})", i + 1)
+    })
+}
+
 fn header(path: &Path) -> Result<Vec<String>> {
     let mut r =
         csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -386,11 +411,11 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
                 continue;
             };
             let (first, state) = (col(&h, HISTORY_COLUMNS[0]), col(&h, HISTORY_COLUMNS[1]));
-            each_row(&path, |row| {
-                let Ok(currency) = Currency::parse(&row[cur]) else {
+            each_byte_row(&path, |row| {
+                let Ok(currency) = Currency::parse(cell(row, cur)?) else {
                     return Ok(());
                 };
-                let Ok(m) = Money::parse_major(&row[amount], currency) else {
+                let Ok(m) = Money::parse_major(cell(row, amount)?, currency) else {
                     return Ok(());
                 };
                 if !top.admits(currency, i128::from(m.minor)) {
@@ -398,11 +423,19 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
                 }
                 top.push(TopRow {
                     class,
-                    key: row[key].to_string(),
+                    key: cell(row, key)?.to_string(),
                     minor: i128::from(m.minor),
                     currency,
-                    state: state.map(|i| row[i].to_string()).unwrap_or_default(),
-                    first_seen: first.map(|i| row[i].to_string()).unwrap_or_default(),
+                    state: state
+                        .map(|i| cell(row, i))
+                        .transpose()?
+                        .unwrap_or_default()
+                        .to_string(),
+                    first_seen: first
+                        .map(|i| cell(row, i))
+                        .transpose()?
+                        .unwrap_or_default()
+                        .to_string(),
                 });
                 Ok(())
             })?;
@@ -418,14 +451,14 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
             col(&h, "difference"),
         ) {
             let (first, state) = (col(&h, HISTORY_COLUMNS[0]), col(&h, HISTORY_COLUMNS[1]));
-            each_row(&path, |row| {
-                if money_field.is_some_and(|f| f != &row[field]) {
+            each_byte_row(&path, |row| {
+                if money_field.is_some_and(|f| f.as_bytes() != &row[field]) {
                     return Ok(());
                 }
-                let Ok(currency) = Currency::parse(&row[cur]) else {
+                let Ok(currency) = Currency::parse(cell(row, cur)?) else {
                     return Ok(());
                 };
-                let Ok(m) = Money::parse_major(&row[diff], currency) else {
+                let Ok(m) = Money::parse_major(cell(row, diff)?, currency) else {
                     return Ok(());
                 };
                 if !top.admits(currency, i128::from(m.minor)) {
@@ -433,11 +466,19 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
                 }
                 top.push(TopRow {
                     class: "mismatch",
-                    key: row[key].to_string(),
+                    key: cell(row, key)?.to_string(),
                     minor: i128::from(m.minor),
                     currency,
-                    state: state.map(|i| row[i].to_string()).unwrap_or_default(),
-                    first_seen: first.map(|i| row[i].to_string()).unwrap_or_default(),
+                    state: state
+                        .map(|i| cell(row, i))
+                        .transpose()?
+                        .unwrap_or_default()
+                        .to_string(),
+                    first_seen: first
+                        .map(|i| cell(row, i))
+                        .transpose()?
+                        .unwrap_or_default()
+                        .to_string(),
                 });
                 Ok(())
             })?;
