@@ -84,7 +84,12 @@ fn delta(
 fn delta_of(open: OpenHistory, outcome: &DiffOutcome) -> RunDelta {
     let mismatches = outcome.mismatches.iter().map(|m| m.key.as_str());
     let duplicates = outcome.duplicates.iter().map(|d| d.key.as_str());
-    delta(open, (&outcome.gaps, &outcome.orphans), mismatches, duplicates)
+    delta(
+        open,
+        (&outcome.gaps, &outcome.orphans),
+        mismatches,
+        duplicates,
+    )
 }
 
 /// The history's write, when it runs beside the reports: started once

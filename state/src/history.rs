@@ -112,10 +112,9 @@ impl DiscrepancyHistory for StateStore {
     ) -> Result<(), StateError> {
         let context = "updating the discrepancy history";
         let now_s = ts_text(now);
-        let mut new: Vec<(Class, &str)> =
-            delta.new.iter().map(|(c, id)| (*c, id.as_str())).collect();
-        // Key order: neighbouring rows land on the same B-tree pages.
-        new.sort_unstable();
+        // Key order (the delta's own): neighbouring rows land on the same
+        // B-tree pages, and each class is one run of rows.
+        let new: Vec<(Class, &str)> = delta.new.iter().map(|(c, id)| (*c, id.as_str())).collect();
         let mut tx = self.begin_write(context).await?;
         let reopen = !new.is_empty() && self.has_resolved(&mut tx, context, job).await?;
         self.resolve_in(&mut tx, context, job, run_id, &now_s, delta)

@@ -286,8 +286,10 @@ pub type DiscrepancyMap<V> = HashMap<(Class, String), V, foldhash::fast::RandomS
 /// How the open discrepancies of a job changed with one run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiscrepancyDelta {
-    /// Seen for the first time (or again after having been resolved).
-    pub new: DiscrepancySet,
+    /// Seen for the first time (or again after having been resolved):
+    /// sorted by class, then ID (the order the store inserts them in),
+    /// each once.
+    pub new: Vec<(Class, String)>,
     /// Still open, with when each was first seen.
     pub persisting: DiscrepancyMap<Timestamp>,
     /// Open before, gone now, with when each was first seen; sorted.
@@ -343,12 +345,12 @@ impl DeltaBuilder {
             self.delta.persisting.insert((class, id), first);
             return Some(first);
         }
-        // Told twice: counted once.
+        // Told twice: counted once (new ones are deduplicated at the end).
         let key = (class, id.to_string());
         if let Some(first) = self.delta.persisting.get(&key) {
             return Some(*first);
         }
-        self.delta.new.insert(key);
+        self.delta.new.push(key);
         None
     }
 
@@ -364,6 +366,10 @@ impl DeltaBuilder {
             .flat_map(|(class, open)| open.into_iter().map(move |(id, first)| (class, id, first)))
             .collect();
         delta.resolved.sort();
+        // Told in class order, each class's IDs sorted (as a run's lists
+        // are), the new ones are in order already: the sort only checks.
+        delta.new.sort_unstable();
+        delta.new.dedup();
         delta
     }
 }
