@@ -108,6 +108,34 @@ impl Records {
         }
     }
 
+    /// Every record, owned, in order. A long encoded list is decoded on
+    /// two threads (a backfill of 200,000 gaps decoded them on one for
+    /// 100 ms, with the other core idle).
+    pub fn to_owned_vec(&self) -> Vec<Record> {
+        /// Below this, one thread is quicker than starting another.
+        const PARALLEL_FROM: usize = 20_000;
+        let n = self.len();
+        if n < PARALLEL_FROM || matches!(self.0, Repr::Owned(_)) {
+            return self.iter().map(Cow::into_owned).collect();
+        }
+        let decode = |range: std::ops::Range<usize>| -> Vec<Record> {
+            range.map(|i| self.get(i).into_owned()).collect()
+        };
+        let mid = n / 2;
+        let (mut first, second) = std::thread::scope(|scope| {
+            let second = scope.spawn(|| decode(mid..n));
+            let first = decode(0..mid);
+            (
+                first,
+                second
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            )
+        });
+        first.extend(second);
+        first
+    }
+
     /// The record at position `i`; panics past the end, like a slice.
     pub fn get(&self, i: usize) -> Cow<'_, Record> {
         match &self.0 {
@@ -248,5 +276,36 @@ mod tests {
         assert_eq!(encoded, owned);
         assert_eq!(encoded.clone().into_iter().collect::<Vec<_>>(), records);
         assert_eq!(owned.into_iter().collect::<Vec<_>>(), records);
+    }
+
+    /// Decoded whole (on two threads past 20,000 records) or key by key,
+    /// an encoded list gives its records in order, each once.
+    #[test]
+    fn whole_lists_and_keys_read_in_order() {
+        let kinds: Arc<[FieldKind]> = Arc::from(vec![FieldKind::Text, FieldKind::Integer]);
+        let texts = Arc::new(TextDict::default());
+        let mut codec = super::super::texts::TextCodec::new(texts.clone());
+        for n in [0, 3, 19_999, 20_000, 20_001, 45_678] {
+            let records: Vec<Record> = (0..n)
+                .map(|i| Record {
+                    key: format!("ch_{i:06}"),
+                    values: vec![Value::Text(format!("s{}", i % 7)), Value::Integer(i as i64)],
+                })
+                .collect();
+            let (mut arena, mut offsets) = (Vec::new(), Vec::new());
+            for r in &records {
+                offsets.push(arena.len() as u64);
+                let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+                super::super::arena::encode_record(&mut arena, &r.key, &v, &kinds, &mut codec)
+                    .unwrap();
+            }
+            let encoded = Records::encoded(Arc::new(arena), offsets, kinds.clone(), texts.clone());
+            assert_eq!(encoded.to_owned_vec(), records, "{n} records");
+            let mut keys = Vec::new();
+            encoded.for_each_key(|k| keys.push(k.to_string()));
+            let want: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
+            assert_eq!(keys, want, "{n} keys");
+            assert_eq!(Records::from(records.clone()).to_owned_vec(), records);
+        }
     }
 }

@@ -35,8 +35,9 @@ pub fn plan_items(plan: &RunPlan, outcome: &DiffOutcome, confirmed: &[Record]) -
     items.extend(
         outcome
             .gaps
-            .iter()
-            .map(|r| (r.into_owned(), WriteMode::Insert)),
+            .to_owned_vec()
+            .into_iter()
+            .map(|r| (r, WriteMode::Insert)),
     );
     if mode == BackfillMode::Upsert {
         let engine = outcome.mismatch_sources.iter().map(|r| r.into_owned());
