@@ -88,12 +88,26 @@ pub async fn report(
         .then(|| plan_lines(cx, &mut found, previews.unwrap_or_default()));
     let delivered = webhook.and_then(|w| w.delivered);
     let extras = extras(cx, &mut found, plan_lines, delivered.as_ref());
-    let status = status(&found.outcome, &extras, found.guard.trouble.is_some());
     let schema = &cx.plan.spec.schema;
+    let mut dir = dir;
+    // The status (after a large backfill, a look-up of every gap among
+    // the written keys) is found on a thread of its own while the
+    // discrepancy files are written.
+    let (status, files) = std::thread::scope(|scope| {
+        let status = scope.spawn(|| status(&found.outcome, &extras, found.guard.trouble.is_some()));
+        let files = write_diff_files(&mut dir, schema, &found.outcome, &extras);
+        let status = status
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (status, files)
+    });
     let mut summary =
         crate::report::summary_of(schema, &found.outcome, &meta(cx), &extras, status.code());
     let history = (&found.outcome, found.recording);
-    let written = write_folder(cx, state, dir, history, &extras, &mut summary).await;
+    let written = match files {
+        Ok(()) => write_folder(cx, state, dir, history, &extras, &mut summary).await,
+        Err(e) => Err(e),
+    };
     // What the run did is recorded even when its reports could not be
     // written (a full disk): its writes are in the ledger, its counts in the
     // run's record, for `recon runs` and the next run.
@@ -233,7 +247,7 @@ async fn write_folder(
 ) -> Result<std::path::PathBuf> {
     let job = &cx.plan.job.name;
     let schema = &cx.plan.spec.schema;
-    write_diff_files(&mut dir, schema, outcome, extras)?;
+    // The discrepancy files are written already (beside the status).
     write_summary(&mut dir, summary)?;
     if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
         save_plan(cx, state, &dir, lines.count, outcome.source_records).await?;
