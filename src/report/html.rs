@@ -396,6 +396,7 @@ fn header(path: &Path) -> Result<Vec<String>> {
 pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec<TopRow>> {
     let mut top = Largest::new(n);
     let col = |h: &[String], name: &str| h.iter().position(|c| c == name);
+    let history = |h: &[String]| (col(h, HISTORY_COLUMNS[1]), col(h, HISTORY_COLUMNS[0]));
     if let Some(field) = money_field {
         for (file, class) in [("gaps.csv", "gap"), ("orphans.csv", "orphan")] {
             let path = folder.join(file);
@@ -410,81 +411,84 @@ pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec
             ) else {
                 continue;
             };
-            let (first, state) = (col(&h, HISTORY_COLUMNS[0]), col(&h, HISTORY_COLUMNS[1]));
-            each_byte_row(&path, |row| {
-                let Ok(currency) = Currency::parse(cell(row, cur)?) else {
-                    return Ok(());
-                };
-                let Ok(m) = Money::parse_major(cell(row, amount)?, currency) else {
-                    return Ok(());
-                };
-                if !top.admits(currency, i128::from(m.minor)) {
-                    return Ok(());
-                }
-                top.push(TopRow {
-                    class,
-                    key: cell(row, key)?.to_string(),
-                    minor: i128::from(m.minor),
-                    currency,
-                    state: state
-                        .map(|i| cell(row, i))
-                        .transpose()?
-                        .unwrap_or_default()
-                        .to_string(),
-                    first_seen: first
-                        .map(|i| cell(row, i))
-                        .transpose()?
-                        .unwrap_or_default()
-                        .to_string(),
-                });
-                Ok(())
-            })?;
+            let (state, first) = history(&h);
+            let columns = TopColumns {
+                key,
+                amount,
+                cur,
+                state,
+                first,
+            };
+            each_byte_row(&path, |row| columns.offer(&mut top, class, row))?;
         }
     }
     let path = folder.join("mismatches.csv");
     if path.is_file() {
         let h = header(&path)?;
-        if let (Some(key), Some(field), Some(cur), Some(diff)) = (
+        if let (Some(key), Some(field), Some(cur), Some(amount)) = (
             col(&h, ID_COLUMN),
             col(&h, "field"),
             col(&h, "currency"),
             col(&h, "difference"),
         ) {
-            let (first, state) = (col(&h, HISTORY_COLUMNS[0]), col(&h, HISTORY_COLUMNS[1]));
+            let (state, first) = history(&h);
+            let columns = TopColumns {
+                key,
+                amount,
+                cur,
+                state,
+                first,
+            };
             each_byte_row(&path, |row| {
                 if money_field.is_some_and(|f| f.as_bytes() != &row[field]) {
                     return Ok(());
                 }
-                let Ok(currency) = Currency::parse(cell(row, cur)?) else {
-                    return Ok(());
-                };
-                let Ok(m) = Money::parse_major(cell(row, diff)?, currency) else {
-                    return Ok(());
-                };
-                if !top.admits(currency, i128::from(m.minor)) {
-                    return Ok(());
-                }
-                top.push(TopRow {
-                    class: "mismatch",
-                    key: cell(row, key)?.to_string(),
-                    minor: i128::from(m.minor),
-                    currency,
-                    state: state
-                        .map(|i| cell(row, i))
-                        .transpose()?
-                        .unwrap_or_default()
-                        .to_string(),
-                    first_seen: first
-                        .map(|i| cell(row, i))
-                        .transpose()?
-                        .unwrap_or_default()
-                        .to_string(),
-                });
-                Ok(())
+                columns.offer(&mut top, "mismatch", row)
             })?;
         }
     }
     Ok(top.finish())
+}
+
+/// Where a report file keeps what the page lists of a row: its ID, amount
+/// (a mismatch: the difference), currency, and history cells.
+struct TopColumns {
+    key: usize,
+    amount: usize,
+    cur: usize,
+    state: Option<usize>,
+    first: Option<usize>,
+}
+
+impl TopColumns {
+    /// Offers a row to `top`; its cells are copied only if it may be among
+    /// the largest. A row without a readable amount is not listed.
+    fn offer(&self, top: &mut Largest, class: &'static str, row: &csv::ByteRecord) -> Result<()> {
+        let Ok(currency) = Currency::parse(cell(row, self.cur)?) else {
+            return Ok(());
+        };
+        let Ok(m) = Money::parse_major(cell(row, self.amount)?, currency) else {
+            return Ok(());
+        };
+        if !top.admits(currency, i128::from(m.minor)) {
+            return Ok(());
+        }
+        let text = |i: Option<usize>| -> Result<String> {
+            Ok(i.map(|i| cell(row, i))
+                .transpose()?
+                .unwrap_or_default()
+                .to_string())
+        };
+        top.push(TopRow {
+            class,
+            key: cell(row, self.key)?.to_string(),
+            minor: i128::from(m.minor),
+            currency,
+            state: text(self.state)?,
+            first_seen: text(self.first)?,
+        });
+        Ok(())
+    }
 }
 
 /// The first `n` rows of a folder's duplicate_copies.csv, and how many it
