@@ -77,7 +77,7 @@ pub struct Found {
 pub async fn report(
     cx: &Context<'_>,
     state: &StateStore,
-    dir: ReportDir,
+    mut dir: ReportDir,
     mut found: Found,
 ) -> Result<Finished> {
     let mut webhook = found.webhook.take();
@@ -89,7 +89,6 @@ pub async fn report(
     let delivered = webhook.and_then(|w| w.delivered);
     let extras = extras(cx, &mut found, plan_lines, delivered.as_ref());
     let schema = &cx.plan.spec.schema;
-    let mut dir = dir;
     // The status (after a large backfill, a look-up of every gap among
     // the written keys) is found on a thread of its own while the
     // discrepancy files are written.
