@@ -331,8 +331,6 @@ impl RowCx<'_> {
         for (k, (cell, &kind)) in cells.zip(self.kinds).enumerate() {
             // Text needs no conversion: no call, and no value returned
             // through memory (reloading it stalled the reader, measured).
-            // Text needs no conversion: no call, and no value returned
-            // through memory (reloading it stalled the reader, measured).
             // Other common cells are read inline, the rest by convert.
             let v = match (cell, kind) {
                 (Cell::Text(t), FieldKind::Text) if !t.is_empty() => ValueRef::Text(t),
