@@ -345,34 +345,46 @@ impl Largest {
     }
 }
 
-/// Reads a report CSV's rows, calling `each` with the header and a row.
-fn each_row(path: &Path, mut each: impl FnMut(&csv::StringRecord) -> Result<()>) -> Result<()> {
-    let mut r =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut row = csv::StringRecord::new();
-    while r
-        .read_record(&mut row)
-        .with_context(|| format!("cannot read {}", path.display()))?
-    {
-        each(&row)?;
+/// A row type a report CSV is read into: text (checked as UTF-8 whole)
+/// or raw bytes.
+trait ReportRow: Default {
+    fn read_next(r: &mut csv::Reader<std::fs::File>, row: &mut Self) -> csv::Result<bool>;
+}
+
+impl ReportRow for csv::StringRecord {
+    fn read_next(r: &mut csv::Reader<std::fs::File>, row: &mut Self) -> csv::Result<bool> {
+        r.read_record(row)
+    }
+}
+
+impl ReportRow for csv::ByteRecord {
+    fn read_next(r: &mut csv::Reader<std::fs::File>, row: &mut Self) -> csv::Result<bool> {
+        r.read_byte_record(row)
+    }
+}
+
+/// Reads a report CSV's rows after its header, calling `each` with each
+/// row; an error (reading, or `each`'s) names the file.
+fn rows<R: ReportRow>(path: &Path, mut each: impl FnMut(&R) -> Result<()>) -> Result<()> {
+    let shown = || format!("cannot read {}", path.display());
+    let mut r = csv::Reader::from_path(path).with_context(shown)?;
+    let mut row = R::default();
+    while R::read_next(&mut r, &mut row).with_context(shown)? {
+        each(&row).with_context(shown)?;
     }
     Ok(())
 }
 
-/// [`each_row`] with the raw bytes of each row: no UTF-8 check of the
-/// cells a caller does not read (report.html reads every gap, orphan and
-/// mismatch row for a few of them).
-fn each_byte_row(path: &Path, mut each: impl FnMut(&csv::ByteRecord) -> Result<()>) -> Result<()> {
-    let mut r =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut row = csv::ByteRecord::new();
-    while r
-        .read_byte_record(&mut row)
-        .with_context(|| format!("cannot read {}", path.display()))?
-    {
-        each(&row).with_context(|| format!("cannot read {}", path.display()))?;
-    }
-    Ok(())
+/// [`rows`] as text.
+fn each_row(path: &Path, each: impl FnMut(&csv::StringRecord) -> Result<()>) -> Result<()> {
+    rows(path, each)
+}
+
+/// [`rows`] as raw bytes: no UTF-8 check of the cells a caller does not
+/// read (report.html reads every gap, orphan and mismatch row for a few of
+/// them).
+fn each_byte_row(path: &Path, each: impl FnMut(&csv::ByteRecord) -> Result<()>) -> Result<()> {
+    rows(path, each)
 }
 
 /// A cell of a row read by [`each_byte_row`], as text; an error when it
