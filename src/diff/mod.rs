@@ -680,30 +680,10 @@ impl DiffEngine {
             // Source side: gaps stay in the table's vector (in place), the
             // other classes are counted or noted.
             let (arena, mut slots) = self.source.into_parts();
-            let mut seen_in_target = 0u64;
-            let mut dup_entries = Vec::new();
-            let mut matched = 0u64;
-            slots.retain(|&entry| {
-                if entry == EMPTY {
-                    return false;
-                }
-                if entry & SEEN_OTHER != 0 {
-                    seen_in_target += 1;
-                }
-                if entry & (DUP_SELF | DUP_OTHER) != 0 {
-                    dup_entries.push(entry);
-                    false
-                } else if entry & SEEN_OTHER == 0 {
-                    true
-                } else {
-                    if entry & MISMATCH == 0 {
-                        matched += 1;
-                    }
-                    false
-                }
-            });
-            out.matched = matched;
-            out.target_records = seen_in_target + orphan_keys;
+            let scan = scan_source_slots(&mut slots);
+            out.matched = scan.matched;
+            out.target_records = scan.seen_in_target + orphan_keys;
+            let dup_entries = scan.duplicates;
             for entry in dup_entries {
                 let offset = entry & OFFSET_MASK;
                 let (s, t) = self.source_dups.get(&offset).copied().unwrap_or((1, 1));
@@ -802,6 +782,74 @@ impl Capture {
 
 /// The records at these entries of `arena`, sorted by key. `entries` (the
 /// table's own vector) becomes the list of offsets.
+/// What one pass over the source table's slots found: the gaps are left
+/// at the front of the slots, in table order.
+#[derive(Default)]
+struct SourceScan {
+    matched: u64,
+    seen_in_target: u64,
+    duplicates: Vec<u64>,
+}
+
+/// Tables past this many slots are scanned in two halves on two threads.
+const SCAN_SPLIT_MIN: usize = 1 << 18;
+
+/// Classifies the source table's entries, keeping the gaps' in place at
+/// the front of `slots` (no new memory: the table's vector becomes the gap
+/// list). A large table is scanned in two halves, the second on a thread
+/// of its own (the 2.7M slots of a 2M-row diff took 20 ms in one pass,
+/// the other core idle), and its gaps moved down after the first half's,
+/// so the order is the one pass's.
+fn scan_source_slots(slots: &mut Vec<u64>) -> SourceScan {
+    let len = slots.len();
+    let mid = if len >= SCAN_SPLIT_MIN { len / 2 } else { len };
+    let (first, second) = slots.split_at_mut(mid);
+    let (scan, kept) = if second.is_empty() {
+        scan_slots(first)
+    } else {
+        let ((mut scan, kept), (rest, kept_rest)) = std::thread::scope(|scope| {
+            let other = scope.spawn(move || scan_slots(second));
+            let first = scan_slots(first);
+            let second = other
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (first, second)
+        });
+        scan.matched += rest.matched;
+        scan.seen_in_target += rest.seen_in_target;
+        scan.duplicates.extend(rest.duplicates);
+        slots.copy_within(mid..mid + kept_rest, kept);
+        (scan, kept + kept_rest)
+    };
+    slots.truncate(kept);
+    scan
+}
+
+/// [`scan_source_slots`] of one part: its gaps compacted to its front,
+/// and how many there are.
+fn scan_slots(part: &mut [u64]) -> (SourceScan, usize) {
+    let mut scan = SourceScan::default();
+    let mut kept = 0;
+    for i in 0..part.len() {
+        let entry = part[i];
+        if entry == EMPTY {
+            continue;
+        }
+        if entry & SEEN_OTHER != 0 {
+            scan.seen_in_target += 1;
+        }
+        if entry & (DUP_SELF | DUP_OTHER) != 0 {
+            scan.duplicates.push(entry);
+        } else if entry & SEEN_OTHER == 0 {
+            part[kept] = entry;
+            kept += 1;
+        } else if entry & MISMATCH == 0 {
+            scan.matched += 1;
+        }
+    }
+    (scan, kept)
+}
+
 fn sorted_records(
     arena: Arc<Vec<u8>>,
     mut entries: Vec<u64>,

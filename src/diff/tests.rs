@@ -655,3 +655,61 @@ fn every_stored_form_reads_back_and_compares_exactly() {
     );
     assert!(out.duplicates.is_empty());
 }
+
+/// The source table's scan in two halves (past `SCAN_SPLIT_MIN` slots)
+/// finds what one pass in order finds: the same gaps in the same order,
+/// the same counts and duplicates. Entries of every class are spread over
+/// both halves, with runs of gaps across the split point.
+#[test]
+fn split_scan_of_the_source_table_is_the_one_pass() {
+    // A fixed xorshift: every run checks the same tables.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % 6
+    };
+    let flags = [
+        0,
+        SEEN_OTHER,
+        SEEN_OTHER | MISMATCH,
+        DUP_SELF,
+        SEEN_OTHER | DUP_OTHER,
+    ];
+    for len in [SCAN_SPLIT_MIN - 1, SCAN_SPLIT_MIN, SCAN_SPLIT_MIN * 2 + 3] {
+        let slots: Vec<u64> = (0..len as u64)
+            .map(|i| match next() {
+                0 => EMPTY,
+                // Gaps around the middle, where the halves meet.
+                _ if (len as u64 / 2).abs_diff(i) < 40 => i,
+                n => i | flags[n as usize - 1],
+            })
+            .collect();
+        // The one pass, as `finish` made it before.
+        let (mut matched, mut seen, mut dups) = (0, 0, Vec::new());
+        let mut gaps = slots.clone();
+        gaps.retain(|&e| {
+            if e == EMPTY {
+                return false;
+            }
+            seen += u64::from(e & SEEN_OTHER != 0);
+            if e & (DUP_SELF | DUP_OTHER) != 0 {
+                dups.push(e);
+                return false;
+            }
+            if e & SEEN_OTHER == 0 {
+                return true;
+            }
+            matched += u64::from(e & MISMATCH == 0);
+            false
+        });
+        let mut split = slots.clone();
+        let scan = scan_source_slots(&mut split);
+        assert_eq!(split, gaps, "{len} slots: the gaps, in table order");
+        assert_eq!(scan.matched, matched, "{len} slots");
+        assert_eq!(scan.seen_in_target, seen, "{len} slots");
+        assert_eq!(scan.duplicates, dups, "{len} slots");
+        assert!(gaps.len() > 100 && matched > 100 && !dups.is_empty());
+    }
+}

@@ -77,6 +77,11 @@ impl Outside {
         self
     }
 
+    /// Whether the filter kept every row (no key to look up).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether the file may hold `key` outside the rows it kept (hashes
     /// collide rarely; a collision only costs a lookup).
     pub fn may_hold(&self, key: &str) -> bool {
