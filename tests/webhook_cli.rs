@@ -727,9 +727,7 @@ async fn a_dry_run_plans_exactly_what_apply_sends_and_no_secret_is_in_any_report
             ));
         }
     }
-    everything.push_str(&String::from_utf8_lossy(
-        &std::fs::read(f.path("state.db")).unwrap(),
-    ));
+    everything.push_str(&String::from_utf8_lossy(&state_bytes(&f.path("state.db"))));
     assert!(
         everything.contains("Retrying request"),
         "a retry was logged"
@@ -1440,10 +1438,7 @@ async fn a_refusal_that_echoes_a_token_cut_at_its_200th_byte_leaks_no_piece_of_i
             }
         }
     }
-    texts.push((
-        "state.db".into(),
-        std::fs::read(f.path("state.db")).unwrap(),
-    ));
+    texts.push(("state.db".into(), state_bytes(&f.path("state.db"))));
     let url = format!("sqlite://{}", f.path("state.db").display());
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
     let errors: Vec<String> = sqlx::query("SELECT last_error FROM recon_webhook_deliveries")
@@ -1471,4 +1466,16 @@ async fn a_refusal_that_echoes_a_token_cut_at_its_200th_byte_leaks_no_piece_of_i
             assert!(!body.contains(&w), "`{w}` of the token in {name}");
         }
     }
+}
+
+/// A SQLite state store's bytes: the database file and its write-ahead log
+/// (where the latest commits are until a checkpoint copies them over).
+fn state_bytes(db: &std::path::Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(db).unwrap();
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    if let Ok(log) = std::fs::read(&wal) {
+        bytes.extend(log);
+    }
+    bytes
 }

@@ -1962,3 +1962,49 @@ async fn postgres_history_pages_leave_room_for_every_row() {
     drop(conn);
     db.drop_db().await;
 }
+
+/// A new SQLite store is made of 16 KiB pages; one made before (4 KiB
+/// pages) keeps its size and still opens, migrates and records history.
+#[tokio::test]
+async fn sqlite_page_size_is_set_on_new_stores_only() {
+    async fn page_size(store: &StateStore) -> i64 {
+        sqlx::query("PRAGMA page_size")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .get(0)
+    }
+    on(Dialect::Sqlite, |url| async move {
+        let store = StateStore::open(&url).await.unwrap();
+        assert_eq!(page_size(&store).await, 16384);
+        store.close().await;
+    })
+    .await;
+    on(Dialect::Sqlite, |url| async move {
+        // What an earlier release made: the default 4 KiB pages, in WAL.
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        for sql in [
+            "PRAGMA page_size = 4096",
+            "PRAGMA journal_mode = WAL",
+            "CREATE TABLE made_before (x INTEGER)",
+        ] {
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+        let store = StateStore::open(&url).await.unwrap();
+        assert_eq!(page_size(&store).await, 4096);
+        let run = "r1";
+        let delta =
+            OpenHistory::default().delta(&keys(&[(Class::Gap, "g1"), (Class::Orphan, "o1")]));
+        store
+            .write_discrepancies("job", run, ts("2026-12-01T00:00:00Z"), &delta)
+            .await
+            .unwrap();
+        let open = store.open_history("job").await.unwrap();
+        let again = open.delta(&keys(&[(Class::Gap, "g1")]));
+        assert_eq!(again.persisting.len(), 1);
+        assert_eq!(again.resolved.len(), 1);
+        store.close().await;
+    })
+    .await;
+}
