@@ -102,7 +102,12 @@ pub async fn report(
     });
     let mut summary =
         crate::report::summary_of(schema, &found.outcome, &meta(cx), &extras, status.code());
-    let history = (&found.outcome, found.recording);
+    // The diff's lists are not read again: freed beside report.html and
+    // the history's commit instead of after them.
+    let outcome = std::mem::take(&mut found.outcome);
+    let (rendered, source_records) = (render(&outcome, &extras), outcome.source_records);
+    drop_aside(outcome);
+    let history = (source_records, found.recording);
     let written = match files {
         Ok(()) => write_folder(cx, state, dir, history, &extras, &mut summary).await,
         Err(e) => Err(e),
@@ -111,13 +116,14 @@ pub async fn report(
     // written (a full disk): its writes are in the ledger, its counts in the
     // run's record, for `recon runs` and the next run.
     let report = written.map_err(|error| report_failed(cx, &extras, &summary, error))?;
-    println!("{}", render(&found.outcome, &extras));
+    println!("{rendered}");
     if let Some(d) = &delivered {
         println!("{}", d.render());
     }
     if let Some(msg) = &found.guard.trouble {
         crate::logging::stderr_line("error", msg);
     }
+    drop_aside(extras);
     Ok(Finished {
         status,
         summary,
@@ -240,7 +246,7 @@ async fn write_folder(
     cx: &Context<'_>,
     state: &StateStore,
     mut dir: ReportDir,
-    (outcome, recording): (&DiffOutcome, super::history::Recording),
+    (source_records, recording): (u64, super::history::Recording),
     extras: &RunExtras,
     summary: &mut RunSummary,
 ) -> Result<std::path::PathBuf> {
@@ -249,7 +255,7 @@ async fn write_folder(
     // The discrepancy files are written already (beside the status).
     write_summary(&mut dir, summary)?;
     if let Some(lines) = extras.plan.as_ref().filter(|p| p.count > 0) {
-        save_plan(cx, state, &dir, lines.count, outcome.source_records).await?;
+        save_plan(cx, state, &dir, lines.count, source_records).await?;
     }
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
     crate::report::html::write_for_run(&mut dir, state, job, money_field, summary).await?;
@@ -263,6 +269,17 @@ async fn write_folder(
     super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
     crate::interrupt::check(job, "before committing its report folder")?;
     dir.commit()
+}
+
+/// Drops `value` on a thread of its own: what a run no longer reads (an
+/// arena of hundreds of MB, tens of thousands of strings) is freed while
+/// it goes on, instead of on its way out (2M typed dry run: 20 ms of
+/// frees after report.html). Should the thread not start, it is dropped
+/// here.
+fn drop_aside<T: Send + 'static>(value: T) {
+    let _ = std::thread::Builder::new()
+        .name("recon-drop".into())
+        .spawn(move || drop(value));
 }
 
 /// The report phase's error, with what the backfill had written.

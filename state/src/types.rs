@@ -327,6 +327,17 @@ impl OpenHistory {
     }
 }
 
+/// Open discrepancies as the store lists them: class, ID, first seen.
+impl FromIterator<(Class, String, Timestamp)> for OpenHistory {
+    fn from_iter<I: IntoIterator<Item = (Class, String, Timestamp)>>(rows: I) -> Self {
+        let mut open = OpenHistory::default();
+        for (class, id, first) in rows {
+            open.0[class as usize].insert(id, first);
+        }
+        open
+    }
+}
+
 /// Builds a [`DiscrepancyDelta`] from the open history and the
 /// discrepancies one run found, told one at a time.
 #[derive(Debug)]
@@ -352,6 +363,36 @@ impl DeltaBuilder {
         }
         self.delta.new.push(key);
         None
+    }
+
+    /// Moves `classes` into a builder of their own, to be told on another
+    /// thread and [`merge`](Self::merge)d back: each class is told to one
+    /// builder only (a class told to the other one is new there, whatever
+    /// the history says).
+    pub fn split_off(&mut self, classes: &[Class]) -> DeltaBuilder {
+        let mut part = DeltaBuilder {
+            open: OpenHistory::default(),
+            delta: DiscrepancyDelta::default(),
+        };
+        for &class in classes {
+            part.open.0[class as usize] = std::mem::take(&mut self.open.0[class as usize]);
+        }
+        let open: usize = part.open.0.iter().map(HashMap::len).sum();
+        part.delta.persisting.reserve(open);
+        part
+    }
+
+    /// Takes back a part [`split_off`](Self::split_off) this builder, with
+    /// what it was told.
+    pub fn merge(&mut self, part: DeltaBuilder) {
+        let DeltaBuilder { open, delta } = part;
+        for (mine, theirs) in self.open.0.iter_mut().zip(open.0) {
+            if !theirs.is_empty() {
+                *mine = theirs;
+            }
+        }
+        self.delta.persisting.extend(delta.persisting);
+        self.delta.new.extend(delta.new);
     }
 
     /// The delta: the open discrepancies not told are resolved.
@@ -395,4 +436,71 @@ pub struct PlanRecord {
     pub read_at: Timestamp,
     /// When the plan was recorded.
     pub created_at: Timestamp,
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::*;
+
+    fn open_of(rows: &[(Class, &str, i64)]) -> OpenHistory {
+        let mut open = OpenHistory::default();
+        for &(class, id, s) in rows {
+            open.0[class as usize].insert(id.to_string(), Timestamp::from_second(s).unwrap());
+        }
+        open
+    }
+
+    /// Told to two builders (orphans and duplicates split off, as a run
+    /// with many discrepancies tells them on two threads) and merged, a
+    /// run's discrepancies make the delta one builder makes: the same new,
+    /// persisting and resolved ones, the same first sightings returned.
+    #[test]
+    fn a_split_builder_merged_back_makes_the_same_delta() {
+        use Class::*;
+        let open = [
+            (Gap, "g1", 1),
+            (Gap, "g2", 2),
+            (Orphan, "o1", 3),
+            (Orphan, "o2", 4),
+            (Mismatch, "m1", 5),
+            (Duplicate, "d1", 6),
+            (Duplicate, "d2", 7),
+        ];
+        let told = [
+            (Gap, "g1"),
+            (Gap, "g9"),
+            (Mismatch, "m1"),
+            (Mismatch, "m9"),
+            (Orphan, "o2"),
+            (Orphan, "o9"),
+            (Orphan, "o9"),
+            (Duplicate, "d1"),
+            (Duplicate, "g1"),
+        ];
+        let mut one = open_of(&open).delta_builder(told.len());
+        let firsts_one: Vec<_> = told.iter().map(|&(c, k)| one.see(c, k)).collect();
+        let mut main = open_of(&open).delta_builder(told.len());
+        let mut part = main.split_off(&[Orphan, Duplicate]);
+        let firsts_two: Vec<_> = told
+            .iter()
+            .map(|&(c, k)| match c {
+                Orphan | Duplicate => part.see(c, k),
+                _ => main.see(c, k),
+            })
+            .collect();
+        main.merge(part);
+        assert_eq!(firsts_two, firsts_one);
+        let (one, two) = (one.finish(), main.finish());
+        assert_eq!(two, one);
+        // What the builders were told shows in the delta.
+        assert_eq!(two.persisting.len(), 4);
+        assert_eq!(
+            two.resolved
+                .iter()
+                .map(|(c, k, _)| (*c, k.as_str()))
+                .collect::<Vec<_>>(),
+            [(Gap, "g2"), (Orphan, "o1"), (Duplicate, "d2")]
+        );
+        assert_eq!(two.new.len(), 4, "{:?}", two.new);
+    }
 }
