@@ -348,6 +348,7 @@ pub fn run(args: DiffArgs) -> Result<Status> {
     let (outcome, status, path) = execute(plan)?;
     println!("{}", render_summary(&outcome));
     println!("reports: {}", path.display());
+    crate::memory::drop_aside(outcome);
     Ok(status)
 }
 

@@ -713,3 +713,26 @@ fn split_scan_of_the_source_table_is_the_one_pass() {
         assert!(gaps.len() > 100 && matched > 100 && !dups.is_empty());
     }
 }
+
+/// Mismatches listed in their offsets' order are put in the order of the
+/// same offsets sorted; a list whose offsets repeat, or of another length,
+/// is left as it is (the sort by key after `finish` orders it then).
+#[test]
+fn mismatches_follow_their_sorted_offsets() {
+    let m = |key: &str| Mismatch {
+        key: key.into(),
+        fields: Vec::new(),
+    };
+    let keys = |list: &[Mismatch]| list.iter().map(|m| m.key.clone()).collect::<Vec<_>>();
+    let mut list = vec![m("c"), m("a"), m("d"), m("b")];
+    in_order_of(&mut list, &[30, 10, 40, 20], &[10, 20, 30, 40]);
+    assert_eq!(keys(&list), ["a", "b", "c", "d"]);
+    let mut list = vec![m("c"), m("a"), m("d"), m("b")];
+    in_order_of(&mut list, &[30, 10, 40, 20], &[40, 30, 20, 10]);
+    assert_eq!(keys(&list), ["d", "c", "b", "a"]);
+    let mut list = vec![m("c"), m("a"), m("b")];
+    in_order_of(&mut list, &[30, 10, 30], &[10, 30, 30]);
+    assert_eq!(keys(&list), ["c", "a", "b"]);
+    in_order_of(&mut list, &[30, 10], &[10, 30]);
+    assert_eq!(keys(&list), ["c", "a", "b"]);
+}

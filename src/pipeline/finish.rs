@@ -106,7 +106,7 @@ pub async fn report(
     // the history's commit instead of after them.
     let outcome = std::mem::take(&mut found.outcome);
     let (rendered, source_records) = (render(&outcome, &extras), outcome.source_records);
-    drop_aside(outcome);
+    crate::memory::drop_aside(outcome);
     let history = (source_records, found.recording);
     let written = match files {
         Ok(()) => write_folder(cx, state, dir, history, &extras, &mut summary).await,
@@ -123,7 +123,7 @@ pub async fn report(
     if let Some(msg) = &found.guard.trouble {
         crate::logging::stderr_line("error", msg);
     }
-    drop_aside(extras);
+    crate::memory::drop_aside(extras);
     Ok(Finished {
         status,
         summary,
@@ -269,17 +269,6 @@ async fn write_folder(
     super::backfill::ensure_lock(cx.lock, job, "committing the report folder").await?;
     crate::interrupt::check(job, "before committing its report folder")?;
     dir.commit()
-}
-
-/// Drops `value` on a thread of its own: what a run no longer reads (an
-/// arena of hundreds of MB, tens of thousands of strings) is freed while
-/// it goes on, instead of on its way out (2M typed dry run: 20 ms of
-/// frees after report.html). Should the thread not start, it is dropped
-/// here.
-fn drop_aside<T: Send + 'static>(value: T) {
-    let _ = std::thread::Builder::new()
-        .name("recon-drop".into())
-        .spawn(move || drop(value));
 }
 
 /// The report phase's error, with what the backfill had written.
