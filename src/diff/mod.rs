@@ -29,8 +29,9 @@ use recon_core::{Currency, FieldKind, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_scalar, decode_value, encode_record, field_end, hash_key, key_at, split_record,
-    KeyIndex, DUP_OTHER, DUP_SELF, EMPTY, MISMATCH, OFFSET_MASK, SAME_OTHER, SEEN_OTHER,
+    decode_scalar, decode_value, encode_record, field_end, hash_key, key_at, prefetch_at,
+    split_record, KeyIndex, AHEAD, DUP_OTHER, DUP_SELF, EMPTY, MISMATCH, OFFSET_MASK, SAME_OTHER,
+    SEEN_OTHER,
 };
 use keys::{cmp_keys, key_string, with_key};
 use recon_core::Record;
@@ -705,7 +706,16 @@ impl DiffEngine {
                 .copies
                 .map(|c| c.finish(&arena, &orphan_arena, &self.kinds, texts));
             let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
-            for pending in self.mismatches {
+            let ahead: Vec<u64> = self
+                .mismatches
+                .iter()
+                .skip(AHEAD)
+                .map(|p| p.offset)
+                .collect();
+            for (i, pending) in self.mismatches.into_iter().enumerate() {
+                if let Some(&o) = ahead.get(i) {
+                    prefetch_at(&arena, o);
+                }
                 // A key that later turned out duplicated is reported as a duplicate only.
                 if !self.source_dups.contains_key(&pending.offset) {
                     out.mismatches.push(Mismatch {
@@ -936,10 +946,18 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
     // Keys of one form (all packed, or none) compare by their encoded
     // bytes, as `cmp_keys` does, and ties of equal bytes go to it; a list
     // of both forms is decoded.
+    // Each pass reads the keys at random places in the arena: the key
+    // `AHEAD` places on is loaded while this one is read.
+    let ahead = |i: usize| {
+        if let Some(&o) = offsets.get(i + AHEAD) {
+            prefetch_at(arena, o);
+        }
+    };
     let first_packed = keys::is_packed(key_at(arena, offsets[0]));
-    let uniform = offsets
-        .iter()
-        .all(|&o| keys::is_packed(key_at(arena, o)) == first_packed);
+    let uniform = offsets.iter().enumerate().all(|(i, &o)| {
+        ahead(i);
+        keys::is_packed(key_at(arena, o)) == first_packed
+    });
     let view = |o: u64, f: &mut dyn FnMut(&[u8])| {
         let enc = key_at(arena, o);
         if uniform {
@@ -951,7 +969,8 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
     let mut first = Vec::new();
     view(offsets[0], &mut |k| first = k.to_vec());
     let mut shared = first.len();
-    for &o in offsets.iter() {
+    for (i, &o) in offsets.iter().enumerate() {
+        ahead(i);
         view(o, &mut |key| {
             shared = first[..shared]
                 .iter()
@@ -976,6 +995,9 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
     // overwritten before it is read (pair i lands at 2i and 2i + 1 >= i).
     offsets.resize(2 * n, 0);
     for i in (0..n).rev() {
+        if let Some(&o) = i.checked_sub(AHEAD).map(|j| &offsets[j]) {
+            prefetch_at(arena, o);
+        }
         let o = offsets[i];
         offsets[2 * i + 1] = o;
         offsets[2 * i] = prefix(o);
