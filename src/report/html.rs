@@ -417,73 +417,59 @@ fn header(path: &Path) -> Result<Vec<String>> {
 /// column of gaps.csv and orphans.csv).
 pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec<TopRow>> {
     let col = |h: &[String], name: &str| h.iter().position(|c| c == name);
-    let history = |h: &[String]| (col(h, HISTORY_COLUMNS[1]), col(h, HISTORY_COLUMNS[0]));
-    // Each file into a list of its own, gaps.csv on a thread beside the
-    // others (a 2M-row run's three files: 25 ms read one after the other),
-    // then merged: a row any list kept is offered to the first.
-    let listed = |file: &str, class: &'static str| -> Result<Option<Largest>> {
-        let Some(field) = money_field else {
-            return Ok(None);
-        };
+    // One file's largest rows, in a list of its own. `columns` finds the
+    // ID, amount and currency columns in its header (a file without one,
+    // or no file, lists nothing) and, for mismatches.csv, the column that
+    // names the field: only rows of the money field are offered.
+    type Columns<'a> = &'a dyn Fn(&[String]) -> Option<([usize; 3], Option<usize>)>;
+    let top_of = |file: &str, class: &'static str, columns: Columns<'_>| {
         let path = folder.join(file);
         if !path.is_file() {
             return Ok(None);
         }
         let h = header(&path)?;
-        let (Some(key), Some(amount), Some(cur)) = (
-            col(&h, ID_COLUMN),
-            col(&h, field),
-            h.iter().rposition(|c| c == CURRENCY_COLUMN),
-        ) else {
+        let Some(([key, amount, cur], field)) = columns(&h) else {
             return Ok(None);
         };
-        let (state, first) = history(&h);
         let columns = TopColumns {
             key,
             amount,
             cur,
-            state,
-            first,
-        };
-        let mut top = Largest::new(n);
-        each_byte_row(&path, |row| columns.offer(&mut top, class, row))?;
-        Ok(Some(top))
-    };
-    let mismatches = || -> Result<Option<Largest>> {
-        let path = folder.join("mismatches.csv");
-        if !path.is_file() {
-            return Ok(None);
-        }
-        let h = header(&path)?;
-        let (Some(key), Some(field), Some(cur), Some(amount)) = (
-            col(&h, ID_COLUMN),
-            col(&h, "field"),
-            col(&h, "currency"),
-            col(&h, "difference"),
-        ) else {
-            return Ok(None);
-        };
-        let (state, first) = history(&h);
-        let columns = TopColumns {
-            key,
-            amount,
-            cur,
-            state,
-            first,
+            state: col(&h, HISTORY_COLUMNS[1]),
+            first: col(&h, HISTORY_COLUMNS[0]),
         };
         let mut top = Largest::new(n);
         each_byte_row(&path, |row| {
-            if money_field.is_some_and(|f| f.as_bytes() != &row[field]) {
+            let other_field = field
+                .is_some_and(|i| money_field.is_some_and(|f| row.get(i) != Some(f.as_bytes())));
+            if other_field {
                 return Ok(());
             }
-            columns.offer(&mut top, "mismatch", row)
+            columns.offer(&mut top, class, row)
         })?;
-        Ok(Some(top))
+        anyhow::Ok(Some(top))
     };
+    // gaps.csv and orphans.csv: the money field's own column is the amount.
+    let records = |h: &[String]| {
+        let cur = h.iter().rposition(|c| c == CURRENCY_COLUMN)?;
+        Some(([col(h, ID_COLUMN)?, col(h, money_field?)?, cur], None))
+    };
+    // mismatches.csv: a row per field, the difference as the amount.
+    let mismatches = |h: &[String]| {
+        let at = [
+            col(h, ID_COLUMN)?,
+            col(h, "difference")?,
+            col(h, "currency")?,
+        ];
+        Some((at, Some(col(h, "field")?)))
+    };
+    // Each file into a list of its own, gaps.csv on a thread beside the
+    // others (a 2M-row run's three files: 25 ms read one after the other),
+    // then merged: a row any list kept is offered to the first.
     let (gaps, orphans, mismatches) = std::thread::scope(|scope| {
-        let gaps = scope.spawn(|| listed("gaps.csv", "gap"));
-        let orphans = listed("orphans.csv", "orphan");
-        let mismatches = mismatches();
+        let gaps = scope.spawn(|| top_of("gaps.csv", "gap", &records));
+        let orphans = top_of("orphans.csv", "orphan", &records);
+        let mismatches = top_of("mismatches.csv", "mismatch", &mismatches);
         let gaps = gaps
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
