@@ -114,6 +114,16 @@ pub(crate) fn prefetch_at(arena: &[u8], offset: u64) {
     }
 }
 
+/// Starts loading the record [`AHEAD`] places after position `i` of
+/// `offsets`, when there is one: what a pass reading `offsets[i]` now
+/// calls.
+#[inline]
+pub(crate) fn prefetch_ahead(arena: &[u8], offsets: &[u64], i: usize) {
+    if let Some(&offset) = offsets.get(i + AHEAD) {
+        prefetch_at(arena, offset);
+    }
+}
+
 /// A fixed seed keeps runs reproducible; keys are not attacker-chosen, and
 /// batches hashed on a reader thread must agree with the index.
 const HASHER: FixedState = FixedState::with_seed(0x7265_636f_6e00);

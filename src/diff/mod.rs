@@ -29,9 +29,9 @@ use recon_core::{Currency, FieldKind, Schema, Value, ValueRef};
 use serde::Serialize;
 
 use arena::{
-    decode_scalar, decode_value, encode_record, field_end, hash_key, key_at, prefetch_at,
-    split_record, KeyIndex, AHEAD, DUP_OTHER, DUP_SELF, EMPTY, MISMATCH, OFFSET_MASK, SAME_OTHER,
-    SEEN_OTHER,
+    decode_scalar, decode_value, encode_record, field_end, hash_key, key_at, prefetch_ahead,
+    prefetch_at, split_record, KeyIndex, AHEAD, DUP_OTHER, DUP_SELF, EMPTY, MISMATCH, OFFSET_MASK,
+    SAME_OTHER, SEEN_OTHER,
 };
 use keys::{cmp_keys, key_string, with_key};
 use recon_core::Record;
@@ -705,24 +705,20 @@ impl DiffEngine {
             out.copies = self
                 .copies
                 .map(|c| c.finish(&arena, &orphan_arena, &self.kinds, texts));
-            let mut mismatch_offsets = Vec::with_capacity(self.mismatches.len());
-            let ahead: Vec<u64> = self
-                .mismatches
-                .iter()
-                .skip(AHEAD)
-                .map(|p| p.offset)
-                .collect();
-            for (i, pending) in self.mismatches.into_iter().enumerate() {
-                if let Some(&o) = ahead.get(i) {
-                    prefetch_at(&arena, o);
+            let mut pending = self.mismatches;
+            let mut mismatch_offsets = Vec::with_capacity(pending.len());
+            for i in 0..pending.len() {
+                if let Some(p) = pending.get(i + AHEAD) {
+                    prefetch_at(&arena, p.offset);
                 }
+                let p = &mut pending[i];
                 // A key that later turned out duplicated is reported as a duplicate only.
-                if !self.source_dups.contains_key(&pending.offset) {
+                if !self.source_dups.contains_key(&p.offset) {
                     out.mismatches.push(Mismatch {
-                        key: key_string(&arena, pending.offset),
-                        fields: pending.diffs,
+                        key: key_string(&arena, p.offset),
+                        fields: std::mem::take(&mut p.diffs),
                     });
-                    mismatch_offsets.push(pending.offset);
+                    mismatch_offsets.push(p.offset);
                 }
             }
             let listed = mismatch_offsets.clone();
@@ -800,8 +796,6 @@ impl Capture {
     }
 }
 
-/// The records at these entries of `arena`, sorted by key. `entries` (the
-/// table's own vector) becomes the list of offsets.
 /// Puts `mismatches`, listed in the order of `listed` (their records'
 /// offsets), in the order of `sorted` (the same offsets sorted by key),
 /// so that sorting them by key afterwards only checks: sorting 100,000
@@ -899,6 +893,8 @@ fn scan_slots(part: &mut [u64]) -> (SourceScan, usize) {
     (scan, kept)
 }
 
+/// The records at these entries of `arena`, sorted by key. `entries` (the
+/// table's own vector) becomes the list of offsets.
 fn sorted_records(
     arena: Arc<Vec<u8>>,
     mut entries: Vec<u64>,
@@ -948,11 +944,7 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
     // of both forms is decoded.
     // Each pass reads the keys at random places in the arena: the key
     // `AHEAD` places on is loaded while this one is read.
-    let ahead = |i: usize| {
-        if let Some(&o) = offsets.get(i + AHEAD) {
-            prefetch_at(arena, o);
-        }
-    };
+    let ahead = |i: usize| prefetch_ahead(arena, offsets, i);
     let first_packed = keys::is_packed(key_at(arena, offsets[0]));
     let uniform = offsets.iter().enumerate().all(|(i, &o)| {
         ahead(i);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use recon_core::{FieldKind, Record};
 
-use super::arena::{decode_values, prefetch_at, split_record, AHEAD};
+use super::arena::{decode_values, prefetch_ahead, split_record};
 use super::keys::{key_string, with_key};
 use super::texts::TextDict;
 
@@ -86,9 +86,7 @@ impl Records {
     pub fn keys(&self) -> impl Iterator<Item = Cow<'_, str>> + '_ {
         (0..self.len()).map(move |i| match &self.0 {
             Repr::Encoded { arena, offsets, .. } => {
-                if let Some(&ahead) = offsets.get(i + AHEAD) {
-                    prefetch_at(arena, ahead);
-                }
+                prefetch_ahead(arena, offsets, i);
                 Cow::Owned(key_string(split_record(arena, offsets[i] as usize).0))
             }
             Repr::Owned(v) => Cow::Borrowed(v[i].key.as_str()),
@@ -101,9 +99,7 @@ impl Records {
         match &self.0 {
             Repr::Encoded { arena, offsets, .. } => {
                 for (i, &offset) in offsets.iter().enumerate() {
-                    if let Some(&ahead) = offsets.get(i + AHEAD) {
-                        prefetch_at(arena, ahead);
-                    }
+                    prefetch_ahead(arena, offsets, i);
                     with_key(split_record(arena, offset as usize).0, |b| {
                         // Only `&str`s are ever encoded, and packing keeps ASCII.
                         f(&String::from_utf8_lossy(b))
@@ -151,9 +147,7 @@ impl Records {
                 kinds,
                 texts,
             } => {
-                if let Some(&ahead) = offsets.get(i + AHEAD) {
-                    prefetch_at(arena, ahead);
-                }
+                prefetch_ahead(arena, offsets, i);
                 Cow::Owned(decode(arena, offsets[i], kinds, texts))
             }
             Repr::Owned(v) => Cow::Borrowed(&v[i]),
