@@ -54,48 +54,51 @@ impl Found {
 /// stack), so a persisting one costs no string (a nightly dry run of the
 /// 10M bench files tells 309,000 of them). The first sightings of the gaps
 /// and orphans are kept in their lists' order for the reports. Past
-/// [`DELTA_SPLIT_MIN`] discrepancies, orphans and duplicates are told on a
-/// thread of their own while gaps and mismatches are told here.
+/// [`DELTA_SPLIT_MIN`] discrepancies, mismatches and duplicates are told
+/// on a thread of their own while gaps and orphans are told here; either
+/// way the classes are told in their order, so the new ones come out
+/// sorted.
 fn delta(
     open: OpenHistory,
     (gaps, orphans): (&Records, &Records),
-    mismatches: impl ExactSizeIterator<Item = impl AsRef<str>>,
+    mismatches: impl ExactSizeIterator<Item = impl AsRef<str>> + Send,
     duplicates: impl ExactSizeIterator<Item = impl AsRef<str>> + Send,
 ) -> RunDelta {
     let expected = gaps.len() + orphans.len() + mismatches.len() + duplicates.len();
     let mut delta = open.delta_builder(expected);
-    let tell_orphans = |delta: &mut DeltaBuilder| {
-        let mut in_order = Vec::with_capacity(orphans.len());
-        orphans.for_each_key(|k| in_order.push(delta.see(Class::Orphan, k)));
-        for k in duplicates {
-            delta.see(Class::Duplicate, k.as_ref());
-        }
+    let tell_lists = |delta: &mut DeltaBuilder| {
+        let mut in_order = InOrder {
+            gaps: Vec::with_capacity(gaps.len()),
+            orphans: Vec::with_capacity(orphans.len()),
+        };
+        gaps.for_each_key(|k| in_order.gaps.push(delta.see(Class::Gap, k)));
+        orphans.for_each_key(|k| in_order.orphans.push(delta.see(Class::Orphan, k)));
         in_order
     };
-    let tell_gaps = |delta: &mut DeltaBuilder| {
-        let mut in_order = Vec::with_capacity(gaps.len());
-        gaps.for_each_key(|k| in_order.push(delta.see(Class::Gap, k)));
+    let tell_keys = |delta: &mut DeltaBuilder| {
         for k in mismatches {
             delta.see(Class::Mismatch, k.as_ref());
         }
-        in_order
+        for k in duplicates {
+            delta.see(Class::Duplicate, k.as_ref());
+        }
     };
     let in_order = if expected < DELTA_SPLIT_MIN {
-        let gaps = tell_gaps(&mut delta);
-        let orphans = tell_orphans(&mut delta);
-        InOrder { gaps, orphans }
+        let in_order = tell_lists(&mut delta);
+        tell_keys(&mut delta);
+        in_order
     } else {
-        let mut part = delta.split_off(&[Class::Orphan, Class::Duplicate]);
-        let (gaps, orphans) = std::thread::scope(|scope| {
-            let other = scope.spawn(|| tell_orphans(&mut part));
-            let gaps = tell_gaps(&mut delta);
-            let orphans = other
+        let mut part = delta.split_off(&[Class::Mismatch, Class::Duplicate]);
+        let in_order = std::thread::scope(|scope| {
+            let other = scope.spawn(|| tell_keys(&mut part));
+            let in_order = tell_lists(&mut delta);
+            other
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (gaps, orphans)
+            in_order
         });
         delta.merge(part);
-        InOrder { gaps, orphans }
+        in_order
     };
     RunDelta {
         delta: Arc::new(delta.finish()),
@@ -345,8 +348,8 @@ mod tests {
         list.into()
     }
 
-    /// Past the split (orphans and duplicates told on a thread of their
-    /// own), the delta and the first sightings in list order are what one
+    /// Past the split (mismatches and duplicates told on a thread of
+    /// their own), the delta and the first sightings in list order are what one
     /// builder told everything in turn makes: half of each class open
     /// before, with first sightings of their own, the rest new, and open
     /// ones not seen now resolved.

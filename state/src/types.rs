@@ -383,7 +383,9 @@ impl DeltaBuilder {
     }
 
     /// Takes back a part [`split_off`](Self::split_off) this builder, with
-    /// what it was told.
+    /// what it was told. Its new ones go after this builder's: a part of
+    /// the last classes keeps them in class order (and `finish`'s sort a
+    /// check).
     pub fn merge(&mut self, part: DeltaBuilder) {
         let DeltaBuilder { open, delta } = part;
         for (mine, theirs) in self.open.0.iter_mut().zip(open.0) {
@@ -443,15 +445,14 @@ mod delta_tests {
     use super::*;
 
     fn open_of(rows: &[(Class, &str, i64)]) -> OpenHistory {
-        let mut open = OpenHistory::default();
-        for &(class, id, s) in rows {
-            open.0[class as usize].insert(id.to_string(), Timestamp::from_second(s).unwrap());
-        }
-        open
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        rows.iter()
+            .map(|&(class, id, s)| (class, id.to_string(), at(s)))
+            .collect()
     }
 
-    /// Told to two builders (orphans and duplicates split off, as a run
-    /// with many discrepancies tells them on two threads) and merged, a
+    /// Told to two builders (mismatches and duplicates split off, as a
+    /// run with many discrepancies tells them on two threads) and merged, a
     /// run's discrepancies make the delta one builder makes: the same new,
     /// persisting and resolved ones, the same first sightings returned.
     #[test]
@@ -480,11 +481,11 @@ mod delta_tests {
         let mut one = open_of(&open).delta_builder(told.len());
         let firsts_one: Vec<_> = told.iter().map(|&(c, k)| one.see(c, k)).collect();
         let mut main = open_of(&open).delta_builder(told.len());
-        let mut part = main.split_off(&[Orphan, Duplicate]);
+        let mut part = main.split_off(&[Mismatch, Duplicate]);
         let firsts_two: Vec<_> = told
             .iter()
             .map(|&(c, k)| match c {
-                Orphan | Duplicate => part.see(c, k),
+                Mismatch | Duplicate => part.see(c, k),
                 _ => main.see(c, k),
             })
             .collect();
