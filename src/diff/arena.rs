@@ -106,6 +106,9 @@ fn prefetch<T>(p: *const T) {
 /// writing 100,000 gaps of a 10M-row diff waited on them one at a time).
 pub(crate) const AHEAD: usize = 16;
 
+/// Slots [`KeyIndex::prefetch_record`] looks through for a key's own.
+const PROBE_AHEAD: usize = 6;
+
 /// Starts loading the record at `offset`, when it is in the arena.
 #[inline]
 pub(crate) fn prefetch_at(arena: &[u8], offset: u64) {
@@ -254,12 +257,29 @@ impl KeyIndex {
     /// compare (the first slot's, when its hash bits match).
     #[inline]
     pub(crate) fn prefetch_record(&self, hash: u64) {
-        let e = self.slots[self.home(hash)];
-        if e != EMPTY && e & TAG_MASK == tag_of(hash) {
-            let offset = (e & OFFSET_MASK) as usize;
-            if offset < self.arena.len() {
-                prefetch(&self.arena[offset]);
+        // Linear probing at 3/4 load leaves many keys a slot or two past
+        // their home: the first slot whose hash bits match, within the
+        // cache line or so the slot prefetch loaded.
+        let tag = tag_of(hash);
+        let mut i = self.home(hash);
+        for _ in 0..PROBE_AHEAD {
+            let e = self.slots[i];
+            if e == EMPTY {
+                return;
             }
+            if e & TAG_MASK == tag {
+                let offset = (e & OFFSET_MASK) as usize;
+                if offset < self.arena.len() {
+                    prefetch(&self.arena[offset]);
+                    // A record of a few dozen bytes often runs into the
+                    // next cache line: load that one too.
+                    if let Some(end) = self.arena.get(offset + 40) {
+                        prefetch(end);
+                    }
+                }
+                return;
+            }
+            i = self.next(i);
         }
     }
 
