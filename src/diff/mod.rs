@@ -58,6 +58,9 @@ pub struct RecordBatch {
     kinds: Vec<FieldKind>,
     /// The codes of the spec's text values this batch has learnt.
     texts: TextCodec,
+    /// Where the batch lies in its file, for batches of one file read on
+    /// two threads ([`RecordBatch::set_order`]).
+    order: u64,
 }
 
 impl RecordBatch {
@@ -71,7 +74,16 @@ impl RecordBatch {
             money_field: spec.schema.money_field(),
             kinds: spec.schema.fields.iter().map(|f| f.kind).collect(),
             texts: TextCodec::new(spec.texts.clone()),
+            order: 0,
         }
+    }
+
+    /// Numbers the batch by its place in the file: a source file read in
+    /// two halves reaches the engine in batches out of file order, and
+    /// the copies of a duplicated ID are put back in file order by these
+    /// numbers (batches of the first half below those of the second).
+    pub fn set_order(&mut self, order: u64) {
+        self.order = order;
     }
 
     /// Adds one record.
@@ -371,6 +383,14 @@ struct Capture {
     first_target: HashMap<u64, Box<[u8]>>,
     /// Source offsets whose first target copy was not kept.
     unknown: Vec<u64>,
+    /// For each of `source`: the order of its batch and its row in it,
+    /// `None` for a record in the index (found through `starts`).
+    source_at: Vec<Option<(u64, u32)>>,
+    /// Where each source batch's records begin in the index's arena, and
+    /// the batch's order.
+    starts: Vec<(u64, u64)>,
+    /// A source batch came after one of a higher order.
+    reordered: bool,
 }
 
 struct PendingMismatch {
@@ -434,6 +454,18 @@ impl DiffEngine {
         self.copies.get_or_insert_with(Box::default);
     }
 
+    /// Forgets every source record added so far, to read the source again
+    /// from its start (a split read whose halves did not meet at a record
+    /// boundary). Copies are still captured if they were.
+    pub fn restart_source(&mut self) {
+        assert!(!self.target_started, "source restarted after the target");
+        let capture = self.copies.is_some();
+        *self = DiffEngine::new(self.spec.clone());
+        if capture {
+            self.capture_copies();
+        }
+    }
+
     /// Makes room for about `records` distinct source keys up front.
     pub fn reserve_source(&mut self, records: usize) {
         self.source
@@ -490,6 +522,9 @@ impl DiffEngine {
         }
         self.source_rows += batch.len() as u64;
         merge_totals(&mut self.source_totals, &batch.totals);
+        if let Some(c) = self.copies.as_mut() {
+            c.source_batch(self.source.arena().len() as u64, batch.order);
+        }
         let hashes = hash_rows(&mut self.hashes, batch);
         for (n, (&hash, &(start, end))) in hashes.iter().zip(&batch.rows).enumerate() {
             if let Some(&h) = hashes.get(n + PREFETCH_SLOTS) {
@@ -504,8 +539,10 @@ impl DiffEngine {
                 if let Some(c) = self.copies.as_mut() {
                     if first_dup {
                         c.source.push(Kept::Source(offset));
+                        c.source_at.push(None);
                     }
                     c.source.push(Kept::Bytes(batch.bytes[start..end].into()));
+                    c.source_at.push(Some((batch.order, n as u32)));
                 }
             } else {
                 self.source.insert_encoded(hash, &batch.bytes[start..end]);
@@ -746,6 +783,48 @@ impl DiffEngine {
 }
 
 impl Capture {
+    /// Notes a source batch's start in the arena and its order.
+    fn source_batch(&mut self, arena_len: u64, order: u64) {
+        match self.starts.last() {
+            // Records added one at a time come in batches of one, all of
+            // order 0: one entry serves them.
+            Some(&(_, last)) if last == order => {}
+            Some(&(_, last)) => {
+                self.reordered |= last > order;
+                self.starts.push((arena_len, order));
+            }
+            None => self.starts.push((arena_len, order)),
+        }
+    }
+
+    /// Puts the source's copies back in file order when batches came out
+    /// of it: a copy in the index sorts by its batch (before the copies
+    /// that batch's later rows found), the others by batch and row.
+    fn source_in_file_order(&mut self) {
+        if !self.reordered {
+            return;
+        }
+        // Pushed as batches came, so in arena order; of two starting at
+        // one offset, the first added nothing and the record is the later's.
+        let starts = std::mem::take(&mut self.starts);
+        let batch_of = |offset: u64| {
+            let i = starts.partition_point(|&(at, _)| at <= offset);
+            starts[i.saturating_sub(1)].1
+        };
+        let at = std::mem::take(&mut self.source_at);
+        let mut kept: Vec<((u64, u64), Kept)> = std::mem::take(&mut self.source)
+            .into_iter()
+            .zip(at)
+            .map(|(k, at)| match (&k, at) {
+                (_, Some((order, row))) => ((order, u64::from(row) + 1), k),
+                (Kept::Source(o), None) => ((batch_of(*o), 0), k),
+                (_, None) => ((u64::MAX, u64::MAX), k),
+            })
+            .collect();
+        kept.sort_by_key(|(at, _)| *at);
+        self.source = kept.into_iter().map(|(_, k)| k).collect();
+    }
+
     /// A second or later target copy of a source ID (`record`); with the
     /// first, when this is the second.
     fn target_copy(&mut self, offset: u64, first_dup: bool, same: bool, record: &[u8]) {
@@ -764,12 +843,13 @@ impl Capture {
     /// The kept copies, decoded; the target's copies of IDs whose first
     /// copy is unknown are left out (they are asked of the target).
     fn finish(
-        self,
+        mut self,
         source: &[u8],
         orphans: &[u8],
         kinds: &[FieldKind],
         texts: &TextDict,
     ) -> Copies {
+        self.source_in_file_order();
         let decode = |k: &Kept| match k {
             Kept::Source(o) => records::decode(source, *o, kinds, texts),
             Kept::Orphan(o) => records::decode(orphans, *o, kinds, texts),

@@ -2,8 +2,27 @@
 //! thread parses, filters and encodes file rows into batches, the calling
 //! thread indexes (source) or probes (target) them. Batches travel through
 //! a short queue and come back for reuse, so no record is ever owned.
+//!
+//! A large CSV source is cut into parts at line ends, and the engine's
+//! thread reads parts too whenever no batch is waiting for it: measured
+//! on the 10M bench pair, the reader was busy all through the source's
+//! read and the engine two thirds of it. (A third thread reading parts
+//! was tried first: the scheduler shared two cores evenly among three
+//! threads, the engine got two thirds of one and the read barely sped
+//! up.) The reader thread reads the first part and takes the next free
+//! part after each; the engine takes one when idle.
+//!
+//! Whether a cut's line end was a record's (not one inside a quoted
+//! field) only the part before can tell, once read to it: when one was
+//! not, the engine forgets the source and reads it again in one pass.
+//! Everything the diff reports is the one pass's: the unplaced keys in
+//! file order, the copies of a duplicated ID in file order (each batch
+//! carries its place in the file), an error in a later part with its line
+//! in the file (the file is read again, sending nothing, to find it).
 
-use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -14,6 +33,16 @@ use crate::diff::{DiffEngine, DiffSpec, RecordBatch};
 
 /// Records per batch handed from the reader thread to the engine.
 const BATCH: usize = 8192;
+
+/// Smallest CSV source read in parts: below it, the parts cost more
+/// than they save.
+pub const SPLIT_MIN_BYTES: u64 = 16 << 20;
+
+/// About how many bytes of a source make one part.
+const PART_BYTES: u64 = 8 << 20;
+
+/// Most parts a source is cut into.
+const MAX_PARTS: u64 = 1 << 12;
 
 /// Which side a file is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +87,9 @@ enum Message {
     Source(RecordBatch, Option<usize>),
     /// A batch of target records.
     Target(RecordBatch),
+    /// The reader thread is done with the parts of a source read in parts
+    /// (the first, and those it took after): what each found.
+    SourceEnd(Vec<PartDone>),
 }
 
 /// Most keys [`Outside`] remembers (8 bytes each): past it, edge lookups
@@ -100,29 +132,109 @@ pub struct Fed {
     /// For one filtered file: the keys of the rows not kept; `None` with
     /// no filter, several filtered files, or more than `OUTSIDE_CAP`.
     pub outside: Option<Outside>,
+    /// How many parts the source's records were read in: 1 when it was
+    /// read whole (small, not CSV, or read again after a cut fell inside
+    /// a quoted field), 0 without a source.
+    pub parts: usize,
 }
 
-/// Feeds files to the engine, in order, through the two stages.
+/// Feeds files to the engine, in order, through the two stages (a CSV
+/// source of [`SPLIT_MIN_BYTES`] or more read in parts).
 pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<Fed> {
+    feed_files_split(engine, files, SPLIT_MIN_BYTES, PART_BYTES)
+}
+
+/// [`feed_files`], cutting a CSV source of `split_min` bytes or more, the
+/// first of `files`, into parts of about `part_bytes`.
+pub fn feed_files_split(
+    engine: &mut DiffEngine,
+    mut files: Vec<FileFeed<'_>>,
+    split_min: u64,
+    part_bytes: u64,
+) -> Result<Fed> {
     let started = Instant::now();
     let spec = engine.spec().clone();
     let mut source_done = None;
     let filtered = files.iter().filter(|(_, _, keep)| keep.is_some()).count();
-    let (unplaced, outside) =
-        std::thread::scope(|scope| -> Result<(Vec<String>, Option<Outside>)> {
+    let outside = filtered == 1;
+    let has_source = files.iter().any(|(_, side, _)| *side == Side::Source);
+    let parts = match files.first_mut() {
+        Some((reader, Side::Source, keep)) => {
+            let n = (reader.progress().1 / part_bytes.max(1)).clamp(2, MAX_PARTS);
+            match reader.cut(n as usize, split_min)? {
+                Some(cuts) => Some(Parts {
+                    template: reader.part(cuts[cuts.len() - 2], *cuts.last().expect("cuts"))?,
+                    cuts,
+                    next: AtomicUsize::new(1),
+                    failed: AtomicBool::new(false),
+                    keep: *keep,
+                }),
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
+    let bytes_of = |side: Side| &bytes[usize::from(side == Side::Target)];
+    // Batches the engine is done with go back to whichever reader takes one.
+    let (free_tx, free_rx) = channel::<RecordBatch>();
+    let free = Mutex::new(free_rx);
+    let (source_seen, rest_seen) =
+        std::thread::scope(|scope| -> Result<(Option<(Seen, usize)>, Seen)> {
             let (tx, rx) = sync_channel::<Message>(4);
-            let (free_tx, free_rx) = channel::<RecordBatch>();
-            let spec = &spec;
-            let handle = scope.spawn(move || -> Result<(Vec<String>, Option<Outside>)> {
-                let mut unplaced = Vec::new();
-                let mut outside = (filtered == 1).then(Outside::default);
-                for (mut reader, side, keep) in files {
-                    let seen = (&mut unplaced, &mut outside);
-                    read_side(&mut reader, spec, side, &tx, &free_rx, keep, seen)?;
+            let (spec, free, parts) = (&spec, &free, parts.as_ref());
+            let handle = scope.spawn(move || -> Result<Seen> {
+                let mut seen = Seen::new(outside);
+                for (i, (mut reader, side, keep)) in files.into_iter().enumerate() {
+                    let feed = Feed {
+                        spec,
+                        side,
+                        free,
+                        keep,
+                        bytes: bytes_of(side),
+                    };
+                    match parts.filter(|_| i == 0) {
+                        Some(parts) => {
+                            let done = read_parts(&feed, parts, reader, &tx, outside)?;
+                            send_to(&tx)(Message::SourceEnd(done))?;
+                        }
+                        None => read_side(&feed, &mut reader, &mut send_to(&tx), &mut seen, 0)?,
+                    }
                 }
-                Ok((unplaced, outside.map(Outside::seal)))
+                Ok(seen)
             });
-            for msg in rx {
+            let mut own = parts.map(|parts| OwnParts {
+                parts,
+                feed: Feed {
+                    spec,
+                    side: Side::Source,
+                    free,
+                    keep: parts.keep,
+                    bytes: bytes_of(Side::Source),
+                },
+                outside,
+                current: None,
+                done: Vec::new(),
+                batch: RecordBatch::new(spec),
+            });
+            let mut source_seen = None;
+            loop {
+                // While the source's parts last, read one whenever no
+                // batch is waiting.
+                let msg = match own.as_mut().filter(|o| o.working()) {
+                    Some(o) => match rx.try_recv() {
+                        Ok(msg) => msg,
+                        Err(TryRecvError::Empty) => {
+                            o.step(engine)?;
+                            continue;
+                        }
+                        Err(TryRecvError::Disconnected) => break,
+                    },
+                    None => match rx.recv() {
+                        Ok(msg) => msg,
+                        Err(_) => break,
+                    },
+                };
                 match msg {
                     Message::Source(batch, estimate) => {
                         if let Some(n) = estimate {
@@ -131,6 +243,10 @@ pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<F
                         engine.add_source_batch(&batch)?;
                         let _ = free_tx.send(batch);
                     }
+                    Message::SourceEnd(done) => {
+                        let mut o = own.take().expect("parts read when a source ends in parts");
+                        source_seen = Some(o.settle(done, engine)?);
+                    }
                     Message::Target(batch) => {
                         source_done.get_or_insert_with(|| started.elapsed());
                         engine.add_target_batch(&batch);
@@ -138,71 +254,381 @@ pub fn feed_files(engine: &mut DiffEngine, files: Vec<FileFeed<'_>>) -> Result<F
                     }
                 }
             }
-            handle
+            let rest = handle
                 .join()
-                .map_err(|_| anyhow::anyhow!("file reader thread panicked"))?
+                .map_err(|_| anyhow::anyhow!("file reader thread panicked"))??;
+            Ok((source_seen, rest))
         })?;
+    let source_parts = source_seen
+        .as_ref()
+        .map_or(usize::from(has_source), |(_, n)| *n);
+    let mut seen = source_seen.map_or_else(|| Seen::new(outside), |(seen, _)| seen);
+    seen.append(rest_seen);
     Ok(Fed {
         source_done,
-        unplaced,
-        outside,
+        unplaced: seen.unplaced,
+        outside: seen.outside.map(Outside::seal),
+        parts: source_parts,
     })
 }
 
-/// Parses one file into batches on the calling thread, sending each full batch.
-fn read_side(
-    reader: &mut FileReader,
-    spec: &DiffSpec,
+/// What one file is read with.
+struct Feed<'a> {
+    spec: &'a DiffSpec,
     side: Side,
+    /// Batches the engine is done with.
+    free: &'a Mutex<Receiver<RecordBatch>>,
+    keep: Option<RowFilter<'a>>,
+    /// Bytes read of the file, by every reader of it (for progress).
+    bytes: &'a AtomicU64,
+}
+
+/// What the filters saw besides the rows they kept.
+struct Seen {
+    /// Keys of unplaced rows, in file order.
+    unplaced: Vec<String>,
+    /// Hashes of the keys not kept, while under [`OUTSIDE_CAP`].
+    outside: Option<Outside>,
+}
+
+impl Seen {
+    fn new(outside: bool) -> Seen {
+        Seen {
+            unplaced: Vec::new(),
+            outside: outside.then(Outside::default),
+        }
+    }
+
+    /// Adds what a later part of the files saw.
+    fn append(&mut self, later: Seen) {
+        self.unplaced.extend(later.unplaced);
+        self.outside = match (self.outside.take(), later.outside) {
+            (Some(mut a), Some(b)) if a.0.len() + b.0.len() <= OUTSIDE_CAP => {
+                a.0.extend(b.0);
+                Some(a)
+            }
+            _ => None,
+        };
+    }
+}
+
+/// A source cut into parts, shared by the two threads that read them.
+struct Parts<'a> {
+    /// Part `k` runs from `cuts[k]` to `cuts[k + 1]`.
+    cuts: Vec<u64>,
+    /// The next part nobody has taken (part 0 is the reader thread's).
+    next: AtomicUsize,
+    /// A part failed: take no more.
+    failed: AtomicBool,
+    /// A reader of the file that opens the parts.
+    template: FileReader,
+    keep: Option<RowFilter<'a>>,
+}
+
+impl Parts<'_> {
+    fn count(&self) -> usize {
+        self.cuts.len() - 1
+    }
+
+    /// The next part to read, if any is left.
+    fn take(&self) -> Option<usize> {
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let k = self.next.fetch_add(1, Ordering::Relaxed);
+        (k < self.count()).then_some(k)
+    }
+
+    fn open(&self, k: usize) -> Result<FileReader> {
+        Ok(self.template.part(self.cuts[k], self.cuts[k + 1])?)
+    }
+}
+
+/// The order of part `k`'s first batch: parts hold far fewer batches.
+fn first_order(k: usize) -> u64 {
+    (k as u64) << 32
+}
+
+/// What reading one part found.
+struct PartDone {
+    k: usize,
+    seen: Seen,
+    /// It ended at its cut (see [`FileReader::ended_at_stop`]).
+    at_cut: bool,
+    /// Its error; its lines are counted from the part's start.
+    error: Option<anyhow::Error>,
+}
+
+/// The reader thread's share of a source in parts: the first part, which
+/// `first` is positioned at, then the next free part after each. An error
+/// in the first part is the file's first and returned; a later part's is
+/// kept with it.
+fn read_parts(
+    feed: &Feed<'_>,
+    parts: &Parts<'_>,
+    mut first: FileReader,
     tx: &SyncSender<Message>,
-    free: &Receiver<RecordBatch>,
-    keep: Option<RowFilter<'_>>,
-    (unplaced, outside): (&mut Vec<String>, &mut Option<Outside>),
+    outside: bool,
+) -> Result<Vec<PartDone>> {
+    let mut seen = Seen::new(outside);
+    read_side(feed, &mut first, &mut send_to(tx), &mut seen, 0)?;
+    let mut done = vec![PartDone {
+        k: 0,
+        seen,
+        at_cut: first.ended_at_stop(),
+        error: None,
+    }];
+    while let Some(k) = parts.take() {
+        let mut seen = Seen::new(outside);
+        let read = parts.open(k).and_then(|mut reader| {
+            read_side(
+                feed,
+                &mut reader,
+                &mut send_to(tx),
+                &mut seen,
+                first_order(k),
+            )?;
+            Ok(reader.ended_at_stop())
+        });
+        let failed = read.is_err();
+        done.push(PartDone {
+            k,
+            seen,
+            at_cut: *read.as_ref().unwrap_or(&false),
+            error: read.err(),
+        });
+        if failed {
+            parts.failed.store(true, Ordering::Relaxed);
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// The engine thread's share of a source in parts, read a batch at a time
+/// between the reader thread's batches.
+struct OwnParts<'p, 'a> {
+    parts: &'p Parts<'a>,
+    feed: Feed<'p>,
+    outside: bool,
+    /// The part being read: its number, reader, what it saw, the order
+    /// of its next batch and the bytes of it counted for progress.
+    current: Option<(usize, FileReader, Seen, u64, u64)>,
+    done: Vec<PartDone>,
+    batch: RecordBatch,
+}
+
+impl OwnParts<'_, '_> {
+    /// Whether a part may still be read here.
+    fn working(&self) -> bool {
+        self.current.is_some() || self.parts.next.load(Ordering::Relaxed) < self.parts.count()
+    }
+
+    /// Reads one batch of the current part (taking a part when none is
+    /// under way) into the engine.
+    fn step(&mut self, engine: &mut DiffEngine) -> Result<()> {
+        let (k, mut reader, mut seen, order, reported) = match self.current.take() {
+            Some(current) => current,
+            None => {
+                let Some(k) = self.parts.take() else {
+                    return Ok(());
+                };
+                match self.parts.open(k) {
+                    Ok(reader) => (k, reader, Seen::new(self.outside), first_order(k), 0),
+                    Err(e) => {
+                        self.fail(k, Seen::new(self.outside), e);
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        self.batch.clear();
+        self.batch.set_order(order);
+        match read_batch(&self.feed, &mut reader, &mut self.batch, &mut seen) {
+            Ok(finished) => {
+                let (read, total) = reader.progress();
+                if !self.batch.is_empty() {
+                    let all = self
+                        .feed
+                        .bytes
+                        .fetch_add(read - reported, Ordering::Relaxed)
+                        + read
+                        - reported;
+                    crate::ops::progress::file_batch(true, self.batch.len(), all, total);
+                    engine.add_source_batch(&self.batch)?;
+                }
+                if finished {
+                    self.done.push(PartDone {
+                        k,
+                        seen,
+                        at_cut: reader.ended_at_stop(),
+                        error: None,
+                    });
+                } else {
+                    self.current = Some((k, reader, seen, order + 1, read));
+                }
+            }
+            Err(e) => self.fail(k, seen, e),
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, k: usize, seen: Seen, error: anyhow::Error) {
+        self.parts.failed.store(true, Ordering::Relaxed);
+        self.done.push(PartDone {
+            k,
+            seen,
+            at_cut: false,
+            error: Some(error),
+        });
+    }
+
+    /// Once the reader thread is done with the source (`theirs`): reads
+    /// the rest of this thread's part, then checks that the parts met at
+    /// record boundaries and found no error, and returns what they saw in
+    /// file order, with how many parts they were. When a cut was inside
+    /// a quoted field, the engine forgets the source and reads it again
+    /// here in one pass.
+    fn settle(&mut self, theirs: Vec<PartDone>, engine: &mut DiffEngine) -> Result<(Seen, usize)> {
+        while self.current.is_some() && !self.parts.failed.load(Ordering::Relaxed) {
+            self.step(engine)?;
+        }
+        let mut done = theirs;
+        done.append(&mut self.done);
+        done.sort_by_key(|d| d.k);
+        let last = self.parts.count() - 1;
+        if done
+            .iter()
+            .any(|d| d.error.is_none() && !d.at_cut && d.k < last)
+        {
+            tracing::debug!(
+                message =
+                    "A cut of the source was inside a quoted field; reading it again in one pass.",
+                file = self.parts.template.display()
+            );
+            engine.restart_source();
+            self.feed.bytes.store(0, Ordering::Relaxed);
+            let mut seen = Seen::new(self.outside);
+            let mut reader = self.parts.template.reopen()?;
+            let mut index = |msg: Message| -> Result<()> {
+                if let Message::Source(batch, estimate) = msg {
+                    if let Some(n) = estimate {
+                        engine.reserve_source(n);
+                    }
+                    engine.add_source_batch(&batch)?;
+                }
+                Ok(())
+            };
+            read_side(&self.feed, &mut reader, &mut index, &mut seen, 0)?;
+            return Ok((seen, 1));
+        }
+        if let Some(error) = done.iter_mut().find_map(|d| d.error.take()) {
+            // A later part counts lines from its own start: the file read
+            // again, sending nothing, names the line in the file.
+            let mut reader = self.parts.template.reopen()?;
+            read_side(
+                &self.feed,
+                &mut reader,
+                &mut |_| Ok(()),
+                &mut Seen::new(false),
+                0,
+            )?;
+            return Err(error);
+        }
+        anyhow::ensure!(
+            done.iter().map(|d| d.k).eq(0..=last),
+            "internal error: parts of {} were left unread",
+            self.parts.template.display()
+        );
+        let mut seen = Seen::new(self.outside);
+        for d in done {
+            seen.append(d.seen);
+        }
+        Ok((seen, last + 1))
+    }
+}
+
+/// Sends to the engine.
+fn send_to(tx: &SyncSender<Message>) -> impl FnMut(Message) -> Result<()> + '_ {
+    // The engine stops listening only after failing itself.
+    |msg| {
+        tx.send(msg)
+            .map_err(|_| anyhow::anyhow!("diff engine stopped"))
+    }
+}
+
+/// Reads up to a batch of rows into `batch`; true at the end of the file
+/// (or part).
+fn read_batch(
+    feed: &Feed<'_>,
+    reader: &mut FileReader,
+    batch: &mut RecordBatch,
+    seen: &mut Seen,
+) -> Result<bool> {
+    let Feed { side, keep, .. } = *feed;
+    let Seen { unplaced, outside } = seen;
+    if let Some(signal) = crate::interrupt::requested() {
+        anyhow::bail!("interrupted by {signal} while reading {}", reader.display());
+    }
+    let done = reader.for_each_while(|key, values, location| -> Result<bool> {
+        let row = keep.map_or(Row::Keep, |k| k(values));
+        match row {
+            Row::Keep => batch
+                .push(key, values)
+                .map_err(|e| anyhow::anyhow!("{} {}: {e}", side.name(), location()))?,
+            Row::Skip => {}
+            Row::Unplaced => unplaced.push(key.to_string()),
+        }
+        if row != Row::Keep {
+            if let Some(o) = outside.as_mut() {
+                if o.0.len() < OUTSIDE_CAP {
+                    o.0.push(crate::diff::key_hash(key));
+                } else {
+                    *outside = None;
+                }
+            }
+        }
+        Ok(batch.len() < BATCH)
+    });
+    match done {
+        Ok(done) => Ok(done),
+        Err(ReadError::Connector(e)) => Err(e.into()),
+        Err(ReadError::Caller(e)) => Err(e),
+    }
+}
+
+/// Parses one file (or part) into batches on the calling thread, sending
+/// each full batch; batches are numbered from `order`.
+fn read_side(
+    feed: &Feed<'_>,
+    reader: &mut FileReader,
+    send: &mut dyn FnMut(Message) -> Result<()>,
+    seen: &mut Seen,
+    mut order: u64,
 ) -> Result<()> {
-    let fresh = |free: &Receiver<RecordBatch>| {
+    let (spec, side) = (feed.spec, feed.side);
+    let fresh = || {
+        let free = feed.free.lock().unwrap_or_else(|e| e.into_inner());
         let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
         b.clear();
         b
     };
-    let mut first = true;
+    let mut first = order == 0;
+    let mut reported = 0;
     loop {
-        let mut batch = fresh(free);
-        if let Some(signal) = crate::interrupt::requested() {
-            anyhow::bail!("interrupted by {signal} while reading {}", reader.display());
-        }
-        let done = reader.for_each_while(|key, values, location| -> Result<bool> {
-            let row = keep.map_or(Row::Keep, |k| k(values));
-            match row {
-                Row::Keep => batch
-                    .push(key, values)
-                    .map_err(|e| anyhow::anyhow!("{} {}: {e}", side.name(), location()))?,
-                Row::Skip => {}
-                Row::Unplaced => unplaced.push(key.to_string()),
-            }
-            if row != Row::Keep {
-                if let Some(o) = outside.as_mut() {
-                    if o.0.len() < OUTSIDE_CAP {
-                        o.0.push(crate::diff::key_hash(key));
-                    } else {
-                        *outside = None;
-                    }
-                }
-            }
-            Ok(batch.len() < BATCH)
-        });
-        let done = match done {
-            Ok(done) => done,
-            Err(ReadError::Connector(e)) => return Err(e.into()),
-            Err(ReadError::Caller(e)) => return Err(e),
-        };
+        let mut batch = fresh();
+        batch.set_order(order);
+        order += 1;
+        let done = read_batch(feed, reader, &mut batch, seen)?;
         if !batch.is_empty() {
             let (read, total) = reader.progress();
-            crate::ops::progress::file_batch(side == Side::Source, batch.len(), read, total);
+            let all = feed.bytes.fetch_add(read - reported, Ordering::Relaxed) + read - reported;
+            reported = read;
+            crate::ops::progress::file_batch(side == Side::Source, batch.len(), all, total);
             let msg = match side {
                 // Estimate the source's size from the first batch's bytes
                 // per row, so that the engine sizes its index once.
                 Side::Source => {
-                    let (read, total) = reader.progress();
                     let estimate = (first && read > 0).then(|| {
                         (total as f64 / (read as f64 / batch.len() as f64) * 1.02) as usize
                     });
@@ -211,12 +637,14 @@ fn read_side(
                 Side::Target => Message::Target(batch),
             };
             first = false;
-            // The engine stops listening only after failing itself.
-            tx.send(msg)
-                .map_err(|_| anyhow::anyhow!("diff engine stopped"))?;
+            send(msg)?;
         }
         if done {
             return Ok(());
         }
     }
 }
+
+#[cfg(test)]
+#[path = "feed_tests.rs"]
+mod tests;

@@ -15,7 +15,7 @@ mod settings;
 mod source;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
@@ -124,10 +124,15 @@ fn human_bytes(n: usize) -> String {
 /// A streaming reader over one export file.
 pub struct FileReader {
     spec: FileSpec,
+    schema: Schema,
     kinds: Vec<FieldKind>,
     inner: Inner,
     display: String,
     file_len: u64,
+    /// Where this reader's part of a file begins ([`FileReader::part`]).
+    part_start: u64,
+    /// Where this reader's part ends, when it ends before the file.
+    stop: Option<u64>,
 }
 
 enum Inner {
@@ -147,6 +152,9 @@ enum Inner {
 }
 
 const BUFFER: usize = 1 << 20;
+
+/// Bytes searched for a line feed at each place a file is cut.
+const CUT_SEARCH: usize = 1 << 20;
 
 impl FileReader {
     /// Opens the file and checks that every needed column exists.
@@ -197,21 +205,149 @@ impl FileReader {
         };
         Ok(FileReader {
             spec,
+            schema: schema.clone(),
             kinds,
             inner,
             display,
             file_len,
+            part_start: 0,
+            stop: None,
         })
     }
 
-    /// Bytes consumed so far and the file's size, for progress and for
-    /// sizing indexes ahead of time.
+    /// The same file opened again from its start, whole.
+    pub fn reopen(&self) -> Result<FileReader, ConnectorError> {
+        FileReader::open(self.spec.clone(), &self.schema)
+    }
+
+    /// Where to cut a CSV file of at least `min_len` bytes, not yet read
+    /// past its header, into about `parts` parts read on their own: the
+    /// start of its rows, line ends near each `1/parts` of them, and its
+    /// end. `None` for JSON Lines, a smaller file, or no line feed near a
+    /// cut. This reader then reads the first part ([`FileReader::part`]
+    /// opens the others).
+    ///
+    /// A line end is a record's end unless it lies inside a quoted field,
+    /// which only the part before can tell by reading up to it: the parts
+    /// make the file's records when each but the last
+    /// [`FileReader::ended_at_stop`]. A later part's line numbers count
+    /// from its first line.
+    pub fn cut(&mut self, parts: usize, min_len: u64) -> Result<Option<Vec<u64>>, ConnectorError> {
+        let Inner::Csv { scanner, .. } = &mut self.inner else {
+            return Ok(None);
+        };
+        let data_start = scanner.position();
+        if parts < 2
+            || self.file_len < min_len.max(2)
+            || self.stop.is_some()
+            || self.part_start != 0
+        {
+            return Ok(None);
+        }
+        let io = |source| ConnectorError::Io {
+            what: self.display.clone(),
+            source,
+        };
+        let mut file = File::open(&self.spec.path).map_err(io)?;
+        let rows = self.file_len - data_start;
+        let mut cuts = vec![data_start];
+        let mut near = Vec::with_capacity(CUT_SEARCH);
+        for i in 1..parts as u64 {
+            let from = (data_start + rows * i / parts as u64).max(*cuts.last().expect("one cut"));
+            file.seek(SeekFrom::Start(from)).map_err(io)?;
+            near.clear();
+            (&mut file)
+                .take(CUT_SEARCH as u64)
+                .read_to_end(&mut near)
+                .map_err(io)?;
+            let Some(nl) = near.iter().position(|&b| b == b'\n') else {
+                return Ok(None);
+            };
+            let at = from + nl as u64 + 1;
+            if at >= self.file_len {
+                break;
+            }
+            if at > *cuts.last().expect("one cut") {
+                cuts.push(at);
+            }
+        }
+        if cuts.len() < 2 {
+            return Ok(None);
+        }
+        cuts.push(self.file_len);
+        scanner.stop_at(cuts[1]);
+        self.stop = Some(cuts[1]);
+        Ok(Some(cuts))
+    }
+
+    /// The part of a file [`FileReader::cut`] made from `start` (a cut, not
+    /// the first) to `end`, read from its own handle.
+    pub fn part(&self, start: u64, end: u64) -> Result<FileReader, ConnectorError> {
+        let Inner::Csv {
+            width,
+            key_idx,
+            idx,
+            currency_idx,
+            ..
+        } = &self.inner
+        else {
+            return Err(ConnectorError::Config(format!(
+                "{}: only a CSV file is read in parts",
+                self.display
+            )));
+        };
+        let mut file = File::open(&self.spec.path).map_err(|source| ConnectorError::Io {
+            what: self.display.clone(),
+            source,
+        })?;
+        file.seek(SeekFrom::Start(start))
+            .map_err(|source| ConnectorError::Io {
+                what: self.display.clone(),
+                source,
+            })?;
+        let mut part = scan::Scanner::resume(file, self.spec.max_record_bytes, start);
+        part.limit_fields(*width);
+        let stop = (end < self.file_len).then_some(end);
+        if let Some(end) = stop {
+            part.stop_at(end);
+        }
+        Ok(FileReader {
+            spec: self.spec.clone(),
+            schema: self.schema.clone(),
+            kinds: self.kinds.clone(),
+            inner: Inner::Csv {
+                scanner: part,
+                width: *width,
+                key_idx: *key_idx,
+                idx: idx.clone(),
+                currency_idx: *currency_idx,
+            },
+            display: self.display.clone(),
+            file_len: self.file_len,
+            part_start: start,
+            stop,
+        })
+    }
+
+    /// For a part that ends at a cut, once read: whether it ended exactly
+    /// there, so that the next part began at a record's start (false when
+    /// a quoted field ran across the cut). True for a part that ends with
+    /// the file.
+    pub fn ended_at_stop(&self) -> bool {
+        match (&self.inner, self.stop) {
+            (Inner::Csv { scanner, .. }, Some(at)) => scanner.position() == at,
+            _ => true,
+        }
+    }
+
+    /// Bytes consumed so far (of this reader's part, for a file read in parts) and
+    /// the file's size, for progress and for sizing indexes ahead of time.
     pub fn progress(&self) -> (u64, u64) {
         let read = match &self.inner {
             Inner::Csv { scanner, .. } => scanner.position(),
             Inner::Jsonl { bytes, .. } => *bytes,
         };
-        (read, self.file_len)
+        (read - self.part_start, self.file_len)
     }
 
     /// A short name for messages: the path.

@@ -66,6 +66,9 @@ pub(crate) struct Scanner<R> {
     max_record: usize,
     /// Most fields in one record (the header's count, once it is read).
     max_fields: usize,
+    /// Where this scanner's part of a split file ends: no record starting
+    /// at or past it is read (see [`Scanner::stop_at`]).
+    stop: u64,
 }
 
 /// Most columns a header may have: its field positions are kept in memory.
@@ -154,7 +157,27 @@ impl<R: Read> Scanner<R> {
             started: false,
             max_record,
             max_fields: MAX_HEADER_FIELDS,
+            stop: u64::MAX,
         }
+    }
+
+    /// A scanner over the rest of a file whose reader is at byte `position`,
+    /// the start of a line (no byte-order mark is looked for there); its
+    /// line numbers count from that line as 1.
+    pub(crate) fn resume(reader: R, max_record: usize, position: u64) -> Scanner<R> {
+        let mut s = Scanner::new(reader, max_record);
+        s.consumed = position;
+        s.started = true;
+        s
+    }
+
+    /// Reads no record that starts at byte `stop` or later: the scanner
+    /// ends there as at the end of input. Whether it ended exactly there
+    /// (`position() == stop`: the byte before was a record's line end, not
+    /// one inside quotes) tells whether a second scanner started at `stop`
+    /// read the same records a single pass would have.
+    pub(crate) fn stop_at(&mut self, stop: u64) {
+        self.stop = stop;
     }
 
     /// Records after this one may have at most `n` fields.
@@ -242,6 +265,9 @@ impl<R: Read> Scanner<R> {
     pub(crate) fn next_record(&mut self) -> Result<bool, ScanError> {
         loop {
             self.skip_prefixes()?;
+            if self.position() >= self.stop {
+                return Ok(false);
+            }
             // One pass over the line: commas, the line end, any quote, and
             // whether every byte is ASCII, found 64 bytes at a time (see
             // `specials`); ordinary bytes are never visited one by one.

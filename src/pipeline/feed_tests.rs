@@ -1,0 +1,253 @@
+//! A source read in parts (on two threads, in any order they take them)
+//! makes the diff a single pass makes: same classes, totals, copies,
+//! unplaced keys, errors.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use recon_core::{Field, FieldKind, Schema, ValueRef};
+use recon_file::{FileReader, FileSpec};
+
+use super::*;
+use crate::diff::{DiffEngine, DiffOutcome, DiffSpec};
+
+fn schema() -> Schema {
+    let field = |name: &str, kind| Field {
+        name: name.into(),
+        kind,
+        compared: true,
+    };
+    Schema {
+        fields: vec![
+            field("amount", FieldKind::Money),
+            field("status", FieldKind::Text),
+        ],
+    }
+}
+
+fn spec(path: &Path) -> FileSpec {
+    FileSpec {
+        path: path.to_path_buf(),
+        key_column: "id".into(),
+        columns: vec!["amount".into(), "status".into()],
+        currency_column: Some("currency".into()),
+        amount_format: recon_file::AmountFormat::Minor,
+        max_record_bytes: recon_file::DEFAULT_MAX_RECORD_BYTES,
+    }
+}
+
+/// Rows unplaced when their status is empty, skipped when it is `skip`.
+fn filter(values: &[ValueRef<'_>]) -> Row {
+    match values.get(1) {
+        Some(ValueRef::Null) => Row::Unplaced,
+        Some(ValueRef::Text("skip")) => Row::Skip,
+        _ => Row::Keep,
+    }
+}
+
+/// What a diff found, comparable: the classes with their records, the
+/// totals, and the copies of each duplicated ID (grouped by ID, in the
+/// order kept: the order reports list them).
+fn view(o: &DiffOutcome) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "rows {} {}", o.source_rows, o.target_rows);
+    let _ = writeln!(
+        s,
+        "records {} {} matched {}",
+        o.source_records, o.target_records, o.matched
+    );
+    let _ = writeln!(s, "gaps {:?}", o.gaps.iter().collect::<Vec<_>>());
+    let _ = writeln!(s, "orphans {:?}", o.orphans.iter().collect::<Vec<_>>());
+    let _ = writeln!(s, "mismatches {:?}", o.mismatches);
+    let _ = writeln!(s, "duplicates {:?}", o.duplicates);
+    let _ = writeln!(s, "totals {:?} {:?}", o.source_totals, o.target_totals);
+    if let Some(c) = &o.copies {
+        let by_key = |records: &[recon_core::Record]| {
+            let mut r = records.to_vec();
+            r.sort_by(|a, b| a.key.cmp(&b.key));
+            r
+        };
+        let _ = writeln!(
+            s,
+            "copies {:?} {:?} {:?}",
+            by_key(&c.source),
+            by_key(&c.target),
+            c.target_unknown
+        );
+    }
+    s
+}
+
+/// Diffs `source` against `target` (CSV text), the source cut into parts
+/// of about `part_bytes` (`None`: read whole); with the row filter when
+/// `filtered`.
+fn diff(
+    dir: &Path,
+    source: &str,
+    target: &str,
+    part_bytes: Option<u64>,
+    filtered: bool,
+) -> Result<(String, Fed)> {
+    let (s, t) = (dir.join("source.csv"), dir.join("target.csv"));
+    std::fs::write(&s, source)?;
+    std::fs::write(&t, target)?;
+    let schema = schema();
+    let mut engine = DiffEngine::new(DiffSpec::new(schema.clone(), vec![None, None]));
+    engine.capture_copies();
+    let keep: &(dyn Fn(&[ValueRef<'_>]) -> Row + Sync) = &filter;
+    let keep = filtered.then_some(keep);
+    let files = vec![
+        (FileReader::open(spec(&s), &schema)?, Side::Source, keep),
+        (FileReader::open(spec(&t), &schema)?, Side::Target, None),
+    ];
+    let fed = match part_bytes {
+        Some(bytes) => feed_files_split(&mut engine, files, 0, bytes)?,
+        None => feed_files_split(&mut engine, files, u64::MAX, PART_BYTES)?,
+    };
+    Ok((view(&engine.finish()), fed))
+}
+
+/// A source of `n` rows with a little of everything: IDs repeated far
+/// apart (three copies of some), quoted cells, empty and `skip` statuses,
+/// CRLF line ends when asked; and a target missing some, adding some,
+/// changing some.
+fn files(n: usize, crlf: bool) -> (String, String) {
+    let end = if crlf { "\r\n" } else { "\n" };
+    let (mut source, mut target) = (
+        format!("id,amount,currency,status{end}"),
+        format!("id,amount,currency,status{end}"),
+    );
+    for i in 0..n {
+        let status = match i % 13 {
+            0 => "",
+            5 => "skip",
+            7 => "\"paid, late\"",
+            _ => "paid",
+        };
+        let _ = write!(source, "ch_{i:05},{},usd,{status}{end}", 100 + i);
+        // Copies of earlier IDs, far from their first.
+        if i % 97 == 0 && i >= n / 2 {
+            let _ = write!(source, "ch_{:05},{},usd,paid{end}", i - n / 2, 7 + i);
+        }
+        if i % 211 == 0 && i >= n / 3 {
+            let _ = write!(source, "ch_{:05},{},eur,paid{end}", i - n / 3, 9 + i);
+            let _ = write!(source, "ch_{:05},{},eur,paid{end}", i - n / 3, 11 + i);
+        }
+        match i % 10 {
+            0 => {}
+            3 => {
+                let _ = write!(target, "ch_{i:05},{},usd,{status}{end}", 101 + i);
+            }
+            _ => {
+                let _ = write!(target, "ch_{i:05},{},usd,{status}{end}", 100 + i);
+            }
+        }
+        if i % 50 == 0 {
+            let _ = write!(target, "tg_{i:05},5,usd,paid{end}");
+        }
+    }
+    (source, target)
+}
+
+#[test]
+fn a_source_read_in_parts_is_diffed_as_in_one_pass() {
+    for crlf in [false, true] {
+        for filtered in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let (source, target) = files(6000, crlf);
+            let (whole, whole_fed) = diff(dir.path(), &source, &target, None, filtered).unwrap();
+            assert_eq!(whole_fed.parts, 1);
+            for part_bytes in [2_000, 9_000, 60_000] {
+                let (parts, fed) =
+                    diff(dir.path(), &source, &target, Some(part_bytes), filtered).unwrap();
+                assert!(
+                    fed.parts > 1,
+                    "cut into parts of {part_bytes} bytes: {}",
+                    fed.parts
+                );
+                assert_eq!(
+                    parts, whole,
+                    "parts of {part_bytes} bytes, crlf {crlf}, filtered {filtered}"
+                );
+                assert_eq!(fed.unplaced, whole_fed.unplaced);
+                assert_eq!(
+                    format!("{:?}", fed.outside),
+                    format!("{:?}", whole_fed.outside)
+                );
+            }
+            if filtered {
+                assert!(
+                    whole_fed.unplaced.len() > 400,
+                    "{}",
+                    whole_fed.unplaced.len()
+                );
+                assert!(whole_fed.outside.is_some());
+            }
+            assert!(whole.contains("copies"), "{whole}");
+        }
+    }
+}
+
+#[test]
+fn a_cut_inside_a_quoted_field_reads_the_source_again_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut source, target) = files(3000, false);
+    // A note of many short lines in one quoted cell, in the middle of the
+    // file: every cut near it falls inside the quotes.
+    let at = source.len() / 2;
+    let at = at + source[at..].find('\n').unwrap() + 1;
+    let lines: String = (0..400)
+        .map(|i| format!("line {i} of the note\n"))
+        .collect();
+    source.insert_str(at, &format!("ch_quoted,5,usd,\"{lines}\"\n"));
+    let (whole, _) = diff(dir.path(), &source, &target, None, false).unwrap();
+    let (parts, fed) = diff(dir.path(), &source, &target, Some(1_000), false).unwrap();
+    assert_eq!(fed.parts, 1, "read again whole");
+    assert_eq!(parts, whole);
+    assert!(whole.contains("ch_quoted"));
+}
+
+#[test]
+fn an_error_in_a_later_part_names_its_line_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut source, target) = files(4000, false);
+    // A row with a field too many, near the end.
+    let at = source.len() - 300;
+    let at = at + source[at..].find('\n').unwrap() + 1;
+    source.insert_str(at, "ch_bad,5,usd,paid,extra\n");
+    let line = source[..at].matches('\n').count() + 1;
+    let whole = diff(dir.path(), &source, &target, None, false).unwrap_err();
+    let parts = diff(dir.path(), &source, &target, Some(3_000), false).unwrap_err();
+    assert_eq!(format!("{parts:#}"), format!("{whole:#}"));
+    assert!(
+        format!("{whole:#}").contains(&format!("line {line}")),
+        "{whole:#}"
+    );
+}
+
+#[test]
+fn of_two_errors_the_first_in_the_file_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, target) = files(4000, false);
+    let mut lines: Vec<&str> = source.lines().collect();
+    // A bad amount early (in the first part) and a row too short late.
+    lines[40] = "ch_early,abc,usd,paid";
+    let late = lines.len() - 20;
+    lines[late] = "ch_late,5";
+    let source = lines.join("\n") + "\n";
+    let whole = diff(dir.path(), &source, &target, None, false).unwrap_err();
+    let parts = diff(dir.path(), &source, &target, Some(3_000), false).unwrap_err();
+    assert_eq!(format!("{parts:#}"), format!("{whole:#}"));
+    assert!(format!("{whole:#}").contains("line 41"), "{whole:#}");
+    // Only the late error: found in a later part, named by its line.
+    let mut lines: Vec<&str> = source.lines().collect();
+    lines[40] = "ch_early,1,usd,paid";
+    let source = lines.join("\n") + "\n";
+    let whole = diff(dir.path(), &source, &target, None, false).unwrap_err();
+    let parts = diff(dir.path(), &source, &target, Some(3_000), false).unwrap_err();
+    assert_eq!(format!("{parts:#}"), format!("{whole:#}"));
+    assert!(
+        format!("{whole:#}").contains(&format!("line {}", late + 1)),
+        "{whole:#}"
+    );
+}
