@@ -1977,6 +1977,13 @@ async fn sqlite_page_size_is_set_on_new_stores_only() {
     on(Dialect::Sqlite, |url| async move {
         let store = StateStore::open(&url).await.unwrap();
         assert_eq!(page_size(&store).await, 16384);
+        // Every session copies the WAL into the database past 128 MiB.
+        let mark: i64 = sqlx::query("PRAGMA wal_autocheckpoint")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(mark, 8192);
         store.close().await;
     })
     .await;
