@@ -261,7 +261,11 @@ async fn write_folder(
     crate::report::html::write_for_run(&mut dir, state, job, money_field, summary).await?;
     // The folder is committed only once the history it shows is recorded,
     // and only by a run that still holds its lock and was not stopped.
-    recording.finish().await?;
+    if let Err(e) = recording.finish().await {
+        // Its session terminated with the lock's: the lock names the cause.
+        super::backfill::ensure_lock(cx.lock, job, "recording the discrepancy history").await?;
+        return Err(e);
+    }
     crate::report::html::record_totals(&mut dir, state, summary).await?;
     if crate::faults::abort_after_history() {
         std::process::abort();

@@ -293,7 +293,25 @@ pub async fn update_while_applying(
     // lock, a refused batch); the history's is then its consequence (the
     // same state sessions terminated).
     let outcomes = outcomes?;
-    Ok((run?, Some(outcomes), Recording(Write::Done)))
+    let run = match run {
+        Ok(run) => run,
+        // The backfill's last batch may have finished before the sessions
+        // were terminated: the lock, asked now, names the cause.
+        Err(e) => return Err(lost_lock_or(ledger, e).await),
+    };
+    Ok((run, Some(outcomes), Recording(Write::Done)))
+}
+
+/// A failed history write's error, or the lost run lock that caused it
+/// (the state store's sessions terminated: the write fails on its own
+/// session before any lock check could see it).
+async fn lost_lock_or(ledger: &Ledger<'_>, error: anyhow::Error) -> anyhow::Error {
+    match super::backfill::ensure_lock(ledger.lock, ledger.job, "recording the discrepancy history")
+        .await
+    {
+        Err(lost) => lost,
+        Ok(()) => error,
+    }
 }
 
 /// The history as the reports show it: first sightings of the persisting
