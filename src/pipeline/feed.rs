@@ -371,7 +371,11 @@ fn read_parts(
     outside: bool,
 ) -> Result<Vec<PartDone>> {
     let mut seen = Seen::new(outside);
-    read_side(feed, &mut first, &mut send_to(tx), &mut seen, 0)?;
+    if let Err(e) = read_side(feed, &mut first, &mut send_to(tx), &mut seen, 0) {
+        // The engine's thread takes no more parts.
+        parts.failed.store(true, Ordering::Relaxed);
+        return Err(e);
+    }
     let mut done = vec![PartDone {
         k: 0,
         seen,
@@ -419,9 +423,12 @@ struct OwnParts<'p, 'a> {
 }
 
 impl OwnParts<'_, '_> {
-    /// Whether a part may still be read here.
+    /// Whether a part may still be read here (none once a part failed:
+    /// the engine then only waits for the reader thread).
     fn working(&self) -> bool {
-        self.current.is_some() || self.parts.next.load(Ordering::Relaxed) < self.parts.count()
+        !self.parts.failed.load(Ordering::Relaxed)
+            && (self.current.is_some()
+                || self.parts.next.load(Ordering::Relaxed) < self.parts.count())
     }
 
     /// Reads one batch of the current part (taking a part when none is
