@@ -14,11 +14,12 @@
 //!
 //! Whether a cut's line end was a record's (not one inside a quoted
 //! field) only the part before can tell, once read to it: when one was
-//! not, the engine forgets the source and reads it again in one pass.
-//! Everything the diff reports is the one pass's: the unplaced keys in
-//! file order, the copies of a duplicated ID in file order (each batch
-//! carries its place in the file), an error in a later part with its line
-//! in the file (the file is read again, sending nothing, to find it).
+//! not, or when a part after the first failed (it may have begun inside a
+//! quoted field, and its lines count from its own start), the engine
+//! forgets the source and reads it again in one pass, where a real error
+//! names its line in the file. Everything the diff reports is the one
+//! pass's: the unplaced keys in file order, the copies of a duplicated ID
+//! in file order (each batch carries its place in the file).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
@@ -494,8 +495,8 @@ impl OwnParts<'_, '_> {
     /// the rest of this thread's part, then checks that the parts met at
     /// record boundaries and found no error, and returns what they saw in
     /// file order, with how many parts they were. When a cut was inside
-    /// a quoted field, the engine forgets the source and reads it again
-    /// here in one pass.
+    /// a quoted field or a later part failed, the engine forgets the
+    /// source and reads it again here in one pass.
     fn settle(&mut self, theirs: Vec<PartDone>, engine: &mut DiffEngine) -> Result<(Seen, usize)> {
         while self.current.is_some() && !self.parts.failed.load(Ordering::Relaxed) {
             self.step(engine)?;
@@ -504,13 +505,18 @@ impl OwnParts<'_, '_> {
         done.append(&mut self.done);
         done.sort_by_key(|d| d.k);
         let last = self.parts.count() - 1;
-        if done
+        let bad_cut = done
             .iter()
-            .any(|d| d.error.is_none() && !d.at_cut && d.k < last)
-        {
+            .any(|d| d.error.is_none() && !d.at_cut && d.k < last);
+        // A later part's error may come of a cut inside a quoted field
+        // (the part began inside it) whose part before was never finished
+        // (after a failure no part is read on); and its lines count from
+        // the part's start. Either way the source is read again whole: a
+        // real error then stops it, named by its line in the file.
+        let failed = done.iter().any(|d| d.error.is_some());
+        if bad_cut || failed {
             tracing::debug!(
-                message =
-                    "A cut of the source was inside a quoted field; reading it again in one pass.",
+                message = "Reading the source again in one pass (a cut inside a quoted field, or an error in a part).",
                 file = self.parts.template.display()
             );
             engine.restart_source();
@@ -528,19 +534,6 @@ impl OwnParts<'_, '_> {
             };
             read_side(&self.feed, &mut reader, &mut index, &mut seen, 0)?;
             return Ok((seen, 1));
-        }
-        if let Some(error) = done.iter_mut().find_map(|d| d.error.take()) {
-            // A later part counts lines from its own start: the file read
-            // again, sending nothing, names the line in the file.
-            let mut reader = self.parts.template.reopen()?;
-            read_side(
-                &self.feed,
-                &mut reader,
-                &mut |_| Ok(()),
-                &mut Seen::new(false),
-                0,
-            )?;
-            return Err(error);
         }
         anyhow::ensure!(
             done.iter().map(|d| d.k).eq(0..=last),

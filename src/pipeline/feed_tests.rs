@@ -251,3 +251,30 @@ fn of_two_errors_the_first_in_the_file_is_reported() {
         "{whole:#}"
     );
 }
+
+/// Parts of several batches each: a cut inside a long quoted note makes
+/// the part after it fail at once (it begins inside the note), while the
+/// part before may still be being read on the engine's thread (found by
+/// review: the part before was then left unfinished, its bad cut never
+/// seen, and the valid file failed); the source is read again whole and
+/// diffs as in one pass.
+#[test]
+fn a_part_that_begins_inside_a_quoted_field_fails_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut source, target) = files(40_000, false);
+    // Around the second cut, two thirds of the way in once the note is
+    // in: the engine's thread takes part 1 at the start, the reader thread
+    // part 2 after part 0, and part 2 begins inside the note.
+    let third = source.len() * 2 / 3 - 5_000;
+    let at = third + source[third..].find('\n').unwrap() + 1;
+    let lines: String = (0..2_000).map(|i| format!("note line {i}\n")).collect();
+    source.insert_str(at, &format!("ch_note,5,usd,\"{lines}\"\n"));
+    let (whole, _) = diff(dir.path(), &source, &target, None, false).unwrap();
+    // Three parts of some 13,000 rows (two batches) each.
+    let part_bytes = source.len() as u64 / 3;
+    for _ in 0..3 {
+        let (parts, fed) = diff(dir.path(), &source, &target, Some(part_bytes), false).unwrap();
+        assert_eq!(fed.parts, 1, "read again whole");
+        assert_eq!(parts, whole);
+    }
+}
