@@ -238,10 +238,7 @@ pub fn feed_files_split(
                 };
                 match msg {
                     Message::Source(batch, estimate) => {
-                        if let Some(n) = estimate {
-                            engine.reserve_source(n);
-                        }
-                        engine.add_source_batch(&batch)?;
+                        index_source(engine, &batch, estimate)?;
                         let _ = free_tx.send(batch);
                     }
                     Message::SourceEnd(done) => {
@@ -273,6 +270,19 @@ pub fn feed_files_split(
     })
 }
 
+/// Adds a source batch to the engine, sizing its index first by the
+/// estimate the first batch carries.
+fn index_source(
+    engine: &mut DiffEngine,
+    batch: &RecordBatch,
+    estimate: Option<usize>,
+) -> Result<()> {
+    if let Some(n) = estimate {
+        engine.reserve_source(n);
+    }
+    Ok(engine.add_source_batch(batch)?)
+}
+
 /// What one file is read with.
 struct Feed<'a> {
     spec: &'a DiffSpec,
@@ -282,6 +292,16 @@ struct Feed<'a> {
     keep: Option<RowFilter<'a>>,
     /// Bytes read of the file, by every reader of it (for progress).
     bytes: &'a AtomicU64,
+}
+
+impl Feed<'_> {
+    /// Shows a batch of `rows` read, its reader now at `read` bytes of its
+    /// part (`reported` of them counted before) of a file of `total`.
+    fn progress(&self, rows: usize, (read, total): (u64, u64), reported: &mut u64) {
+        let all = self.bytes.fetch_add(read - *reported, Ordering::Relaxed) + read - *reported;
+        *reported = read;
+        crate::ops::progress::file_batch(self.side == Side::Source, rows, all, total);
+    }
 }
 
 /// What the filters saw besides the rows they kept.
@@ -354,16 +374,18 @@ fn first_order(k: usize) -> u64 {
 struct PartDone {
     k: usize,
     seen: Seen,
-    /// It ended at its cut (see [`FileReader::ended_at_stop`]).
-    at_cut: bool,
-    /// Its error; its lines are counted from the part's start.
-    error: Option<anyhow::Error>,
+    /// It was read without error and ended at its cut (see
+    /// [`FileReader::ended_at_stop`]). An error in a part after the first
+    /// is not kept: its lines count from the part's start, and the part
+    /// may have begun inside a quoted field; the source is read again
+    /// whole instead, where a real error names its line.
+    sound: bool,
 }
 
 /// The reader thread's share of a source in parts: the first part, which
 /// `first` is positioned at, then the next free part after each. An error
-/// in the first part is the file's first and returned; a later part's is
-/// kept with it.
+/// in the first part is the file's first and returned; a later part that
+/// fails is marked unsound.
 fn read_parts(
     feed: &Feed<'_>,
     parts: &Parts<'_>,
@@ -380,8 +402,7 @@ fn read_parts(
     let mut done = vec![PartDone {
         k: 0,
         seen,
-        at_cut: first.ended_at_stop(),
-        error: None,
+        sound: first.ended_at_stop(),
     }];
     while let Some(k) = parts.take() {
         let mut seen = Seen::new(outside);
@@ -399,8 +420,7 @@ fn read_parts(
         done.push(PartDone {
             k,
             seen,
-            at_cut: *read.as_ref().unwrap_or(&false),
-            error: read.err(),
+            sound: read.unwrap_or(false),
         });
         if failed {
             parts.failed.store(true, Ordering::Relaxed);
@@ -416,11 +436,21 @@ struct OwnParts<'p, 'a> {
     parts: &'p Parts<'a>,
     feed: Feed<'p>,
     outside: bool,
-    /// The part being read: its number, reader, what it saw, the order
-    /// of its next batch and the bytes of it counted for progress.
-    current: Option<(usize, FileReader, Seen, u64, u64)>,
+    /// The part being read.
+    current: Option<Current>,
     done: Vec<PartDone>,
     batch: RecordBatch,
+}
+
+/// A part the engine's thread is reading.
+struct Current {
+    k: usize,
+    reader: FileReader,
+    seen: Seen,
+    /// The order of its next batch.
+    order: u64,
+    /// Its bytes counted for progress.
+    reported: u64,
 }
 
 impl OwnParts<'_, '_> {
@@ -435,59 +465,65 @@ impl OwnParts<'_, '_> {
     /// Reads one batch of the current part (taking a part when none is
     /// under way) into the engine.
     fn step(&mut self, engine: &mut DiffEngine) -> Result<()> {
-        let (k, mut reader, mut seen, order, reported) = match self.current.take() {
-            Some(current) => current,
+        let mut part = match self.current.take() {
+            Some(part) => part,
             None => {
                 let Some(k) = self.parts.take() else {
                     return Ok(());
                 };
                 match self.parts.open(k) {
-                    Ok(reader) => (k, reader, Seen::new(self.outside), first_order(k), 0),
-                    Err(e) => {
-                        self.fail(k, Seen::new(self.outside), e);
+                    Ok(reader) => Current {
+                        k,
+                        reader,
+                        seen: Seen::new(self.outside),
+                        order: first_order(k),
+                        reported: 0,
+                    },
+                    Err(_) => {
+                        self.fail(k, Seen::new(self.outside));
                         return Ok(());
                     }
                 }
             }
         };
         self.batch.clear();
-        self.batch.set_order(order);
-        match read_batch(&self.feed, &mut reader, &mut self.batch, &mut seen) {
+        self.batch.set_order(part.order);
+        match read_batch(
+            &self.feed,
+            &mut part.reader,
+            &mut self.batch,
+            &mut part.seen,
+        ) {
             Ok(finished) => {
-                let (read, total) = reader.progress();
                 if !self.batch.is_empty() {
-                    let all = self
-                        .feed
-                        .bytes
-                        .fetch_add(read - reported, Ordering::Relaxed)
-                        + read
-                        - reported;
-                    crate::ops::progress::file_batch(true, self.batch.len(), all, total);
+                    let progress = part.reader.progress();
+                    self.feed
+                        .progress(self.batch.len(), progress, &mut part.reported);
                     engine.add_source_batch(&self.batch)?;
                 }
                 if finished {
                     self.done.push(PartDone {
-                        k,
-                        seen,
-                        at_cut: reader.ended_at_stop(),
-                        error: None,
+                        k: part.k,
+                        seen: part.seen,
+                        sound: part.reader.ended_at_stop(),
                     });
                 } else {
-                    self.current = Some((k, reader, seen, order + 1, read));
+                    part.order += 1;
+                    self.current = Some(part);
                 }
             }
-            Err(e) => self.fail(k, seen, e),
+            Err(_) => self.fail(part.k, part.seen),
         }
         Ok(())
     }
 
-    fn fail(&mut self, k: usize, seen: Seen, error: anyhow::Error) {
+    /// A part that failed: no part is taken after it.
+    fn fail(&mut self, k: usize, seen: Seen) {
         self.parts.failed.store(true, Ordering::Relaxed);
         self.done.push(PartDone {
             k,
             seen,
-            at_cut: false,
-            error: Some(error),
+            sound: false,
         });
     }
 
@@ -505,16 +541,13 @@ impl OwnParts<'_, '_> {
         done.append(&mut self.done);
         done.sort_by_key(|d| d.k);
         let last = self.parts.count() - 1;
-        let bad_cut = done
-            .iter()
-            .any(|d| d.error.is_none() && !d.at_cut && d.k < last);
         // A later part's error may come of a cut inside a quoted field
         // (the part began inside it) whose part before was never finished
         // (after a failure no part is read on); and its lines count from
-        // the part's start. Either way the source is read again whole: a
-        // real error then stops it, named by its line in the file.
-        let failed = done.iter().any(|d| d.error.is_some());
-        if bad_cut || failed {
+        // the part's start. Either way, as for a cut inside a quoted field,
+        // the source is read again whole: a real error then stops it,
+        // named by its line in the file.
+        if done.iter().any(|d| !d.sound) {
             tracing::debug!(
                 message = "Reading the source again in one pass (a cut inside a quoted field, or an error in a part).",
                 file = self.parts.template.display()
@@ -523,14 +556,9 @@ impl OwnParts<'_, '_> {
             self.feed.bytes.store(0, Ordering::Relaxed);
             let mut seen = Seen::new(self.outside);
             let mut reader = self.parts.template.reopen()?;
-            let mut index = |msg: Message| -> Result<()> {
-                if let Message::Source(batch, estimate) = msg {
-                    if let Some(n) = estimate {
-                        engine.reserve_source(n);
-                    }
-                    engine.add_source_batch(&batch)?;
-                }
-                Ok(())
+            let mut index = |msg: Message| match msg {
+                Message::Source(batch, estimate) => index_source(engine, &batch, estimate),
+                _ => Ok(()),
             };
             read_side(&self.feed, &mut reader, &mut index, &mut seen, 0)?;
             return Ok((seen, 1));
@@ -622,9 +650,7 @@ fn read_side(
         let done = read_batch(feed, reader, &mut batch, seen)?;
         if !batch.is_empty() {
             let (read, total) = reader.progress();
-            let all = feed.bytes.fetch_add(read - reported, Ordering::Relaxed) + read - reported;
-            reported = read;
-            crate::ops::progress::file_batch(side == Side::Source, batch.len(), all, total);
+            feed.progress(batch.len(), (read, total), &mut reported);
             let msg = match side {
                 // Estimate the source's size from the first batch's bytes
                 // per row, so that the engine sizes its index once.

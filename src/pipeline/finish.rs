@@ -262,9 +262,7 @@ async fn write_folder(
     // The folder is committed only once the history it shows is recorded,
     // and only by a run that still holds its lock and was not stopped.
     if let Err(e) = recording.finish().await {
-        // Its session terminated with the lock's: the lock names the cause.
-        super::backfill::ensure_lock(cx.lock, job, "recording the discrepancy history").await?;
-        return Err(e);
+        return Err(super::history::lost_lock_or(cx.lock, job, e).await);
     }
     crate::report::html::record_totals(&mut dir, state, summary).await?;
     if crate::faults::abort_after_history() {

@@ -297,7 +297,7 @@ pub async fn update_while_applying(
         Ok(run) => run,
         // The backfill's last batch may have finished before the sessions
         // were terminated: the lock, asked now, names the cause.
-        Err(e) => return Err(lost_lock_or(ledger, e).await),
+        Err(e) => return Err(lost_lock_or(ledger.lock, ledger.job, e).await),
     };
     Ok((run, Some(outcomes), Recording(Write::Done)))
 }
@@ -305,10 +305,12 @@ pub async fn update_while_applying(
 /// A failed history write's error, or the lost run lock that caused it
 /// (the state store's sessions terminated: the write fails on its own
 /// session before any lock check could see it).
-async fn lost_lock_or(ledger: &Ledger<'_>, error: anyhow::Error) -> anyhow::Error {
-    match super::backfill::ensure_lock(ledger.lock, ledger.job, "recording the discrepancy history")
-        .await
-    {
+pub async fn lost_lock_or(
+    lock: &recon_state::RunLock,
+    job: &str,
+    error: anyhow::Error,
+) -> anyhow::Error {
+    match backfill::ensure_lock(lock, job, "recording the discrepancy history").await {
         Err(lost) => lost,
         Ok(()) => error,
     }

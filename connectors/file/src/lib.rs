@@ -296,15 +296,12 @@ impl FileReader {
                 self.display
             )));
         };
-        let mut file = File::open(&self.spec.path).map_err(|source| ConnectorError::Io {
+        let io = |source| ConnectorError::Io {
             what: self.display.clone(),
             source,
-        })?;
-        file.seek(SeekFrom::Start(start))
-            .map_err(|source| ConnectorError::Io {
-                what: self.display.clone(),
-                source,
-            })?;
+        };
+        let mut file = File::open(&self.spec.path).map_err(io)?;
+        file.seek(SeekFrom::Start(start)).map_err(io)?;
         let mut part = scan::Scanner::resume(file, self.spec.max_record_bytes, start);
         part.limit_fields(*width);
         let stop = (end < self.file_len).then_some(end);
