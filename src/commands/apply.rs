@@ -361,8 +361,15 @@ async fn write_and_report(
     // report.html too: the apply's outcomes, charted with the job's runs.
     let schema = &plan.spec.schema;
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    crate::report::html::write_for_run(&mut dir, ledger.state, job, money_field, &mut summary)
-        .await?;
+    crate::report::html::write_for_run(
+        &mut dir,
+        ledger.state,
+        job,
+        money_field,
+        &mut summary,
+        None,
+    )
+    .await?;
     crate::report::html::record_totals(&mut dir, ledger.state, &mut summary).await?;
     ensure_lock(ledger.lock, job, "committing the report folder").await?;
     crate::interrupt::check(job, "before committing its report folder")?;

@@ -91,10 +91,13 @@ pub async fn report(
     let schema = &cx.plan.spec.schema;
     // The status (after a large backfill, a look-up of every gap among
     // the written keys) is found on a thread of its own while the
-    // discrepancy files are written.
+    // discrepancy files are written, and the largest rows report.html
+    // lists are found as the files are (not read back from them).
+    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
+    let top = Some((money_field, crate::report::html::TOP_PER_CURRENCY));
     let (status, files) = std::thread::scope(|scope| {
         let status = scope.spawn(|| status(&found.outcome, &extras, found.guard.trouble.is_some()));
-        let files = write_diff_files(&mut dir, schema, &found.outcome, &extras);
+        let files = write_diff_files(&mut dir, schema, &found.outcome, &extras, top);
         let status = status
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -109,7 +112,7 @@ pub async fn report(
     crate::memory::drop_aside(outcome);
     let history = (source_records, found.recording);
     let written = match files {
-        Ok(()) => write_folder(cx, state, dir, history, &extras, &mut summary).await,
+        Ok(top) => write_folder(cx, state, dir, history, &extras, &mut summary, top).await,
         Err(e) => Err(e),
     };
     // What the run did is recorded even when its reports could not be
@@ -249,6 +252,7 @@ async fn write_folder(
     (source_records, recording): (u64, super::history::Recording),
     extras: &RunExtras,
     summary: &mut RunSummary,
+    top: Option<Vec<crate::report::html::TopRow>>,
 ) -> Result<std::path::PathBuf> {
     let job = &cx.plan.job.name;
     let schema = &cx.plan.spec.schema;
@@ -258,7 +262,7 @@ async fn write_folder(
         save_plan(cx, state, &dir, lines.count, source_records).await?;
     }
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    crate::report::html::write_for_run(&mut dir, state, job, money_field, summary).await?;
+    crate::report::html::write_for_run(&mut dir, state, job, money_field, summary, top).await?;
     // The folder is committed only once the history it shows is recorded,
     // and only by a run that still holds its lock and was not stopped.
     if let Err(e) = recording.finish().await {

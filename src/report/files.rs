@@ -10,12 +10,13 @@ use anyhow::Result;
 use jiff::Timestamp;
 use recon_core::{format_minor, Currency, FieldKind, Record, Schema, Value};
 
+use super::html::{merge_largest, FileTop, TopFile, TopRow};
 use super::staging::ReportFile;
 use super::summary::{
     Class as Count, Counts, RunFields, RunSummary, Timings, Total, Totals as SummaryTotals,
     Webhook, WindowText,
 };
-use super::{CsvReport, ReportDir};
+use super::{neutralise, CsvReport, ReportDir};
 use crate::diff::{DiffOutcome, Totals};
 use crate::state::{Class, DiscrepancyDelta};
 
@@ -396,19 +397,29 @@ pub fn write_diff_reports(
     extras: &RunExtras,
     exit_status: u8,
 ) -> Result<()> {
-    write_diff_files(dir, schema, outcome, extras)?;
+    write_diff_files(dir, schema, outcome, extras, None)?;
     write_summary(dir, &summary_of(schema, outcome, meta, extras, exit_status))
 }
 
 /// Writes the CSV (and JSON Lines) reports of a diff: every file but
-/// summary.json.
+/// summary.json. With `top` (the job's money field, and how many per
+/// currency), the largest gaps, orphans and mismatches report.html lists
+/// are found from the rows as they are written, as
+/// [`largest`](super::html::largest) finds them in the files (a 10M-row
+/// run read its three files back for 70 ms).
 pub fn write_diff_files(
     dir: &mut ReportDir,
     schema: &Schema,
     outcome: &DiffOutcome,
     extras: &RunExtras,
-) -> Result<()> {
+    top: Option<(Option<&str>, usize)>,
+) -> Result<Option<Vec<TopRow>>> {
     let h = extras.history.as_ref();
+    let top_of = |kind: TopFile, header: &[String]| {
+        let (money_field, n) = top?;
+        let header: Vec<String> = header.iter().map(|c| neutralise(c).into_owned()).collect();
+        FileTop::new(kind, &header, money_field, n)
+    };
     // gaps.csv, the longest file after an incident, is written on a thread
     // of its own beside the others (a 200,000-gap run spends a tenth of its
     // time writing it); the folder is committed only once both are done.
@@ -416,41 +427,51 @@ pub fn write_diff_files(
     // (orphans.csv above all) then take about as long.
     let gaps_file = dir.file("gaps.csv")?;
     let mismatches_file = dir.file("mismatches.csv")?;
-    std::thread::scope(|scope| {
+    let (gaps, orphans, mismatches) = std::thread::scope(|scope| {
         let gaps = scope.spawn(|| {
-            records_into(
+            let gaps = records_into(
                 gaps_file,
                 schema,
                 outcome.gaps.iter(),
                 h.map(|h| (h, Class::Gap)),
+                |header| top_of(TopFile::Gaps, header),
             )?;
-            write_mismatches(mismatches_file, schema, outcome, h)
+            let mismatches = write_mismatches(mismatches_file, schema, outcome, h, |header| {
+                top_of(TopFile::Mismatches, header)
+            })?;
+            anyhow::Ok((gaps, mismatches))
         });
-        let rest = write_other_files(dir, schema, outcome, extras);
+        let rest = write_other_files(dir, schema, outcome, extras, |header| {
+            top_of(TopFile::Orphans, header)
+        });
         let gaps = gaps.join().unwrap_or_else(|_| {
             Err(anyhow::anyhow!(
                 "writing gaps.csv and mismatches.csv panicked"
             ))
         });
-        rest.and(gaps)
-    })
+        let (orphans, (gaps, mismatches)) = (rest?, gaps?);
+        anyhow::Ok((gaps, orphans, mismatches))
+    })?;
+    Ok(top.map(|(_, n)| merge_largest([gaps, orphans, mismatches], n)))
 }
 
-/// Every file of [`write_diff_files`] but gaps.csv.
-fn write_other_files(
+/// Every file of [`write_diff_files`] but gaps.csv and mismatches.csv;
+/// the largest orphans when `top` makes a list for orphans.csv's header.
+fn write_other_files<'m>(
     dir: &mut ReportDir,
     schema: &Schema,
     outcome: &DiffOutcome,
     extras: &RunExtras,
-) -> Result<()> {
+    top: impl FnOnce(&[String]) -> Option<FileTop<'m>>,
+) -> Result<Option<FileTop<'m>>> {
     let h = extras.history.as_ref();
     write_summary_csv(dir, schema, outcome, extras)?;
-    write_records(
-        dir,
-        "orphans.csv",
+    let orphans = records_into(
+        dir.file("orphans.csv")?,
         schema,
         outcome.orphans.iter(),
         h.map(|h| (h, Class::Orphan)),
+        top,
     )?;
     write_duplicates(dir, outcome, h)?;
     if let Some(rows) = &extras.duplicate_copies {
@@ -478,7 +499,7 @@ fn write_other_files(
         write_backfill_csv(dir, rows)?;
     }
 
-    Ok(())
+    Ok(orphans)
 }
 
 /// summary.csv: per currency, both sides' rows and totals, their deltas,
@@ -631,20 +652,24 @@ fn write_records<R: std::borrow::Borrow<Record>>(
     records: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     history: Option<History<'_>>,
 ) -> Result<()> {
-    records_into(dir.file(name)?, schema, records, history)
+    records_into(dir.file(name)?, schema, records, history, |_| None)?;
+    Ok(())
 }
 
-/// [`write_records`] into a file already created.
-fn records_into<R: std::borrow::Borrow<Record>>(
+/// [`write_records`] into a file already created; `top` may make a list
+/// of the largest rows for the file's header, offered each row.
+fn records_into<'m, R: std::borrow::Borrow<Record>>(
     file: ReportFile,
     schema: &Schema,
     records: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     history: Option<History<'_>>,
-) -> Result<()> {
+    top: impl FnOnce(&[String]) -> Option<FileTop<'m>>,
+) -> Result<Option<FileTop<'m>>> {
     let (mut header, add_currency) = record_header(schema);
     if history.is_some() {
         header.extend(HISTORY_COLUMNS.map(String::from));
     }
+    let mut top = top(&header);
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     write_rows(
         CsvReport::new(file, &header)?,
@@ -652,7 +677,9 @@ fn records_into<R: std::borrow::Borrow<Record>>(
         records,
         history,
         add_currency,
-    )
+        top.as_mut(),
+    )?;
+    Ok(top)
 }
 
 fn write_rows<R: std::borrow::Borrow<Record>>(
@@ -661,6 +688,7 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
     records: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     history: Option<History<'_>>,
     add_currency: bool,
+    mut top: Option<&mut FileTop<'_>>,
 ) -> Result<()> {
     use std::fmt::Write as _;
     let money_field = schema.money_field();
@@ -691,6 +719,9 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
             row.next().push_str(cell);
         }
         w.row(row.cells())?;
+        if let Some(top) = top.as_deref_mut() {
+            top.offer_written(row.cells())?;
+        }
     }
     w.finish()?.flush()?;
     Ok(())
@@ -720,13 +751,15 @@ impl RowBuf {
     }
 }
 
-/// mismatches.csv: one row per differing field.
-fn write_mismatches(
+/// mismatches.csv: one row per differing field; `top` as in
+/// [`records_into`].
+fn write_mismatches<'m>(
     file: ReportFile,
     schema: &Schema,
     outcome: &DiffOutcome,
     history: Option<&HistoryMap>,
-) -> Result<()> {
+    top: impl FnOnce(&[String]) -> Option<FileTop<'m>>,
+) -> Result<Option<FileTop<'m>>> {
     use std::fmt::Write as _;
     let mut header = vec![
         ID_COLUMN,
@@ -739,6 +772,7 @@ fn write_mismatches(
     if history.is_some() {
         header.extend(HISTORY_COLUMNS);
     }
+    let mut top = top(&header.iter().map(|c| c.to_string()).collect::<Vec<_>>());
     let mut w = CsvReport::new(file, &header)?;
     let mut probe = (Class::Mismatch, String::new());
     // Cells written into buffers reused from row to row (a 10M-row diff
@@ -786,10 +820,13 @@ fn write_mismatches(
                 row.next().push_str(cell);
             }
             w.row(row.cells())?;
+            if let Some(top) = top.as_mut() {
+                top.offer_written(row.cells())?;
+            }
         }
     }
     w.finish()?.flush()?;
-    Ok(())
+    Ok(top)
 }
 
 fn write_duplicates(

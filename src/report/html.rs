@@ -416,70 +416,130 @@ fn header(path: &Path) -> Result<Vec<String>> {
 /// per currency. `money_field` is the job's money field (the amount
 /// column of gaps.csv and orphans.csv).
 pub fn largest(folder: &Path, money_field: Option<&str>, n: usize) -> Result<Vec<TopRow>> {
-    let col = |h: &[String], name: &str| h.iter().position(|c| c == name);
-    // One file's largest rows, in a list of its own. `columns` finds the
-    // ID, amount and currency columns in its header (a file without one,
-    // or no file, lists nothing) and, for mismatches.csv, the column that
-    // names the field: only rows of the money field are offered.
-    type Columns<'a> = &'a dyn Fn(&[String]) -> Option<([usize; 3], Option<usize>)>;
-    let top_of = |file: &str, class: &'static str, columns: Columns<'_>| {
+    // One file's largest rows, in a list of its own ([`FileTop`]; a file
+    // without the columns, or no file, lists nothing).
+    let top_of = |file: &str, kind: TopFile| {
         let path = folder.join(file);
         if !path.is_file() {
             return Ok(None);
         }
-        let h = header(&path)?;
-        let Some(([key, amount, cur], field)) = columns(&h) else {
+        let Some(mut top) = FileTop::new(kind, &header(&path)?, money_field, n) else {
             return Ok(None);
         };
-        let columns = TopColumns {
-            key,
-            amount,
-            cur,
-            state: col(&h, HISTORY_COLUMNS[1]),
-            first: col(&h, HISTORY_COLUMNS[0]),
-        };
-        let mut top = Largest::new(n);
-        each_byte_row(&path, |row| {
-            let other_field = field
-                .is_some_and(|i| money_field.is_some_and(|f| row.get(i) != Some(f.as_bytes())));
-            if other_field {
-                return Ok(());
-            }
-            columns.offer(&mut top, class, row)
-        })?;
+        each_byte_row(&path, |row| top.offer(|i| cell(row, i).map(Cow::Borrowed)))?;
         anyhow::Ok(Some(top))
-    };
-    // gaps.csv and orphans.csv: the money field's own column is the amount.
-    let records = |h: &[String]| {
-        let cur = h.iter().rposition(|c| c == CURRENCY_COLUMN)?;
-        Some(([col(h, ID_COLUMN)?, col(h, money_field?)?, cur], None))
-    };
-    // mismatches.csv: a row per field, the difference as the amount.
-    let mismatches = |h: &[String]| {
-        let at = [
-            col(h, ID_COLUMN)?,
-            col(h, "difference")?,
-            col(h, "currency")?,
-        ];
-        Some((at, Some(col(h, "field")?)))
     };
     // Each file into a list of its own, gaps.csv on a thread beside the
     // others (a 2M-row run's three files: 25 ms read one after the other),
-    // then merged: a row any list kept is offered to the first.
+    // then merged ([`merge_largest`]).
     let (gaps, orphans, mismatches) = std::thread::scope(|scope| {
-        let gaps = scope.spawn(|| top_of("gaps.csv", "gap", &records));
-        let orphans = top_of("orphans.csv", "orphan", &records);
-        let mismatches = top_of("mismatches.csv", "mismatch", &mismatches);
+        let gaps = scope.spawn(|| top_of("gaps.csv", TopFile::Gaps));
+        let orphans = top_of("orphans.csv", TopFile::Orphans);
+        let mismatches = top_of("mismatches.csv", TopFile::Mismatches);
         let gaps = gaps
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (gaps, orphans, mismatches)
     });
+    Ok(merge_largest([gaps?, orphans?, mismatches?], n))
+}
+
+/// The largest rows of gaps.csv, orphans.csv and mismatches.csv (each
+/// file's own list, in that order; `None`: the file lists nothing): a row
+/// any list kept is offered to the first.
+pub fn merge_largest(files: [Option<FileTop<'_>>; 3], n: usize) -> Vec<TopRow> {
     let mut top = Largest::new(n);
-    for list in [gaps?, orphans?, mismatches?].into_iter().flatten() {
-        top.merge(list);
+    for list in files.into_iter().flatten() {
+        top.merge(list.top);
     }
-    Ok(top.finish())
+    top.finish()
+}
+
+/// A report file whose largest rows report.html lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopFile {
+    /// gaps.csv: the money field's own column is the amount.
+    Gaps,
+    /// orphans.csv, as gaps.csv.
+    Orphans,
+    /// mismatches.csv: a row per field, the difference as the amount; only
+    /// rows of the money field are offered.
+    Mismatches,
+}
+
+/// The largest rows of one report file, offered row by row: as the file
+/// is read back (`recon report`), or as its rows are written (a run: the
+/// cells it writes, before [`neutralise`], which the columns apply as the
+/// file would hold them).
+pub struct FileTop<'a> {
+    class: &'static str,
+    columns: TopColumns,
+    /// mismatches.csv: the column naming the field, and the money field.
+    field: Option<(usize, &'a str)>,
+    top: Largest,
+}
+
+impl<'a> FileTop<'a> {
+    /// A list for `kind`'s file with header `header` (as the file holds
+    /// it); `None` when the header lacks the ID, amount or currency column.
+    pub fn new(
+        kind: TopFile,
+        header: &[String],
+        money_field: Option<&'a str>,
+        n: usize,
+    ) -> Option<FileTop<'a>> {
+        let col = |name: &str| header.iter().position(|c| c == name);
+        let (class, [key, amount, cur], field) = match kind {
+            TopFile::Gaps | TopFile::Orphans => {
+                let cur = header.iter().rposition(|c| c == CURRENCY_COLUMN)?;
+                let class = if kind == TopFile::Gaps {
+                    "gap"
+                } else {
+                    "orphan"
+                };
+                (class, [col(ID_COLUMN)?, col(money_field?)?, cur], None)
+            }
+            TopFile::Mismatches => {
+                let at = [col(ID_COLUMN)?, col("difference")?, col("currency")?];
+                ("mismatch", at, Some((col("field")?, money_field)))
+            }
+        };
+        // A mismatches.csv without a money field offers every row whose
+        // field column exists (as its reader always did).
+        let field = field.and_then(|(i, f)| f.map(|f| (i, f)));
+        Some(FileTop {
+            class,
+            columns: TopColumns {
+                key,
+                amount,
+                cur,
+                state: col(HISTORY_COLUMNS[1]),
+                first: col(HISTORY_COLUMNS[0]),
+            },
+            field,
+            top: Largest::new(n),
+        })
+    }
+
+    /// Offers one row, given its cells by column (as the file holds them).
+    pub fn offer<'r>(&mut self, cell: impl Fn(usize) -> Result<Cow<'r, str>>) -> Result<()> {
+        if let Some((i, f)) = self.field {
+            if cell(i).ok().as_deref() != Some(f) {
+                return Ok(());
+            }
+        }
+        self.columns.offer(&mut self.top, self.class, cell)
+    }
+
+    /// Offers one row as a run writes it: its cells before [`neutralise`].
+    pub fn offer_written(&mut self, cells: &[String]) -> Result<()> {
+        self.offer(|i| {
+            cells
+                .get(i)
+                .map(|c| neutralise(c))
+                .ok_or_else(|| anyhow::anyhow!("no column {}", i + 1))
+        })
+    }
 }
 
 /// Where a report file keeps what the page lists of a row: its ID, amount
@@ -495,25 +555,27 @@ struct TopColumns {
 impl TopColumns {
     /// Offers a row to `top`; its cells are copied only if it may be among
     /// the largest. A row without a readable amount is not listed.
-    fn offer(&self, top: &mut Largest, class: &'static str, row: &csv::ByteRecord) -> Result<()> {
-        let Ok(currency) = Currency::parse(cell(row, self.cur)?) else {
+    fn offer<'r>(
+        &self,
+        top: &mut Largest,
+        class: &'static str,
+        cell: impl Fn(usize) -> Result<Cow<'r, str>>,
+    ) -> Result<()> {
+        let Ok(currency) = Currency::parse(&cell(self.cur)?) else {
             return Ok(());
         };
-        let Ok(m) = Money::parse_major(cell(row, self.amount)?, currency) else {
+        let Ok(m) = Money::parse_major(&cell(self.amount)?, currency) else {
             return Ok(());
         };
         if !top.admits(currency, i128::from(m.minor)) {
             return Ok(());
         }
         let text = |i: Option<usize>| -> Result<String> {
-            Ok(i.map(|i| cell(row, i))
-                .transpose()?
-                .unwrap_or_default()
-                .to_string())
+            Ok(i.map(&cell).transpose()?.unwrap_or_default().into_owned())
         };
         top.push(TopRow {
             class,
-            key: cell(row, self.key)?.to_string(),
+            key: cell(self.key)?.into_owned(),
             minor: i128::from(m.minor),
             currency,
             state: text(self.state)?,
@@ -713,11 +775,14 @@ pub async fn render_folder(
         link_prefix,
         record,
         summary,
+        None,
     )
     .await
 }
 
-/// [`render_folder`] with the folder's summary given.
+/// [`render_folder`] with the folder's summary given, and the largest
+/// rows when they were found as the files were written ([`largest`] of
+/// the folder when `None`).
 #[allow(clippy::too_many_arguments)]
 async fn render_page(
     folder: &Path,
@@ -728,6 +793,7 @@ async fn render_page(
     link_prefix: &str,
     record: bool,
     summary: RunSummary,
+    top: Option<Vec<TopRow>>,
 ) -> Result<String> {
     let totals = summary_totals(&summary)?;
     let run_id = summary.run.run_id.clone().unwrap_or_default();
@@ -743,7 +809,10 @@ async fn render_page(
     );
     let history = chart_history(state, job, this, runs).await?;
     let page = Page {
-        top: largest(folder, money_field, TOP_PER_CURRENCY)?,
+        top: match top {
+            Some(top) => top,
+            None => largest(folder, money_field, TOP_PER_CURRENCY)?,
+        },
         backfill: backfill(folder)?,
         copies: copies(folder, money_field, COPIES_SHOWN)?,
         files: files(folder)?
@@ -758,7 +827,9 @@ async fn render_page(
 
 /// Writes report.html into a run's staging folder: the run's totals are
 /// recorded in the store and the charts drawn from the job's last
-/// [`DEFAULT_RUNS`] runs. Call it after the other files are staged.
+/// [`DEFAULT_RUNS`] runs. Call it after the other files are staged;
+/// `top` is what [`largest`] finds in them, when the run found it as it
+/// wrote them ([`super::write_diff_files`]).
 ///
 /// The page is a view of files already staged: when it cannot be made,
 /// the run (or apply) is not failed for it. A warning is logged (scrubbed),
@@ -772,8 +843,9 @@ pub async fn write_for_run(
     job: &str,
     money_field: Option<&str>,
     summary: &mut RunSummary,
+    top: Option<Vec<TopRow>>,
 ) -> Result<()> {
-    let Err(e) = try_write_for_run(dir, state, job, money_field, summary).await else {
+    let Err(e) = try_write_for_run(dir, state, job, money_field, summary, top).await else {
         return Ok(());
     };
     let _ = std::fs::remove_file(dir.staged(FILE));
@@ -805,6 +877,7 @@ async fn try_write_for_run(
     job: &str,
     money_field: Option<&str>,
     summary: &RunSummary,
+    top: Option<Vec<TopRow>>,
 ) -> Result<()> {
     if crate::faults::html_fails() {
         anyhow::bail!("injected failure ({})", crate::faults::FAULT_HTML_FAILS);
@@ -814,7 +887,18 @@ async fn try_write_for_run(
     // The page draws this run from its summary; its totals are recorded
     // for later runs' charts by [`record_totals`], once the history's
     // write has freed SQLite's one writer (the page waited on it before).
-    let html = render_page(&folder, state, job, money_field, runs, "", false, summary).await?;
+    let html = render_page(
+        &folder,
+        state,
+        job,
+        money_field,
+        runs,
+        "",
+        false,
+        summary,
+        top,
+    )
+    .await?;
     dir.write_all(FILE, html.as_bytes())
 }
 

@@ -9,6 +9,8 @@ mod files;
 pub mod html;
 mod staging;
 pub mod summary;
+#[cfg(test)]
+mod top_tests;
 
 pub use files::{
     summary_of, write_backfill_csv, write_diff_files, write_diff_reports, write_summary,

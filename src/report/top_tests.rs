@@ -1,0 +1,230 @@
+//! The largest rows report.html lists, found as a run writes its files,
+//! are what reading the files back finds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use recon_core::{Currency, Field, FieldKind, Money, Record, Schema, Value};
+
+use super::files::{HistoryMap, RunExtras};
+use super::html::{largest, TOP_PER_CURRENCY};
+use super::{write_diff_files, ReportDir};
+use crate::diff::{DiffEngine, DiffSpec};
+use crate::state::{Class, DiscrepancyDelta};
+
+/// A schema with a money field, a status, and (with `currency_field`) a
+/// currency field named `currency`, the money's currency taken from the
+/// record's own value: the two may disagree.
+fn schema(currency_field: bool, money_name: &str) -> Schema {
+    let field = |name: &str, kind| Field {
+        name: name.into(),
+        kind,
+        compared: true,
+    };
+    let mut fields = vec![
+        field(money_name, FieldKind::Money),
+        field("status", FieldKind::Text),
+    ];
+    if currency_field {
+        fields.push(field("currency", FieldKind::Currency));
+    }
+    Schema { fields }
+}
+
+const CURRENCIES: [&str; 3] = ["USD", "JPY", "KWD"];
+
+/// A record: key index, amount (or none), its currency, the currency
+/// field's own currency, status.
+type Row = (u8, Option<i64>, usize, usize, bool);
+
+fn record(schema: &Schema, (k, minor, money_cur, field_cur, status): Row) -> Record {
+    let cur = |i: usize| Currency::parse(CURRENCIES[i]).unwrap();
+    // Keys a spreadsheet would run as formulas are neutralised in the
+    // files: the page lists them as the files hold them.
+    let key = match k % 4 {
+        0 => format!("=k{k:03}"),
+        1 => format!("-k{k:03}"),
+        _ => format!("k{k:03}"),
+    };
+    let mut values = vec![
+        minor.map_or(Value::Null, |m| {
+            Value::Money(Money::from_minor(m, cur(money_cur)))
+        }),
+        Value::Text(if status { "paid" } else { "failed" }.into()),
+    ];
+    if schema.fields.len() == 3 {
+        values.push(Value::Currency(cur(field_cur)));
+    }
+    Record { key, values }
+}
+
+fn amount() -> impl Strategy<Value = Option<i64>> {
+    prop_oneof![
+        4 => (-50i64..50).prop_map(Some),
+        1 => Just(None),
+        // Differences of these overflow i64: no amount the page can list.
+        1 => prop::sample::select(vec![i64::MAX - 3, i64::MIN + 3, i64::MAX, i64::MIN]).prop_map(Some),
+    ]
+}
+
+fn side() -> impl Strategy<Value = Vec<Row>> {
+    prop::collection::vec(
+        (0u8..60, amount(), 0usize..3, 0usize..3, any::<bool>()),
+        0..80,
+    )
+}
+
+/// The run's history: every other discrepancy key persisting since one
+/// of two first sightings.
+fn history(outcome: &crate::diff::DiffOutcome) -> HistoryMap {
+    let at = |s: i64| jiff::Timestamp::from_second(s).unwrap();
+    let mut delta = DiscrepancyDelta::default();
+    let keys = outcome
+        .gaps
+        .iter()
+        .map(|r| (Class::Gap, r.key.clone()))
+        .chain(
+            outcome
+                .orphans
+                .iter()
+                .map(|r| (Class::Orphan, r.key.clone())),
+        )
+        .chain(
+            outcome
+                .mismatches
+                .iter()
+                .map(|m| (Class::Mismatch, m.key.clone())),
+        );
+    for (i, key) in keys.enumerate() {
+        if i % 2 == 0 {
+            delta
+                .persisting
+                .insert(key, at(1_700_000_000 + (i % 4) as i64));
+        }
+    }
+    let firsts: HashMap<_, _> = [0, 2]
+        .map(|s| at(1_700_000_000 + s))
+        .into_iter()
+        .map(|t| (t, recon_core::format_timestamp(t)))
+        .collect();
+    HistoryMap {
+        now: "2026-12-06T00:00:00Z".into(),
+        delta: Arc::new(delta),
+        firsts,
+        in_order: Default::default(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn found_as_written_is_what_the_files_read_back_hold(
+        source in side(),
+        target in side(),
+        currency_field in any::<bool>(),
+        with_history in any::<bool>(),
+        money_name in prop::sample::select(vec!["amount", "=amount"]),
+    ) {
+        let schema = schema(currency_field, money_name);
+        let mut engine = DiffEngine::new(DiffSpec::new(schema.clone(), vec![None; schema.fields.len()]));
+        let mut seen = [std::collections::HashSet::new(), std::collections::HashSet::new()];
+        for (i, rows) in [&source, &target].into_iter().enumerate() {
+            for row in rows {
+                // One copy per key and side: duplicates are not listed.
+                if !seen[i].insert(row.0) {
+                    continue;
+                }
+                let r = record(&schema, *row);
+                let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+                if i == 0 {
+                    engine.add_source(&r.key, &v).unwrap();
+                } else {
+                    engine.add_target(&r.key, &v).unwrap();
+                }
+            }
+        }
+        let outcome = engine.finish();
+        let extras = RunExtras {
+            history: with_history.then(|| history(&outcome)),
+            ..RunExtras::default()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = ReportDir::prepare(&tmp.path().join("out")).unwrap();
+        let money_field = Some(money_name);
+        let found = write_diff_files(
+            &mut dir,
+            &schema,
+            &outcome,
+            &extras,
+            Some((money_field, TOP_PER_CURRENCY)),
+        )
+        .unwrap()
+        .expect("a list when asked");
+        let read = largest(&dir.staged(""), money_field, TOP_PER_CURRENCY).unwrap();
+        prop_assert_eq!(&found, &read);
+        // Not asked, none is made.
+        let mut again = ReportDir::prepare(&tmp.path().join("again")).unwrap();
+        prop_assert!(write_diff_files(&mut again, &schema, &outcome, &extras, None).unwrap().is_none());
+    }
+}
+
+/// The cases the property draws at random, once each for sure: listed
+/// gaps, orphans and mismatches, a neutralised key, history cells.
+#[test]
+fn a_run_lists_gaps_orphans_and_mismatches_with_their_history() {
+    let schema = schema(true, "amount");
+    let row = |k, m, c| (k, Some(m), c, c, true);
+    let source = [row(2, 40, 0), row(3, 30, 0), row(4, 7, 1)];
+    let target = [row(3, 33, 0), row(5, 20, 0), row(6, 9, 2), row(4, 7, 1)];
+    let mut engine = DiffEngine::new(DiffSpec::new(schema.clone(), vec![None; 3]));
+    for r in source {
+        let r = record(&schema, r);
+        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+        engine.add_source(&r.key, &v).unwrap();
+    }
+    for r in target {
+        let r = record(&schema, r);
+        let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+        engine.add_target(&r.key, &v).unwrap();
+    }
+    let outcome = engine.finish();
+    let extras = RunExtras {
+        history: Some(history(&outcome)),
+        ..RunExtras::default()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = ReportDir::prepare(&tmp.path().join("out")).unwrap();
+    let found = write_diff_files(
+        &mut dir,
+        &schema,
+        &outcome,
+        &extras,
+        Some((Some("amount"), 10)),
+    )
+    .unwrap()
+    .unwrap();
+    let rows: Vec<_> = found
+        .iter()
+        .map(|r| {
+            (
+                r.class,
+                r.key.as_str(),
+                r.minor,
+                r.currency.code(),
+                r.state.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("orphan", "k006", 9, "KWD", "persisting"),
+            ("gap", "k002", 40, "USD", "persisting"),
+            ("orphan", "'-k005", 20, "USD", "new"),
+            ("mismatch", "k003", 3, "USD", "new"),
+        ]
+    );
+    assert_eq!(found, largest(&dir.staged(""), Some("amount"), 10).unwrap());
+}
