@@ -264,9 +264,30 @@ async fn a_run_killed_after_its_history_commit() {
 #[tokio::test]
 async fn new_and_persisting_rows_interleaved() {
     let f = Fixture::new().await;
-    f.run(&["--dry-run"], 1);
-    // New gaps after each open one, a new orphan before the open one.
     let path = f.dir.path().join("charges.csv");
+    // A mismatch open from the first run, new ones either side of it in
+    // the second (mismatches.csv takes its first sightings in list order
+    // too).
+    let mismatch = |id: &str, minute: i64| {
+        let at = DAY_START + 3600 + minute * 60 + 45;
+        let row = format!("{id},100,usd,{at}\n");
+        let created = jiff::Timestamp::from_second(at)
+            .unwrap()
+            .strftime("%Y-%m-%d %H:%M:%S")
+            .to_string();
+        let insert = format!("INSERT INTO payments VALUES ('{id}', 200, 'USD', '{created}')");
+        (row, insert)
+    };
+    let (row, insert) = mismatch("ch_m2", 5);
+    std::fs::write(&path, std::fs::read_to_string(&path).unwrap() + &row).unwrap();
+    f.db.exec(&insert).await;
+    f.run(&["--dry-run"], 1);
+    for (id, minute) in [("ch_m1", 6), ("ch_m3", 7)] {
+        let (row, insert) = mismatch(id, minute);
+        std::fs::write(&path, std::fs::read_to_string(&path).unwrap() + &row).unwrap();
+        f.db.exec(&insert).await;
+    }
+    // New gaps after each open one, a new orphan before the open one.
     let mut csv = std::fs::read_to_string(&path).unwrap();
     for (id, minute) in [("ch_35", 3), ("ch_45", 4)] {
         csv.push_str(&format!(
@@ -308,6 +329,10 @@ async fn new_and_persisting_rows_interleaved() {
     assert_eq!(
         states("orphans.csv"),
         pairs(&[("ch_o0", "new"), ("ch_o1", "persisting")])
+    );
+    assert_eq!(
+        states("mismatches.csv"),
+        pairs(&[("ch_m1", "new"), ("ch_m2", "persisting"), ("ch_m3", "new")])
     );
     f.db.drop_db().await;
 }

@@ -52,12 +52,13 @@ impl Found {
 /// What this run's open discrepancies change in the history: each is
 /// told to the delta by reference (gap and orphan keys decoded on the
 /// stack), so a persisting one costs no string (a nightly dry run of the
-/// 10M bench files tells 309,000 of them). The first sightings of the gaps
-/// and orphans are kept in their lists' order for the reports. Past
-/// [`DELTA_SPLIT_MIN`] discrepancies, mismatches and duplicates are told
-/// on a thread of their own while gaps and orphans are told here; either
-/// way the classes are told in their order, so the new ones come out
-/// sorted.
+/// 10M bench files tells 309,000 of them), and in its list's order, sorted
+/// by key as the history's open set is: each is a step along that list,
+/// not a hash look-up ([`DeltaBuilder::see`]). The first sightings of the
+/// gaps, orphans and mismatches are kept in their lists' order for the
+/// reports. Past [`DELTA_SPLIT_MIN`] discrepancies, mismatches and
+/// duplicates are told on a thread of their own while gaps and orphans
+/// are told here.
 fn delta(
     open: OpenHistory,
     (gaps, orphans): (&Records, &Records),
@@ -67,38 +68,40 @@ fn delta(
     let expected = gaps.len() + orphans.len() + mismatches.len() + duplicates.len();
     let mut delta = open.delta_builder(expected);
     let tell_lists = |delta: &mut DeltaBuilder| {
-        let mut in_order = InOrder {
-            gaps: Vec::with_capacity(gaps.len()),
-            orphans: Vec::with_capacity(orphans.len()),
-        };
-        gaps.for_each_key(|k| in_order.gaps.push(delta.see(Class::Gap, k)));
-        orphans.for_each_key(|k| in_order.orphans.push(delta.see(Class::Orphan, k)));
-        in_order
+        let mut gaps_in_order = Vec::with_capacity(gaps.len());
+        let mut orphans_in_order = Vec::with_capacity(orphans.len());
+        gaps.for_each_key(|k| gaps_in_order.push(delta.see(Class::Gap, k)));
+        orphans.for_each_key(|k| orphans_in_order.push(delta.see(Class::Orphan, k)));
+        (gaps_in_order, orphans_in_order)
     };
     let tell_keys = |delta: &mut DeltaBuilder| {
-        for k in mismatches {
-            delta.see(Class::Mismatch, k.as_ref());
-        }
+        let mismatches: Vec<_> = mismatches
+            .map(|k| delta.see(Class::Mismatch, k.as_ref()))
+            .collect();
         for k in duplicates {
             delta.see(Class::Duplicate, k.as_ref());
         }
+        mismatches
     };
-    let in_order = if expected < DELTA_SPLIT_MIN {
-        let in_order = tell_lists(&mut delta);
-        tell_keys(&mut delta);
-        in_order
+    let ((gaps, orphans), mismatches) = if expected < DELTA_SPLIT_MIN {
+        (tell_lists(&mut delta), tell_keys(&mut delta))
     } else {
         let mut part = delta.split_off(&[Class::Mismatch, Class::Duplicate]);
-        let in_order = std::thread::scope(|scope| {
+        let told = std::thread::scope(|scope| {
             let other = scope.spawn(|| tell_keys(&mut part));
-            let in_order = tell_lists(&mut delta);
-            other
+            let lists = tell_lists(&mut delta);
+            let keys = other
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            in_order
+            (lists, keys)
         });
         delta.merge(part);
-        in_order
+        told
+    };
+    let in_order = InOrder {
+        gaps,
+        orphans,
+        mismatches,
     };
     RunDelta {
         delta: Arc::new(delta.finish()),

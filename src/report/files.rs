@@ -589,9 +589,9 @@ pub struct HistoryMap {
     /// Each distinct first sighting, RFC 3339 (a history holds few: one
     /// per run that found something new).
     pub firsts: HashMap<Timestamp, String>,
-    /// The first sightings of the gaps and orphans in their lists' order,
-    /// found as the delta was built: their rows need no look-up in
-    /// `delta` (a hash probe and its cache misses per row).
+    /// The first sightings of the gaps, orphans and mismatches in their
+    /// lists' order, found as the delta was built: their rows need no
+    /// look-up in `delta` (a binary search and its cache misses per row).
     pub in_order: InOrder,
 }
 
@@ -603,6 +603,8 @@ pub struct InOrder {
     pub gaps: Vec<Option<Timestamp>>,
     /// One per orphan, in the outcome's order.
     pub orphans: Vec<Option<Timestamp>>,
+    /// One per mismatched record, in the outcome's order.
+    pub mismatches: Vec<Option<Timestamp>>,
 }
 
 impl HistoryMap {
@@ -612,7 +614,8 @@ impl HistoryMap {
         let list = match class {
             Class::Gap => &self.in_order.gaps,
             Class::Orphan => &self.in_order.orphans,
-            _ => return None,
+            Class::Mismatch => &self.in_order.mismatches,
+            Class::Duplicate => return None,
         };
         (list.len() == len).then_some(list.as_slice())
     }
@@ -629,18 +632,10 @@ impl HistoryMap {
 type History<'a> = (&'a HistoryMap, Class);
 
 /// The history's cells of one discrepancy (first seen; `new` or
-/// `persisting`), borrowed from the map. `probe` is the lookup key, reused
-/// from row to row so that no string is made per row.
-fn history_cells<'h>(
-    history: Option<History<'h>>,
-    key: &str,
-    probe: &mut (Class, String),
-) -> Option<[&'h str; 2]> {
+/// `persisting`), borrowed from the map.
+fn history_cells<'h>(history: Option<History<'h>>, key: &str) -> Option<[&'h str; 2]> {
     let (h, class) = history?;
-    probe.0 = class;
-    probe.1.clear();
-    probe.1.push_str(key);
-    Some(h.cells_of(h.delta.persisting.get(probe).copied()))
+    Some(h.cells_of(h.delta.persisting.get(class, key)))
 }
 
 /// Writes records one at a time, as the list yields them: a large list of
@@ -697,7 +692,6 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
     // (gaps.csv of a 10M-row diff has 100,000 rows). Gaps and orphans take
     // their first sightings in list order instead, when the run found them.
     let mut row = RowBuf::default();
-    let mut probe = (Class::Gap, String::new());
     let records = records.into_iter();
     let in_order = history.and_then(|(h, class)| h.in_order(class, records.len()).map(|o| (h, o)));
     for (i, r) in records.enumerate() {
@@ -713,7 +707,7 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
         }
         let cells = match in_order {
             Some((h, firsts)) => Some(h.cells_of(firsts[i])),
-            None => history_cells(history, &r.key, &mut probe),
+            None => history_cells(history, &r.key),
         };
         for cell in cells.into_iter().flatten() {
             row.next().push_str(cell);
@@ -774,12 +768,19 @@ fn write_mismatches<'m>(
     }
     let mut top = top(&header.iter().map(|c| c.to_string()).collect::<Vec<_>>());
     let mut w = CsvReport::new(file, &header)?;
-    let mut probe = (Class::Mismatch, String::new());
     // Cells written into buffers reused from row to row (a 10M-row diff
-    // has 100,000 mismatches).
+    // has 100,000 mismatches); first sightings in list order when the run
+    // found them so.
     let mut row = RowBuf::default();
-    for m in &outcome.mismatches {
-        let cells = history_cells(history.map(|h| (h, Class::Mismatch)), &m.key, &mut probe);
+    let in_order = history.and_then(|h| {
+        h.in_order(Class::Mismatch, outcome.mismatches.len())
+            .map(|o| (h, o))
+    });
+    for (i, m) in outcome.mismatches.iter().enumerate() {
+        let cells = match in_order {
+            Some((h, firsts)) => Some(h.cells_of(firsts[i])),
+            None => history_cells(history.map(|h| (h, Class::Mismatch)), &m.key),
+        };
         for d in &m.fields {
             let field = &schema.fields[d.field];
             row.used = 0;
@@ -839,9 +840,8 @@ fn write_duplicates(
         header.extend(HISTORY_COLUMNS);
     }
     let mut w = CsvReport::new(dir.file("duplicates.csv")?, &header)?;
-    let mut probe = (Class::Duplicate, String::new());
     for d in &outcome.duplicates {
-        let extra = history_cells(history.map(|h| (h, Class::Duplicate)), &d.key, &mut probe);
+        let extra = history_cells(history.map(|h| (h, Class::Duplicate)), &d.key);
         for (side, count, other) in [
             ("source", d.source_count, d.target_count),
             ("target", d.target_count, d.source_count),

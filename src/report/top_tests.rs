@@ -79,7 +79,6 @@ fn side() -> impl Strategy<Value = Vec<Row>> {
 /// of two first sightings.
 fn history(outcome: &crate::diff::DiffOutcome) -> HistoryMap {
     let at = |s: i64| jiff::Timestamp::from_second(s).unwrap();
-    let mut delta = DiscrepancyDelta::default();
     let keys = outcome
         .gaps
         .iter()
@@ -96,13 +95,14 @@ fn history(outcome: &crate::diff::DiffOutcome) -> HistoryMap {
                 .iter()
                 .map(|m| (Class::Mismatch, m.key.clone())),
         );
-    for (i, key) in keys.enumerate() {
-        if i % 2 == 0 {
-            delta
-                .persisting
-                .insert(key, at(1_700_000_000 + (i % 4) as i64));
-        }
-    }
+    let delta = DiscrepancyDelta {
+        persisting: keys
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .map(|(i, key)| (key, at(1_700_000_000 + (i % 4) as i64)))
+            .collect(),
+        ..DiscrepancyDelta::default()
+    };
     let firsts: HashMap<_, _> = [0, 2]
         .map(|s| at(1_700_000_000 + s))
         .into_iter()

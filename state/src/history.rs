@@ -52,8 +52,16 @@ impl OpenBuilder {
                 ts
             }
         };
-        self.open[class as usize].insert(id, first);
+        self.open[class as usize].push(id, first);
         Ok(())
+    }
+
+    /// The open set read, each class sorted by ID.
+    pub(crate) fn finish(mut self) -> OpenHistory {
+        for ids in &mut self.open {
+            ids.sort();
+        }
+        OpenHistory(self.open)
     }
 }
 
@@ -81,7 +89,7 @@ impl DiscrepancyHistory for StateStore {
     async fn open_history(&self, job: &str) -> Result<OpenHistory, StateError> {
         let mut open = OpenBuilder::default();
         self.dialect.read_open_history(self, job, &mut open).await?;
-        Ok(OpenHistory(open.open))
+        Ok(open.finish())
     }
 
     // Records in the history of `job` what run `run_id` found at `now`, as

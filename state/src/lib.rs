@@ -72,8 +72,8 @@ pub use story::{ClosedStreak, DiscrepancyStreak, IdRecords, ItemRecord, RunTotal
 pub use tokens::LazyTokens;
 pub use types::{
     discrepancy_id, Backend, BatchOutcome, Class, DeltaBuilder, DiscrepancyDelta, DiscrepancyMap,
-    DiscrepancySet, ItemStatus, LedgerBatch, LedgerItem, OpenHistory, PlanRecord, RunRow,
-    RunStatus, RUN_STATUSES,
+    DiscrepancySet, ItemStatus, LedgerBatch, LedgerItem, OpenHistory, Persisting, PlanRecord,
+    RunRow, RunStatus, RUN_STATUSES,
 };
 
 /// Every role trait, for callers that use the store whole:

@@ -563,7 +563,7 @@ async fn discrepancy_history(url: String) {
     assert_eq!(as_set(&d2.new), set(&[(Mismatch, "d")]));
     assert_eq!(
         d2.persisting,
-        crate::DiscrepancyMap::from_iter([
+        crate::Persisting::from_iter([
             ((Gap, "a".to_string()), t1),
             ((Orphan, "c".to_string()), t1)
         ])
@@ -584,7 +584,7 @@ async fn discrepancy_history(url: String) {
     assert_eq!(as_set(&d3.new), set(&[(Gap, "b"), (Duplicate, "a")]));
     assert_eq!(
         d3.persisting,
-        crate::DiscrepancyMap::from_iter([((Mismatch, "d".to_string()), t2)])
+        crate::Persisting::from_iter([((Mismatch, "d".to_string()), t2)])
     );
     assert_eq!(
         d3.resolved,
@@ -1490,7 +1490,7 @@ async fn assert_legacy_data(store: &StateStore, through: i64) {
     assert!(delta.new.is_empty(), "{delta:?}");
     assert_eq!(
         delta.persisting,
-        crate::DiscrepancyMap::from_iter([(
+        crate::Persisting::from_iter([(
             (Class::Gap, "cus_3".to_string()),
             ts("2026-11-02T01:00:00Z")
         )])

@@ -272,8 +272,32 @@ pub struct RunRow {
 pub(crate) const CLASSES: [Class; 4] =
     [Class::Gap, Class::Orphan, Class::Mismatch, Class::Duplicate];
 
-/// The open discrepancies of one class: external ID → first seen.
-pub(crate) type OpenIds = HashMap<String, Timestamp, foldhash::fast::RandomState>;
+/// The open discrepancies of one class, sorted by external ID (byte
+/// order, as SQLite's BINARY collation and Rust's `str` compare), each
+/// once, with its first sighting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OpenIds(Vec<(String, Timestamp)>);
+
+impl OpenIds {
+    /// Adds one, as the store lists them.
+    pub(crate) fn push(&mut self, id: String, first: Timestamp) {
+        self.0.push((id, first));
+    }
+
+    /// Sorts them unless they came sorted (SQLite lists them in key
+    /// order, PostgreSQL in none); an ID listed twice keeps its first
+    /// listing.
+    pub(crate) fn sort(&mut self) {
+        if !self.0.windows(2).all(|w| w[0].0 < w[1].0) {
+            self.0.sort_by(|a, b| a.0.cmp(&b.0));
+            self.0.dedup_by(|b, a| a.0 == b.0);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 /// Discrepancies by class and external ID, hashed with foldhash: a run
 /// with 300,000 of them builds these between its diff and its reports
@@ -283,6 +307,53 @@ pub type DiscrepancySet = HashSet<(Class, String), foldhash::fast::RandomState>;
 /// Discrepancies by class and external ID, each with a value.
 pub type DiscrepancyMap<V> = HashMap<(Class, String), V, foldhash::fast::RandomState>;
 
+/// The discrepancies still open after a run, with when each was first
+/// seen: sorted by class, then ID, each once. A sorted list rather than a
+/// map: a nightly run's delta is a walk of two sorted lists per class
+/// (the history's, the run's), and nothing looks one up by key but the
+/// odd report row found out of its list's order ([`Persisting::get`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Persisting(Vec<((Class, String), Timestamp)>);
+
+impl Persisting {
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none persists.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// When `id` of `class` was first seen, if it persists.
+    pub fn get(&self, class: Class, id: &str) -> Option<Timestamp> {
+        self.0
+            .binary_search_by(|((c, k), _)| (*c, k.as_str()).cmp(&(class, id)))
+            .ok()
+            .map(|i| self.0[i].1)
+    }
+
+    /// Every first sighting, in the list's order.
+    pub fn values(&self) -> impl Iterator<Item = &Timestamp> {
+        self.0.iter().map(|(_, t)| t)
+    }
+
+    /// Every one, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &((Class, String), Timestamp)> {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<((Class, String), Timestamp)> for Persisting {
+    fn from_iter<I: IntoIterator<Item = ((Class, String), Timestamp)>>(rows: I) -> Self {
+        let mut rows: Vec<_> = rows.into_iter().collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.dedup_by(|b, a| a.0 == b.0);
+        Persisting(rows)
+    }
+}
+
 /// How the open discrepancies of a job changed with one run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiscrepancyDelta {
@@ -291,12 +362,12 @@ pub struct DiscrepancyDelta {
     /// each once.
     pub new: Vec<(Class, String)>,
     /// Still open, with when each was first seen.
-    pub persisting: DiscrepancyMap<Timestamp>,
+    pub persisting: Persisting,
     /// Open before, gone now, with when each was first seen; sorted.
     pub resolved: Vec<(Class, String, Timestamp)>,
 }
 
-/// The open discrepancies of a job, by class: external ID → first seen
+/// The open discrepancies of a job, by class, each sorted by ID
 /// ([`StateStore::open_history`]).
 #[derive(Debug, Default)]
 pub struct OpenHistory(pub(crate) [OpenIds; 4]);
@@ -315,15 +386,19 @@ impl OpenHistory {
     }
 
     /// A [`DeltaBuilder`] for about `expected` discrepancies: each is told
-    /// by reference ([`DeltaBuilder::see`]), so a persisting one costs no
-    /// string (the open row's own key moves into the delta) and only new
-    /// ones are copied.
+    /// by reference ([`DeltaBuilder::see`]); only new ones are copied.
     pub fn delta_builder(self, expected: usize) -> DeltaBuilder {
-        let mut delta = DiscrepancyDelta::default();
-        let open: usize = self.0.iter().map(HashMap::len).sum();
-        delta.persisting.reserve(open.min(expected));
-        delta.new.reserve(expected.saturating_sub(open));
-        DeltaBuilder { open: self, delta }
+        let open: usize = self.0.iter().map(OpenIds::len).sum();
+        let new = expected.saturating_sub(open);
+        DeltaBuilder {
+            classes: self.0.map(|ids| {
+                let mut part = ClassDelta::new(ids);
+                // Most new ones are gaps, orphans or mismatches: room for
+                // a third of them each.
+                part.new.reserve(new / 3);
+                Some(part)
+            }),
+        }
     }
 }
 
@@ -332,9 +407,91 @@ impl FromIterator<(Class, String, Timestamp)> for OpenHistory {
     fn from_iter<I: IntoIterator<Item = (Class, String, Timestamp)>>(rows: I) -> Self {
         let mut open = OpenHistory::default();
         for (class, id, first) in rows {
-            open.0[class as usize].insert(id, first);
+            open.0[class as usize].push(id, first);
+        }
+        for ids in &mut open.0 {
+            ids.sort();
         }
         open
+    }
+}
+
+/// What one run's discrepancies of one class do to its open ones: a walk
+/// of the open list (sorted) along the run's (sorted as a run's lists
+/// are: then each is one step of a cursor, no hash, no string copied for
+/// a persisting one). Told out of order, an ID is found by binary search
+/// instead: any order gives the same delta.
+#[derive(Debug)]
+struct ClassDelta {
+    open: Vec<(String, Timestamp)>,
+    /// Per open one: told by this run.
+    seen: Vec<bool>,
+    /// Open ones before it are all below the last ID told.
+    cursor: usize,
+    /// The last ID told (for the order check), when told in order.
+    last: Option<String>,
+    /// New ones, in the order told (sorted when told in order).
+    new: Vec<String>,
+}
+
+impl ClassDelta {
+    fn new(open: OpenIds) -> ClassDelta {
+        let seen = vec![false; open.0.len()];
+        ClassDelta {
+            open: open.0,
+            seen,
+            cursor: 0,
+            last: Some(String::new()),
+            new: Vec::new(),
+        }
+    }
+
+    fn see(&mut self, id: &str) -> Option<Timestamp> {
+        let found = match &mut self.last {
+            Some(last) if id >= last.as_str() => {
+                let told_again = id == last.as_str() && !last.is_empty();
+                last.clear();
+                last.push_str(id);
+                // A step or a few along the list (most IDs told are open,
+                // or fall between neighbours); a long way ahead by binary
+                // search.
+                let mut steps = 0;
+                while self
+                    .open
+                    .get(self.cursor)
+                    .is_some_and(|(k, _)| k.as_str() < id)
+                {
+                    self.cursor += 1;
+                    steps += 1;
+                    if steps == 8 {
+                        let ahead = &self.open[self.cursor..];
+                        self.cursor += ahead.partition_point(|(k, _)| k.as_str() < id);
+                        break;
+                    }
+                }
+                let at = self.cursor;
+                match self.open.get(at) {
+                    Some((k, _)) if k == id => Some(at),
+                    // Told twice: counted once.
+                    _ if told_again => return None,
+                    _ => None,
+                }
+            }
+            _ => {
+                self.last = None;
+                self.open.binary_search_by(|(k, _)| k.as_str().cmp(id)).ok()
+            }
+        };
+        match found {
+            Some(i) => {
+                self.seen[i] = true;
+                Some(self.open[i].1)
+            }
+            None => {
+                self.new.push(id.to_string());
+                None
+            }
+        }
     }
 }
 
@@ -342,77 +499,79 @@ impl FromIterator<(Class, String, Timestamp)> for OpenHistory {
 /// discrepancies one run found, told one at a time.
 #[derive(Debug)]
 pub struct DeltaBuilder {
-    open: OpenHistory,
-    delta: DiscrepancyDelta,
+    /// Per class (`None`: split off to another builder).
+    classes: [Option<ClassDelta>; 4],
 }
 
 impl DeltaBuilder {
     /// One discrepancy this run found: persisting when it was open (with
     /// its first sighting, which is returned), else new (`None`). Told
     /// twice, it counts once.
+    ///
+    /// # Panics
+    /// When `class` was split off this builder ([`Self::split_off`]).
     pub fn see(&mut self, class: Class, id: &str) -> Option<Timestamp> {
-        // The open row's own key moves into `persisting`.
-        if let Some((id, first)) = self.open.0[class as usize].remove_entry(id) {
-            self.delta.persisting.insert((class, id), first);
-            return Some(first);
-        }
-        // Told twice: counted once (new ones are deduplicated at the end).
-        let key = (class, id.to_string());
-        if let Some(first) = self.delta.persisting.get(&key) {
-            return Some(*first);
-        }
-        self.delta.new.push(key);
-        None
+        self.classes[class as usize]
+            .as_mut()
+            .expect("a class told to the builder it was split off to")
+            .see(id)
     }
 
     /// Moves `classes` into a builder of their own, to be told on another
     /// thread and [`merge`](Self::merge)d back: each class is told to one
-    /// builder only (a class told to the other one is new there, whatever
-    /// the history says).
+    /// builder only.
     pub fn split_off(&mut self, classes: &[Class]) -> DeltaBuilder {
         let mut part = DeltaBuilder {
-            open: OpenHistory::default(),
-            delta: DiscrepancyDelta::default(),
+            classes: [None, None, None, None],
         };
         for &class in classes {
-            part.open.0[class as usize] = std::mem::take(&mut self.open.0[class as usize]);
+            part.classes[class as usize] = self.classes[class as usize].take();
         }
-        let open: usize = part.open.0.iter().map(HashMap::len).sum();
-        part.delta.persisting.reserve(open);
         part
     }
 
     /// Takes back a part [`split_off`](Self::split_off) this builder, with
-    /// what it was told. Its new ones go after this builder's: a part of
-    /// the last classes keeps them in class order (and `finish`'s sort a
-    /// check).
+    /// what it was told.
     pub fn merge(&mut self, part: DeltaBuilder) {
-        let DeltaBuilder { open, delta } = part;
-        for (mine, theirs) in self.open.0.iter_mut().zip(open.0) {
-            if !theirs.is_empty() {
+        for (mine, theirs) in self.classes.iter_mut().zip(part.classes) {
+            if theirs.is_some() {
                 *mine = theirs;
             }
         }
-        self.delta.persisting.extend(delta.persisting);
-        self.delta.new.extend(delta.new);
     }
 
-    /// The delta: the open discrepancies not told are resolved.
+    /// The delta: the open discrepancies not told are resolved. Class by
+    /// class, each list sorted: the whole is sorted by class, then ID.
+    ///
+    /// # Panics
+    /// When a class split off was not merged back.
     pub fn finish(self) -> DiscrepancyDelta {
-        let DeltaBuilder {
-            open: OpenHistory(open),
-            mut delta,
-        } = self;
-        delta.resolved = CLASSES
-            .into_iter()
-            .zip(open)
-            .flat_map(|(class, open)| open.into_iter().map(move |(id, first)| (class, id, first)))
-            .collect();
-        delta.resolved.sort();
-        // Told in class order, each class's IDs sorted (as a run's lists
-        // are), the new ones are in order already: the sort only checks.
-        delta.new.sort_unstable();
-        delta.new.dedup();
+        let mut delta = DiscrepancyDelta::default();
+        let mut persisting = Vec::new();
+        for (class, part) in CLASSES.into_iter().zip(self.classes) {
+            let part = part.expect("every class split off merged back");
+            let ClassDelta {
+                open,
+                seen,
+                mut new,
+                last,
+                ..
+            } = part;
+            // Told in order, the new ones are sorted and each once already.
+            if last.is_none() {
+                new.sort_unstable();
+            }
+            new.dedup();
+            delta.new.extend(new.into_iter().map(|id| (class, id)));
+            for ((id, first), seen) in open.into_iter().zip(seen) {
+                if seen {
+                    persisting.push(((class, id), first));
+                } else {
+                    delta.resolved.push((class, id, first));
+                }
+            }
+        }
+        delta.persisting = Persisting(persisting);
         delta
     }
 }
@@ -503,5 +662,115 @@ mod delta_tests {
             [(Gap, "g2"), (Orphan, "o1"), (Duplicate, "d2")]
         );
         assert_eq!(two.new.len(), 4, "{:?}", two.new);
+    }
+
+    /// The walk of sorted lists is a model's delta: every ID told (in a
+    /// run's order, or shuffled, some told twice, some told in both
+    /// orders, IDs that differ by a prefix, by case, by a byte above
+    /// ASCII) persists with its first sighting when it was open, is new
+    /// once when it was not, and every open one not told is resolved.
+    #[test]
+    fn the_sorted_walk_is_a_models_delta() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let ids = [
+            "",
+            "a",
+            "a0",
+            "a00",
+            "A",
+            "b",
+            "ch_1",
+            "ch_10",
+            "ch_2",
+            "é",
+            "z",
+            "zz",
+            "\u{10ffff}",
+        ];
+        // A small deterministic generator: no dependency for one test.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for round in 0..400 {
+            let mut open = Vec::new();
+            let mut told = Vec::new();
+            for class in CLASSES {
+                for (i, id) in ids.iter().enumerate() {
+                    match next(4) {
+                        0 => open.push((class, id.to_string(), 1_000 + i as i64)),
+                        1 => {
+                            open.push((class, id.to_string(), 2_000 + i as i64));
+                            told.push((class, id.to_string()));
+                        }
+                        2 => told.push((class, id.to_string())),
+                        _ => {}
+                    }
+                    if next(8) == 0 {
+                        told.push((class, id.to_string()));
+                    }
+                }
+            }
+            // The open set listed in any order: it is sorted on the way in.
+            let listed = open.len();
+            for i in (1..listed).rev() {
+                open.swap(i, next(i + 1));
+            }
+            told.sort();
+            if round % 2 == 1 {
+                for i in (1..told.len()).rev() {
+                    told.swap(i, next(i + 1));
+                }
+            }
+            let at = |s: i64| Timestamp::from_second(s).unwrap();
+            let history: OpenHistory = open
+                .iter()
+                .map(|(c, k, s)| (*c, k.clone(), at(*s)))
+                .collect();
+            let mut builder = history.delta_builder(told.len());
+            let firsts: Vec<_> = told.iter().map(|(c, k)| builder.see(*c, k)).collect();
+            let delta = builder.finish();
+
+            let was: BTreeMap<(Class, String), Timestamp> = open
+                .iter()
+                .map(|(c, k, s)| ((*c, k.clone()), at(*s)))
+                .collect();
+            let now: BTreeSet<(Class, String)> = told.iter().cloned().collect();
+            for ((c, k), first) in told.iter().zip(&firsts) {
+                assert_eq!(
+                    *first,
+                    was.get(&(*c, k.clone())).copied(),
+                    "{c:?} {k:?} round {round}"
+                );
+            }
+            let new: Vec<_> = now
+                .iter()
+                .filter(|k| !was.contains_key(*k))
+                .cloned()
+                .collect();
+            assert_eq!(delta.new, new, "round {round}");
+            let persisting: Vec<_> = was
+                .iter()
+                .filter(|(k, _)| now.contains(*k))
+                .map(|(k, t)| (k.clone(), *t))
+                .collect();
+            assert_eq!(
+                delta.persisting.iter().cloned().collect::<Vec<_>>(),
+                persisting
+            );
+            for ((c, k), t) in &persisting {
+                assert_eq!(delta.persisting.get(*c, k), Some(*t));
+            }
+            assert_eq!(delta.persisting.get(Class::Gap, "not told"), None);
+            let resolved: Vec<_> = was
+                .iter()
+                .filter(|(k, _)| !now.contains(*k))
+                .map(|((c, k), t)| (*c, k.clone(), *t))
+                .collect();
+            assert_eq!(delta.resolved, resolved, "round {round}");
+        }
     }
 }
