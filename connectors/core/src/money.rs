@@ -395,6 +395,26 @@ impl Money {
     pub fn to_major_string(&self) -> String {
         format_minor(i128::from(self.minor), self.currency)
     }
+
+    /// [`to_major_string`](Self::to_major_string) into `w`, without a
+    /// string of its own (and in 64-bit arithmetic: a report writes one
+    /// per money cell).
+    pub fn write_major<W: fmt::Write + ?Sized>(&self, w: &mut W) -> fmt::Result {
+        let sign = if self.minor < 0 { "-" } else { "" };
+        let abs = self.minor.unsigned_abs();
+        let exponent = self.currency.exponent();
+        if exponent == 0 {
+            return write!(w, "{sign}{abs}");
+        }
+        let scale = 10u64.pow(exponent);
+        write!(
+            w,
+            "{sign}{}.{:0width$}",
+            abs / scale,
+            abs % scale,
+            width = exponent as usize
+        )
+    }
 }
 
 /// `-12.50`, `29.99`: a sign, digits, one point, digits.
