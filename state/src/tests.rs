@@ -2015,3 +2015,121 @@ async fn sqlite_page_size_is_set_on_new_stores_only() {
     })
     .await;
 }
+
+/// Step 16 on a store that step 15 made, with history: every row and its
+/// columns are kept, the trigger still copies a reopened row's closed
+/// streak, the check still refuses a class not among the four (and takes
+/// each of them), and the table's check is now comparisons.
+#[tokio::test]
+async fn step_16_keeps_the_history_its_trigger_and_its_rule() {
+    on(Dialect::Sqlite, |url| async move {
+        let mut conn = migrate::legacy::connect(&url).await;
+        let through_15 = sqlx::migrate::Migrator {
+            migrations: std::borrow::Cow::Owned(
+                migrate::migrator(Backend::Sqlite)
+                    .iter()
+                    .filter(|m| m.version <= 15)
+                    .cloned()
+                    .collect(),
+            ),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        through_15.run(&mut conn).await.unwrap();
+        for (class, id, resolved) in [
+            ("gap", "g1", "NULL"),
+            ("orphan", "o1", "'2026-11-03T01:00:00.000000000Z'"),
+            ("mismatch", "m1", "NULL"),
+            ("duplicate", "d1", "NULL"),
+        ] {
+            let resolved_run = if resolved == "NULL" { "NULL" } else { "'r2'" };
+            sqlx::query(&format!(
+                "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
+                 first_seen_at, last_seen_run, last_seen_at, resolved_at, resolved_run) VALUES \
+                 ('nightly', '{class}', '{id}', 'r1', '2026-11-02T01:00:00.000000000Z', 'r1', \
+                 '2026-11-02T01:00:00.000000000Z', {resolved}, {resolved_run})"
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        let rows = |sql: &'static str| {
+            let url = url.clone();
+            async move {
+                let mut conn = migrate::legacy::connect(&url).await;
+                let rows: Vec<Vec<Option<String>>> = sqlx::query(sql)
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| (0..r.len()).map(|i| r.try_get(i).unwrap()).collect())
+                    .collect();
+                rows
+            }
+        };
+        let all = "SELECT job, class, external_id, first_seen_run, first_seen_at, last_seen_run, \
+                   last_seen_at, resolved_at, resolved_run FROM recon_discrepancies \
+                   ORDER BY job, class, external_id";
+        conn.close().await.unwrap();
+        let before = rows(all).await;
+        assert_eq!(before.len(), 4);
+
+        let store = StateStore::open(&url).await.unwrap();
+        assert_eq!(rows(all).await, before);
+        let check = rows("SELECT sql FROM sqlite_master WHERE name = 'recon_discrepancies'").await;
+        let check = check[0][0].clone().unwrap();
+        assert!(
+            check.contains("class = 'gap' OR class = 'orphan'"),
+            "{check}"
+        );
+        assert!(!check.contains("IN ("), "{check}");
+        // A class not among the four is refused; a stored class of each
+        // kind reads back.
+        let refused = sqlx::query(
+            "INSERT INTO recon_discrepancies (job, class, external_id, first_seen_run, \
+             first_seen_at, last_seen_run, last_seen_at) VALUES ('nightly', 'Gap', 'x', 'r', 't', \
+             'r', 't')",
+        )
+        .execute(&store.pool)
+        .await;
+        assert!(
+            format!("{:?}", refused.unwrap_err()).contains("CHECK constraint failed"),
+            "an unknown class is refused"
+        );
+        // The orphan comes back: its closed streak is copied by the trigger.
+        let now = ts("2026-11-04T01:00:00Z");
+        let delta = store
+            .update_discrepancies(
+                "nightly",
+                "r3",
+                now,
+                &[
+                    (Class::Gap, "g1".into()),
+                    (Class::Orphan, "o1".into()),
+                    (Class::Mismatch, "m1".into()),
+                    (Class::Duplicate, "d1".into()),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(delta.new, vec![(Class::Orphan, "o1".to_string())]);
+        assert_eq!(delta.persisting.len(), 3);
+        let streaks = rows(
+            "SELECT external_id, class, first_seen_at, resolved_run, resolved_at \
+             FROM recon_discrepancy_streaks",
+        )
+        .await;
+        let text = |s: &str| Some(s.to_string());
+        assert_eq!(
+            streaks,
+            vec![vec![
+                text("o1"),
+                text("orphan"),
+                text("2026-11-02T01:00:00.000000000Z"),
+                text("r2"),
+                text("2026-11-03T01:00:00.000000000Z"),
+            ]]
+        );
+        store.close().await;
+    })
+    .await;
+}
