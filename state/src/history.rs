@@ -14,14 +14,10 @@ use crate::{RunTotals, StateError, StateStore, JSON_BATCH};
 /// Rows of the open discrepancy history read per statement (SQLite).
 pub(crate) const OPEN_CHUNK: i64 = 20_000;
 
-/// `[class, external_id, first_seen_at]`, one element of a chunk of the
-/// open history, borrowed from its JSON text where nothing is escaped.
+/// External IDs of a chunk of the open history, borrowed from their JSON
+/// text where nothing is escaped.
 #[derive(serde::Deserialize)]
-pub(crate) struct OpenRow<'a>(
-    #[serde(borrow)] pub Cow<'a, str>,
-    #[serde(borrow)] pub Cow<'a, str>,
-    #[serde(borrow)] pub Cow<'a, str>,
-);
+pub(crate) struct OpenIdsJson<'a>(#[serde(borrow)] pub Vec<Cow<'a, str>>);
 
 /// The open history as a backend reads it, row by row.
 #[derive(Default)]
@@ -44,11 +40,23 @@ impl OpenBuilder {
         let class: Class = class
             .parse()
             .map_err(|e: StateError| store.corrupt(context, e.to_string()))?;
+        self.add_to(store, context, class, id, &at)
+    }
+
+    /// Adds one open discrepancy of `class`, first seen at `at` (as stored).
+    pub(crate) fn add_to(
+        &mut self,
+        store: &StateStore,
+        context: &str,
+        class: Class,
+        id: String,
+        at: &str,
+    ) -> Result<(), StateError> {
         let first = match &self.last_ts {
-            Some((text, ts)) if **text == *at => *ts,
+            Some((text, ts)) if text == at => *ts,
             _ => {
-                let ts = store.parse_ts(context, &at)?;
-                self.last_ts = Some((at.into_owned(), ts));
+                let ts = store.parse_ts(context, at)?;
+                self.last_ts = Some((at.to_string(), ts));
                 ts
             }
         };

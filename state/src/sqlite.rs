@@ -9,7 +9,7 @@ use sqlx::migrate::Migrator;
 use sqlx::Row;
 
 use crate::backend::Dialect;
-use crate::history::{OpenBuilder, OpenRow, OPEN_CHUNK};
+use crate::history::{OpenBuilder, OpenIdsJson, OPEN_CHUNK};
 use crate::lock::{holder_is_dead, lock_row, RunLock};
 use crate::{friendly, ts_text, Backend, StateError, StateStore};
 
@@ -149,47 +149,59 @@ impl Dialect for Sqlite {
     ) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move {
             let context = "reading the discrepancy history";
-            // The chunk is the next OPEN_CHUNK rows in key order; the cursor
-            // is its largest key, found here: both columns compare as BINARY
-            // (the table's collation), which is Rust's byte order, so `>`
-            // and the cursor always agree. The aggregate need not sort
-            // them again (that sort was a third of this read).
-            let sql = "SELECT json_group_array(json_array(class, external_id, first_seen_at)), \
-                   COUNT(*) \
-                   FROM (SELECT class, external_id, first_seen_at \
-                   FROM recon_discrepancies WHERE job = $1 AND resolved_at IS NULL \
-                   AND (class, external_id) > ($2, $3) \
-                   ORDER BY class, external_id LIMIT $4)";
-            let (mut after_class, mut after_id) = (String::new(), String::new());
-            loop {
-                let row = sqlx::query(sql)
-                    .bind(job.to_string())
-                    .bind(after_class.clone())
-                    .bind(after_id.clone())
-                    .bind(OPEN_CHUNK)
-                    .fetch_one(&store.pool)
-                    .await
-                    .map_err(store.db(context))?;
-                let count: i64 = row.try_get(1).map_err(store.db(context))?;
-                if count == 0 {
-                    break;
-                }
-                let text: String = row.try_get(0).map_err(store.db(context))?;
-                let chunk: Vec<OpenRow<'_>> = serde_json::from_str(&text)
-                    .map_err(|e| store.corrupt(context, format!("an unreadable chunk ({e})")))?;
-                let full = count >= OPEN_CHUNK;
-                let last = chunk
-                    .iter()
-                    .map(|OpenRow(class, id, _)| (class.as_ref(), id.as_ref()))
-                    .max();
-                if let Some((class, id)) = last {
-                    (after_class, after_id) = (class.to_string(), id.to_string());
-                }
-                for OpenRow(class, id, at) in chunk {
-                    open.add(store, context, &class, id.into_owned(), at)?;
-                }
-                if !full {
-                    break;
+            // Class by class, a chunk at a time: the next OPEN_CHUNK rows
+            // in key order, their IDs as one JSON array and their first
+            // sightings joined by commas (an RFC 3339 instant holds none;
+            // the count of each is checked). The cursor is the chunk's
+            // last ID: the column compares as BINARY (the table's
+            // collation), which is Rust's byte order, so `>` and the
+            // cursor always agree. Per row a JSON array of three strings
+            // made and parsed, for the whole set, cost a nightly run of the
+            // 2M bench files 54-71 ms of the read's two cores.
+            let select = "SELECT json_group_array(external_id), group_concat(first_seen_at, ','), \
+                          COUNT(*) FROM (SELECT external_id, first_seen_at \
+                          FROM recon_discrepancies WHERE job = $1 AND class = $2 \
+                          AND resolved_at IS NULL";
+            let first = format!("{select} ORDER BY external_id LIMIT $3)");
+            let next = format!("{select} AND external_id > $4 ORDER BY external_id LIMIT $3)");
+            for class in crate::types::CLASSES {
+                let mut after: Option<String> = None;
+                loop {
+                    let mut q = sqlx::query(if after.is_some() { &next } else { &first })
+                        .bind(job.to_string())
+                        .bind(class.as_str().to_string())
+                        .bind(OPEN_CHUNK);
+                    if let Some(after) = &after {
+                        q = q.bind(after.clone());
+                    }
+                    let row = q.fetch_one(&store.pool).await.map_err(store.db(context))?;
+                    let count: i64 = row.try_get(2).map_err(store.db(context))?;
+                    if count == 0 {
+                        break;
+                    }
+                    let ids: String = row.try_get(0).map_err(store.db(context))?;
+                    let ats: String = row.try_get(1).map_err(store.db(context))?;
+                    let OpenIdsJson(ids) = serde_json::from_str(&ids).map_err(|e| {
+                        store.corrupt(context, format!("an unreadable chunk ({e})"))
+                    })?;
+                    let ats: Vec<&str> = ats.split(',').collect();
+                    if ids.len() as i64 != count || ats.len() != ids.len() {
+                        return Err(store.corrupt(
+                            context,
+                            format!(
+                                "a chunk of {count} rows read as {} IDs and {} first sightings",
+                                ids.len(),
+                                ats.len()
+                            ),
+                        ));
+                    }
+                    after = ids.last().map(|id| id.to_string());
+                    for (id, at) in ids.into_iter().zip(ats) {
+                        open.add_to(store, context, class, id.into_owned(), at)?;
+                    }
+                    if count < OPEN_CHUNK {
+                        break;
+                    }
                 }
             }
             Ok(())

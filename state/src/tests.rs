@@ -744,33 +744,59 @@ async fn history_written_before_marks(url: String) {
 }
 
 /// The open set is read in chunks of 20,000 (keyset pages in the
-/// database's own key order): none is skipped or read twice, whatever the
-/// IDs hold (quotes, backslashes, non-ASCII, case pairs, class borders).
+/// database's own key order, class by class): none is skipped or read
+/// twice, and each keeps its own first sighting, whatever the IDs hold
+/// (quotes, backslashes, commas, non-ASCII, case pairs, class borders)
+/// and however sightings interleave.
 async fn open_history_reads_every_row_once(url: String) {
     let store = StateStore::open(&url).await.unwrap();
-    let shapes = |i: usize| match i % 6 {
+    let shapes = |i: usize| match i % 7 {
         0 => format!("ch_{i:06}"),
         1 => format!("CH_{i:06}"),
         2 => format!("q\"{i}\\"),
         3 => format!("é{i}"),
         4 => format!("{i}\u{1F600}"),
+        5 => format!("a,b,{i}"),
         _ => format!("a b/{i}?#@"),
     };
-    let class = |i: usize| [Class::Gap, Class::Orphan, Class::Mismatch, Class::Duplicate][i % 4];
-    let all: Vec<(Class, String)> = (0..45_001).map(|i| (class(i / 7), shapes(i))).collect();
-    let t1 = ts("2026-11-29T03:00:00Z");
+    // Gaps past one chunk; the other classes a few thousand each.
+    let class = |i: usize| match i {
+        0..25_000 => Class::Gap,
+        _ => [Class::Gap, Class::Orphan, Class::Mismatch, Class::Duplicate][(i / 7) % 4],
+    };
+    let first: Vec<(Class, String)> = (0..45_001).map(|i| (class(i), shapes(i))).collect();
+    // A second run finds more, their IDs between the first run's.
+    let later: Vec<(Class, String)> = (0..45_001)
+        .step_by(3)
+        .map(|i| (class(i), format!("{}~", shapes(i))))
+        .collect();
+    let (t1, t2) = (ts("2026-11-29T03:00:00Z"), ts("2026-11-30T03:00:00.5Z"));
     let r1 = store.start_run("nightly", day(), false).await.unwrap();
     store
-        .update_discrepancies("nightly", &r1, t1, &all)
+        .update_discrepancies("nightly", &r1, t1, &first)
+        .await
+        .unwrap();
+    let all: Vec<(Class, String)> = first.iter().chain(&later).cloned().collect();
+    let r2 = store.start_run("nightly", day(), false).await.unwrap();
+    store
+        .update_discrepancies("nightly", &r2, t2, &all)
         .await
         .unwrap();
     let again = store.discrepancy_delta("nightly", &all).await.unwrap();
     assert!(again.new.is_empty(), "{} read as new", again.new.len());
     assert_eq!(again.persisting.len(), all.len());
-    assert!(again.persisting.values().all(|t| *t == t1));
+    for (c, id) in &first {
+        assert_eq!(again.persisting.get(*c, id), Some(t1), "{c:?} {id}");
+    }
+    for (c, id) in &later {
+        assert_eq!(again.persisting.get(*c, id), Some(t2), "{c:?} {id}");
+    }
     let gone = store.discrepancy_delta("nightly", &[]).await.unwrap();
-    let mut expected: Vec<(Class, String, Timestamp)> =
-        all.iter().map(|(c, id)| (*c, id.clone(), t1)).collect();
+    let mut expected: Vec<(Class, String, Timestamp)> = first
+        .iter()
+        .map(|(c, id)| (*c, id.clone(), t1))
+        .chain(later.iter().map(|(c, id)| (*c, id.clone(), t2)))
+        .collect();
     expected.sort();
     assert_eq!(gone.resolved, expected);
 }
