@@ -406,7 +406,8 @@ pub fn write_diff_reports(
 /// currency), the largest gaps, orphans and mismatches report.html lists
 /// are found from the rows as they are written, as
 /// [`largest`](super::html::largest) finds them in the files (a 10M-row
-/// run read its three files back for 70 ms).
+/// run read its three files back for 70 ms); `None` when a written row
+/// could not be offered (the page then reads the files back).
 pub fn write_diff_files(
     dir: &mut ReportDir,
     schema: &Schema,
@@ -452,7 +453,12 @@ pub fn write_diff_files(
         let (orphans, (gaps, mismatches)) = (rest?, gaps?);
         anyhow::Ok((gaps, orphans, mismatches))
     })?;
-    Ok(top.map(|(_, n)| merge_largest([gaps, orphans, mismatches], n)))
+    // A list that failed is not used: the page reads the files back.
+    let lists = [gaps, orphans, mismatches];
+    if lists.iter().flatten().any(FileTop::failed) {
+        return Ok(None);
+    }
+    Ok(top.map(|(_, n)| merge_largest(lists, n)))
 }
 
 /// Every file of [`write_diff_files`] but gaps.csv and mismatches.csv;
@@ -714,7 +720,7 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
         }
         w.row(row.cells())?;
         if let Some(top) = top.as_deref_mut() {
-            top.offer_written(row.cells())?;
+            top.offer_written(row.cells());
         }
     }
     w.finish()?.flush()?;
@@ -822,7 +828,7 @@ fn write_mismatches<'m>(
             }
             w.row(row.cells())?;
             if let Some(top) = top.as_mut() {
-                top.offer_written(row.cells())?;
+                top.offer_written(row.cells());
             }
         }
     }

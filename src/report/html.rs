@@ -477,6 +477,9 @@ pub struct FileTop<'a> {
     /// mismatches.csv: the column naming the field, and the money field.
     field: Option<(usize, &'a str)>,
     top: Largest,
+    /// A written row could not be offered: the list is not used, and the
+    /// page reads the file back (where the same error fails only the page).
+    failed: bool,
 }
 
 impl<'a> FileTop<'a> {
@@ -518,6 +521,7 @@ impl<'a> FileTop<'a> {
             },
             field,
             top: Largest::new(n),
+            failed: false,
         })
     }
 
@@ -532,13 +536,24 @@ impl<'a> FileTop<'a> {
     }
 
     /// Offers one row as a run writes it: its cells before [`neutralise`].
-    pub fn offer_written(&mut self, cells: &[String]) -> Result<()> {
-        self.offer(|i| {
+    /// A row that cannot be offered marks the list failed ([`Self::failed`]),
+    /// never the file being written.
+    pub fn offer_written(&mut self, cells: &[String]) {
+        if self.failed {
+            return;
+        }
+        let offered = self.offer(|i| {
             cells
                 .get(i)
                 .map(|c| neutralise(c))
                 .ok_or_else(|| anyhow::anyhow!("no column {}", i + 1))
-        })
+        });
+        self.failed = offered.is_err();
+    }
+
+    /// Whether a written row could not be offered (the list is incomplete).
+    pub fn failed(&self) -> bool {
+        self.failed
     }
 }
 

@@ -228,3 +228,20 @@ fn a_run_lists_gaps_orphans_and_mismatches_with_their_history() {
     );
     assert_eq!(found, largest(&dir.staged(""), Some("amount"), 10).unwrap());
 }
+
+/// A written row that cannot be offered (a cell missing) fails the list,
+/// not the file: it is not used, whatever it kept before.
+#[test]
+fn a_row_that_cannot_be_offered_fails_only_the_list() {
+    use super::html::{FileTop, TopFile};
+    let header: Vec<String> = ["external_id", "amount", "currency"]
+        .map(String::from)
+        .to_vec();
+    let mut top = FileTop::new(TopFile::Gaps, &header, Some("amount"), 10).unwrap();
+    top.offer_written(&["ch_1".into(), "1.00".into(), "USD".into()]);
+    assert!(!top.failed());
+    top.offer_written(&["ch_2".into(), "2.00".into()]);
+    assert!(top.failed());
+    top.offer_written(&["ch_3".into(), "3.00".into(), "USD".into()]);
+    assert!(top.failed(), "a failed list stays failed");
+}

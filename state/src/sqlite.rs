@@ -195,7 +195,9 @@ impl Dialect for Sqlite {
                             ),
                         ));
                     }
-                    after = ids.last().map(|id| id.to_string());
+                    // The chunk's largest ID, found here rather than
+                    // taken from the aggregate's order.
+                    after = ids.iter().max().map(|id| id.to_string());
                     for (id, at) in ids.into_iter().zip(ats) {
                         open.add_to(store, context, class, id.into_owned(), at)?;
                     }
