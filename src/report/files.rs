@@ -637,11 +637,31 @@ impl HistoryMap {
 
 type History<'a> = (&'a HistoryMap, Class);
 
-/// The history's cells of one discrepancy (first seen; `new` or
-/// `persisting`), borrowed from the map.
-fn history_cells<'h>(history: Option<History<'h>>, key: &str) -> Option<[&'h str; 2]> {
-    let (h, class) = history?;
-    Some(h.cells_of(h.delta.persisting.get(class, key)))
+/// The history's cells (first seen; `new` or `persisting`) of a list's
+/// rows, borrowed from the map: by the row's place when the run found the
+/// list's first sightings in its order, else looked up by key.
+#[derive(Clone, Copy)]
+struct ListHistory<'h> {
+    history: Option<History<'h>>,
+    in_order: Option<&'h [Option<Timestamp>]>,
+}
+
+impl<'h> ListHistory<'h> {
+    /// For a list of `len` rows of `history`'s class.
+    fn new(history: Option<History<'h>>, len: usize) -> ListHistory<'h> {
+        let in_order = history.and_then(|(h, class)| h.in_order(class, len));
+        ListHistory { history, in_order }
+    }
+
+    /// The cells of row `i`, whose ID is `key`.
+    fn cells(&self, i: usize, key: &str) -> Option<[&'h str; 2]> {
+        let (h, class) = self.history?;
+        let first = match self.in_order {
+            Some(firsts) => firsts[i],
+            None => h.delta.persisting.get(class, key),
+        };
+        Some(h.cells_of(first))
+    }
 }
 
 /// Writes records one at a time, as the list yields them: a large list of
@@ -699,7 +719,7 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
     // their first sightings in list order instead, when the run found them.
     let mut row = RowBuf::default();
     let records = records.into_iter();
-    let in_order = history.and_then(|(h, class)| h.in_order(class, records.len()).map(|o| (h, o)));
+    let history = ListHistory::new(history, records.len());
     for (i, r) in records.enumerate() {
         let r: &Record = r.borrow();
         row.used = 0;
@@ -711,11 +731,7 @@ fn write_rows<R: std::borrow::Borrow<Record>>(
             let cur = money_field.and_then(|i| r.values[i].currency());
             row.next().push_str(cur.as_ref().map_or("", |c| c.code()));
         }
-        let cells = match in_order {
-            Some((h, firsts)) => Some(h.cells_of(firsts[i])),
-            None => history_cells(history, &r.key),
-        };
-        for cell in cells.into_iter().flatten() {
+        for cell in history.cells(i, &r.key).into_iter().flatten() {
             row.next().push_str(cell);
         }
         w.row(row.cells())?;
@@ -778,15 +794,12 @@ fn write_mismatches<'m>(
     // has 100,000 mismatches); first sightings in list order when the run
     // found them so.
     let mut row = RowBuf::default();
-    let in_order = history.and_then(|h| {
-        h.in_order(Class::Mismatch, outcome.mismatches.len())
-            .map(|o| (h, o))
-    });
+    let list = ListHistory::new(
+        history.map(|h| (h, Class::Mismatch)),
+        outcome.mismatches.len(),
+    );
     for (i, m) in outcome.mismatches.iter().enumerate() {
-        let cells = match in_order {
-            Some((h, firsts)) => Some(h.cells_of(firsts[i])),
-            None => history_cells(history.map(|h| (h, Class::Mismatch)), &m.key),
-        };
+        let cells = list.cells(i, &m.key);
         for d in &m.fields {
             let field = &schema.fields[d.field];
             row.used = 0;
@@ -846,8 +859,10 @@ fn write_duplicates(
         header.extend(HISTORY_COLUMNS);
     }
     let mut w = CsvReport::new(dir.file("duplicates.csv")?, &header)?;
-    for d in &outcome.duplicates {
-        let extra = history_cells(history.map(|h| (h, Class::Duplicate)), &d.key);
+    // Duplicates' first sightings are not kept in list order: by key.
+    let list = ListHistory::new(history.map(|h| (h, Class::Duplicate)), 0);
+    for (i, d) in outcome.duplicates.iter().enumerate() {
+        let extra = list.cells(i, &d.key);
         for (side, count, other) in [
             ("source", d.source_count, d.target_count),
             ("target", d.target_count, d.source_count),
