@@ -86,6 +86,11 @@ impl RecordBatch {
         self.order = order;
     }
 
+    /// The batch's place in its file ([`RecordBatch::set_order`]).
+    pub fn order(&self) -> u64 {
+        self.order
+    }
+
     /// Adds one record.
     pub fn push(&mut self, key: &str, values: &[ValueRef<'_>]) -> Result<(), DiffError> {
         if values.len() != self.kinds.len() {

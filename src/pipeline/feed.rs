@@ -88,6 +88,10 @@ enum Message {
     Source(RecordBatch, Option<usize>),
     /// A batch of target records.
     Target(RecordBatch),
+    /// A batch of a target read in parts ([`ordered`]).
+    Piece(ordered::Piece),
+    /// A part of a target read in parts was read to its end, or failed.
+    PartEnd(ordered::PartEnd),
     /// The reader thread is done with the parts of a source read in parts
     /// (the first, and those it took after): what each found.
     SourceEnd(Vec<PartDone>),
@@ -137,6 +141,13 @@ pub struct Fed {
     /// read whole (small, not CSV, or read again after a cut fell inside
     /// a quoted field), 0 without a source.
     pub parts: usize,
+    /// How many parts of the target were taken in file order (1 when it
+    /// was read whole, 0 without a target); with `target_rest`, the last
+    /// of them only up to where its rest was read in one pass.
+    pub target_parts: usize,
+    /// Whether the target's rest was read in one pass after a part that
+    /// could not be used (a cut inside a quoted field, or an error).
+    pub target_rest: bool,
 }
 
 /// Feeds files to the engine, in order, through the two stages (a CSV
@@ -159,20 +170,21 @@ pub fn feed_files_split(
     let filtered = files.iter().filter(|(_, _, keep)| keep.is_some()).count();
     let outside = filtered == 1;
     let has_source = files.iter().any(|(_, side, _)| *side == Side::Source);
+    let has_target = files.iter().any(|(_, side, _)| *side == Side::Target);
     let parts = match files.first_mut() {
-        Some((reader, Side::Source, keep)) => {
-            let n = (reader.progress().1 / part_bytes.max(1)).clamp(2, MAX_PARTS);
-            match reader.cut(n as usize, split_min)? {
-                Some(cuts) => Some(Parts {
-                    template: reader.part(cuts[cuts.len() - 2], *cuts.last().expect("cuts"))?,
-                    cuts,
-                    next: AtomicUsize::new(1),
-                    failed: AtomicBool::new(false),
-                    keep: *keep,
-                }),
-                None => None,
+        Some((reader, Side::Source, keep)) => Parts::cut(reader, *keep, split_min, part_bytes)?,
+        _ => None,
+    };
+    // A target read last is read in parts too, its batches taken in file
+    // order ([`ordered`]).
+    let last = files.len().saturating_sub(1);
+    let target_parts = match files.last_mut() {
+        Some((reader, Side::Target, keep)) => match reader.place() {
+            Some(start) => {
+                Parts::cut(reader, *keep, split_min, part_bytes)?.map(|parts| (parts, start))
             }
-        }
+            None => None,
+        },
         _ => None,
     };
     let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
@@ -180,93 +192,157 @@ pub fn feed_files_split(
     // Batches the engine is done with go back to whichever reader takes one.
     let (free_tx, free_rx) = channel::<RecordBatch>();
     let free = Mutex::new(free_rx);
-    let (source_seen, rest_seen) =
-        std::thread::scope(|scope| -> Result<(Option<(Seen, usize)>, Seen)> {
-            let (tx, rx) = sync_channel::<Message>(4);
-            let (spec, free, parts) = (&spec, &free, parts.as_ref());
-            let handle = scope.spawn(move || -> Result<Seen> {
-                let mut seen = Seen::new(outside);
-                for (i, (mut reader, side, keep)) in files.into_iter().enumerate() {
-                    let feed = Feed {
-                        spec,
-                        side,
-                        free,
-                        keep,
-                        bytes: bytes_of(side),
-                    };
-                    match parts.filter(|_| i == 0) {
-                        Some(parts) => {
-                            let done = read_parts(&feed, parts, reader, &tx, outside)?;
-                            send_to(&tx)(Message::SourceEnd(done))?;
-                        }
-                        None => read_side(&feed, &mut reader, &mut send_to(&tx), &mut seen, 0)?,
-                    }
-                }
-                Ok(seen)
-            });
-            let mut own = parts.map(|parts| OwnParts {
-                parts,
-                feed: Feed {
+    // The target's part the engine's thread began ([`ordered`]).
+    let begun = ordered::Begun::default();
+    let (source_seen, rest_seen, target_read) = std::thread::scope(|scope| -> Result<Sides> {
+        let (tx, rx) = sync_channel::<Message>(4);
+        let (spec, free, parts) = (&spec, &free, parts.as_ref());
+        let tparts = target_parts.as_ref().map(|(parts, _)| parts);
+        let begun = &begun;
+        let handle = scope.spawn(move || -> Result<Seen> {
+            let mut seen = Seen::new(outside);
+            for (i, (mut reader, side, keep)) in files.into_iter().enumerate() {
+                let feed = Feed {
                     spec,
-                    side: Side::Source,
+                    side,
                     free,
-                    keep: parts.keep,
-                    bytes: bytes_of(Side::Source),
-                },
-                outside,
-                current: None,
-                done: Vec::new(),
-                batch: RecordBatch::new(spec),
-            });
-            let mut source_seen = None;
-            loop {
-                // While the source's parts last, read one whenever no
-                // batch is waiting.
-                let msg = match own.as_mut().filter(|o| o.working()) {
-                    Some(o) => match rx.try_recv() {
-                        Ok(msg) => msg,
-                        Err(TryRecvError::Empty) => {
-                            o.step(engine)?;
-                            continue;
-                        }
-                        Err(TryRecvError::Disconnected) => break,
-                    },
-                    None => match rx.recv() {
-                        Ok(msg) => msg,
-                        Err(_) => break,
-                    },
+                    keep,
+                    bytes: bytes_of(side),
                 };
-                match msg {
-                    Message::Source(batch, estimate) => {
-                        index_source(engine, &batch, estimate)?;
-                        let _ = free_tx.send(batch);
+                let source_parts = parts.filter(|_| i == 0);
+                let target_parts = tparts.filter(|_| i == last && side == Side::Target);
+                match (source_parts, target_parts) {
+                    (Some(parts), _) => {
+                        let done = read_parts(&feed, parts, reader, &tx, outside)?;
+                        send_to(&tx)(Message::SourceEnd(done))?;
                     }
-                    Message::SourceEnd(done) => {
-                        let mut o = own.take().expect("parts read when a source ends in parts");
-                        source_seen = Some(o.settle(done, engine)?);
-                    }
-                    Message::Target(batch) => {
-                        source_done.get_or_insert_with(|| started.elapsed());
-                        engine.add_target_batch(&batch);
-                        let _ = free_tx.send(batch);
-                    }
+                    (None, Some(parts)) => ordered::read_parts(
+                        &feed,
+                        parts,
+                        begun,
+                        reader,
+                        &mut send_to(&tx),
+                        outside,
+                    )?,
+                    (None, None) => read_side(&feed, &mut reader, &mut send_to(&tx), &mut seen, 0)?,
                 }
             }
-            let rest = handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("file reader thread panicked"))??;
-            Ok((source_seen, rest))
-        })?;
+            Ok(seen)
+        });
+        // The target's parts, taken in file order here; this thread
+        // reads parts of it too once every source batch is in (the
+        // reader thread's first target batch tells: it follows them).
+        let mut target = target_parts.as_ref().map(|(parts, start)| {
+            ordered::Ordered::new(
+                parts,
+                begun,
+                *start,
+                Feed {
+                    spec,
+                    side: Side::Target,
+                    free,
+                    keep: parts.keep,
+                    bytes: bytes_of(Side::Target),
+                },
+                outside,
+                !has_source,
+            )
+        });
+        let mut own = parts.map(|parts| OwnParts {
+            parts,
+            feed: Feed {
+                spec,
+                side: Side::Source,
+                free,
+                keep: parts.keep,
+                bytes: bytes_of(Side::Source),
+            },
+            outside,
+            current: None,
+            done: Vec::new(),
+            batch: RecordBatch::new(spec),
+        });
+        let mut source_seen = None;
+        loop {
+            // While the source's parts last, read one whenever no
+            // batch is waiting; then the target's.
+            let msg = if let Some(o) = own.as_mut().filter(|o| o.working()) {
+                match rx.try_recv() {
+                    Ok(msg) => msg,
+                    Err(TryRecvError::Empty) => {
+                        o.step(engine)?;
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            } else if let Some(t) = target.as_mut().filter(|t| t.may_read()) {
+                match rx.try_recv() {
+                    Ok(msg) => msg,
+                    Err(TryRecvError::Empty) => {
+                        t.step(engine, &free_tx)?;
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                }
+            };
+            match msg {
+                Message::Source(batch, estimate) => {
+                    index_source(engine, &batch, estimate)?;
+                    let _ = free_tx.send(batch);
+                }
+                Message::SourceEnd(done) => {
+                    let mut o = own.take().expect("parts read when a source ends in parts");
+                    source_seen = Some(o.settle(done, engine)?);
+                }
+                Message::Target(batch) => {
+                    source_done.get_or_insert_with(|| started.elapsed());
+                    engine.add_target_batch(&batch);
+                    let _ = free_tx.send(batch);
+                }
+                Message::Piece(piece) => {
+                    source_done.get_or_insert_with(|| started.elapsed());
+                    let t = target.as_mut().expect("pieces of a target in parts");
+                    t.piece(piece, engine, &free_tx)?;
+                }
+                Message::PartEnd(end) => {
+                    source_done.get_or_insert_with(|| started.elapsed());
+                    let t = target.as_mut().expect("parts of a target in parts");
+                    t.part_end(end, engine, &free_tx)?;
+                }
+            }
+        }
+        let rest = handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("file reader thread panicked"))??;
+        // The reader thread is done: this thread's own part, if any,
+        // is read to its end and every part taken in order.
+        let target_read = target.map(|t| t.finish(engine, &free_tx)).transpose()?;
+        Ok((source_seen, rest, target_read))
+    })?;
     let source_parts = source_seen
         .as_ref()
         .map_or(usize::from(has_source), |(_, n)| *n);
     let mut seen = source_seen.map_or_else(|| Seen::new(outside), |(seen, _)| seen);
     seen.append(rest_seen);
+    let (target_parts, target_rest) = match target_read {
+        Some(read) => {
+            seen.append(read.seen);
+            (read.parts, read.rest)
+        }
+        None => (usize::from(has_target), false),
+    };
     Ok(Fed {
         source_done,
         unplaced: seen.unplaced,
         outside: seen.outside.map(Outside::seal),
         parts: source_parts,
+        target_parts,
+        target_rest,
     })
 }
 
@@ -295,6 +371,16 @@ struct Feed<'a> {
 }
 
 impl Feed<'_> {
+    /// An empty batch: one the engine is done with, or a new one.
+    fn fresh(&self) -> RecordBatch {
+        let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = free
+            .try_recv()
+            .unwrap_or_else(|_| RecordBatch::new(self.spec));
+        b.clear();
+        b
+    }
+
     /// Shows a batch of `rows` read, its reader now at `read` bytes of its
     /// part (`reported` of them counted before) of a file of `total`.
     fn progress(&self, rows: usize, (read, total): (u64, u64), reported: &mut u64) {
@@ -333,7 +419,11 @@ impl Seen {
     }
 }
 
-/// A source cut into parts, shared by the two threads that read them.
+/// What the two threads found: the source's parts, the files read whole,
+/// the target's parts.
+type Sides = (Option<(Seen, usize)>, Seen, Option<ordered::Read>);
+
+/// A file cut into parts, shared by the two threads that read them.
 struct Parts<'a> {
     /// Part `k` runs from `cuts[k]` to `cuts[k + 1]`.
     cuts: Vec<u64>,
@@ -341,9 +431,36 @@ struct Parts<'a> {
     next: AtomicUsize,
     /// A part failed: take no more.
     failed: AtomicBool,
+    /// For a target ([`ordered`]): no part after this one is of use.
+    stop_after: AtomicUsize,
     /// A reader of the file that opens the parts.
     template: FileReader,
     keep: Option<RowFilter<'a>>,
+}
+
+impl<'a> Parts<'a> {
+    /// Cuts `reader`'s file into parts of about `part_bytes` when it is
+    /// a CSV file of `split_min` bytes or more (`reader` then reads the
+    /// first).
+    fn cut(
+        reader: &mut FileReader,
+        keep: Option<RowFilter<'a>>,
+        split_min: u64,
+        part_bytes: u64,
+    ) -> Result<Option<Parts<'a>>> {
+        let n = (reader.progress().1 / part_bytes.max(1)).clamp(2, MAX_PARTS);
+        Ok(match reader.cut(n as usize, split_min)? {
+            Some(cuts) => Some(Parts {
+                template: reader.part(cuts[cuts.len() - 2], *cuts.last().expect("cuts"))?,
+                cuts,
+                next: AtomicUsize::new(1),
+                failed: AtomicBool::new(false),
+                stop_after: AtomicUsize::new(usize::MAX),
+                keep,
+            }),
+            None => None,
+        })
+    }
 }
 
 impl Parts<'_> {
@@ -357,7 +474,7 @@ impl Parts<'_> {
             return None;
         }
         let k = self.next.fetch_add(1, Ordering::Relaxed);
-        (k < self.count()).then_some(k)
+        (k < self.count() && k <= self.stop_after.load(Ordering::Relaxed)).then_some(k)
     }
 
     fn open(&self, k: usize) -> Result<FileReader> {
@@ -634,17 +751,11 @@ fn read_side(
     seen: &mut Seen,
     mut order: u64,
 ) -> Result<()> {
-    let (spec, side) = (feed.spec, feed.side);
-    let fresh = || {
-        let free = feed.free.lock().unwrap_or_else(|e| e.into_inner());
-        let mut b = free.try_recv().unwrap_or_else(|_| RecordBatch::new(spec));
-        b.clear();
-        b
-    };
+    let side = feed.side;
     let mut first = order == 0;
     let mut reported = 0;
     loop {
-        let mut batch = fresh();
+        let mut batch = feed.fresh();
         batch.set_order(order);
         order += 1;
         let done = read_batch(feed, reader, &mut batch, seen)?;
@@ -670,6 +781,9 @@ fn read_side(
         }
     }
 }
+
+#[path = "feed_ordered.rs"]
+mod ordered;
 
 #[cfg(test)]
 #[path = "feed_tests.rs"]

@@ -78,9 +78,9 @@ fn view(o: &DiffOutcome) -> String {
     s
 }
 
-/// Diffs `source` against `target` (CSV text), the source cut into parts
-/// of about `part_bytes` (`None`: read whole); with the row filter when
-/// `filtered`.
+/// Diffs `source` against `target` (CSV text), both cut into parts of
+/// about `part_bytes` (`None`: read whole); with the row filter on the
+/// source when `filtered`.
 fn diff(
     dir: &Path,
     source: &str,
@@ -88,6 +88,22 @@ fn diff(
     part_bytes: Option<u64>,
     filtered: bool,
 ) -> Result<(String, Fed)> {
+    let filtered = if filtered { Some(Side::Source) } else { None };
+    let (view, mut fed) = diff_as(dir, source, target, part_bytes, filtered, false)?;
+    Ok((view, fed.remove(0)))
+}
+
+/// [`diff`] with the row filter on side `filtered`, the two files fed in
+/// one call (as `recon diff` feeds them) or, when `apart`, in one call
+/// each (as `recon run` feeds two file sides): what each call found.
+fn diff_as(
+    dir: &Path,
+    source: &str,
+    target: &str,
+    part_bytes: Option<u64>,
+    filtered: Option<Side>,
+    apart: bool,
+) -> Result<(String, Vec<Fed>)> {
     let (s, t) = (dir.join("source.csv"), dir.join("target.csv"));
     std::fs::write(&s, source)?;
     std::fs::write(&t, target)?;
@@ -95,14 +111,29 @@ fn diff(
     let mut engine = DiffEngine::new(DiffSpec::new(schema.clone(), vec![None, None]));
     engine.capture_copies();
     let keep: &(dyn Fn(&[ValueRef<'_>]) -> Row + Sync) = &filter;
-    let keep = filtered.then_some(keep);
+    let keep = |side| (filtered == Some(side)).then_some(keep);
     let files = vec![
-        (FileReader::open(spec(&s), &schema)?, Side::Source, keep),
-        (FileReader::open(spec(&t), &schema)?, Side::Target, None),
+        (
+            FileReader::open(spec(&s), &schema)?,
+            Side::Source,
+            keep(Side::Source),
+        ),
+        (
+            FileReader::open(spec(&t), &schema)?,
+            Side::Target,
+            keep(Side::Target),
+        ),
     ];
-    let fed = match part_bytes {
-        Some(bytes) => feed_files_split(&mut engine, files, 0, bytes)?,
-        None => feed_files_split(&mut engine, files, u64::MAX, PART_BYTES)?,
+    let mut feed = |files| match part_bytes {
+        Some(bytes) => feed_files_split(&mut engine, files, 0, bytes),
+        None => feed_files_split(&mut engine, files, u64::MAX, PART_BYTES),
+    };
+    let fed = if apart {
+        let mut files = files;
+        let target = files.pop().expect("two files");
+        vec![feed(files)?, feed(vec![target])?]
+    } else {
+        vec![feed(files)?]
     };
     Ok((view(&engine.finish()), fed))
 }
@@ -275,6 +306,159 @@ fn a_part_that_begins_inside_a_quoted_field_fails_nothing() {
     for _ in 0..3 {
         let (parts, fed) = diff(dir.path(), &source, &target, Some(part_bytes), false).unwrap();
         assert_eq!(fed.parts, 1, "read again whole");
+        assert_eq!(parts, whole);
+    }
+}
+
+/// The target's parts are taken in file order, fed with the source (as
+/// `recon diff` feeds it) or alone (as `recon run` does), filtered or
+/// not: the same classes, the target's copies in file order, its
+/// unplaced keys in file order, as one pass.
+#[test]
+fn a_target_read_in_parts_is_diffed_as_in_one_pass() {
+    for crlf in [false, true] {
+        for apart in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            // Copies of target IDs far apart (from the source's copies):
+            // the same file shapes, sides swapped.
+            let (target, source) = files(6000, crlf);
+            let filtered = Some(Side::Target);
+            let (whole, whole_fed) =
+                diff_as(dir.path(), &source, &target, None, filtered, apart).unwrap();
+            let whole_fed = whole_fed.last().unwrap();
+            assert_eq!(whole_fed.target_parts, 1);
+            assert!(
+                whole_fed.unplaced.len() > 400,
+                "{}",
+                whole_fed.unplaced.len()
+            );
+            assert!(whole.contains("copies"), "{whole}");
+            for part_bytes in [2_000, 9_000, 60_000] {
+                let (parts, fed) = diff_as(
+                    dir.path(),
+                    &source,
+                    &target,
+                    Some(part_bytes),
+                    filtered,
+                    apart,
+                )
+                .unwrap();
+                let fed = fed.last().unwrap();
+                assert!(
+                    fed.target_parts > 1 && !fed.target_rest,
+                    "cut into parts of {part_bytes} bytes: {} {}",
+                    fed.target_parts,
+                    fed.target_rest
+                );
+                assert_eq!(
+                    parts, whole,
+                    "parts of {part_bytes} bytes, crlf {crlf}, apart {apart}"
+                );
+                assert_eq!(fed.unplaced, whole_fed.unplaced);
+                assert_eq!(
+                    format!("{:?}", fed.outside),
+                    format!("{:?}", whole_fed.outside)
+                );
+            }
+        }
+    }
+}
+
+/// A quoted note of many lines in the target: the part whose cut falls
+/// inside it ends past its cut, and the rest of the file is read in one
+/// pass from there; with CRLF line ends the rest starts after a CR whose
+/// LF is the next byte. The diff is one pass's, and an error after the
+/// note names its line in the file.
+#[test]
+fn a_cut_inside_a_quoted_field_of_the_target_reads_its_rest_in_one_pass() {
+    for crlf in [false, true] {
+        let end = if crlf { "\r\n" } else { "\n" };
+        let dir = tempfile::tempdir().unwrap();
+        let (source, mut target) = files(3000, crlf);
+        let at = target.len() / 2;
+        let at = at + target[at..].find('\n').unwrap() + 1;
+        let lines: String = (0..400)
+            .map(|i| format!("line {i} of the note{end}"))
+            .collect();
+        target.insert_str(at, &format!("ch_quoted,5,usd,\"{lines}\"{end}"));
+        let (whole, _) = diff(dir.path(), &source, &target, None, false).unwrap();
+        let (parts, fed) = diff(dir.path(), &source, &target, Some(1_000), false).unwrap();
+        assert!(fed.target_rest, "read on in one pass");
+        assert!(fed.target_parts > 1, "{}", fed.target_parts);
+        assert_eq!(parts, whole);
+        assert!(whole.contains("ch_quoted"));
+        // A row with a field too many near the end, after the note.
+        let bad_at = target.len() - 200;
+        let bad_at = bad_at + target[bad_at..].find('\n').unwrap() + 1;
+        let mut bad = target.clone();
+        bad.insert_str(bad_at, &format!("ch_bad,5,usd,paid,extra{end}"));
+        // Lines as a reader counts them: CRLF once, a CR or LF alone once.
+        let line = bad[..bad_at].matches('\n').count() + 1;
+        let whole = diff(dir.path(), &source, &bad, None, false).unwrap_err();
+        let parts = diff(dir.path(), &source, &bad, Some(1_000), false).unwrap_err();
+        assert_eq!(format!("{parts:#}"), format!("{whole:#}"));
+        assert!(
+            format!("{whole:#}").contains(&format!("line {line}")),
+            "{whole:#}"
+        );
+    }
+}
+
+/// An error in a later part of the target names its line in the file, and
+/// of two errors the first in the file is reported, as in one pass.
+#[test]
+fn an_error_in_a_part_of_the_target_is_the_one_pass_error() {
+    for crlf in [false, true] {
+        let end = if crlf { "\r\n" } else { "\n" };
+        let dir = tempfile::tempdir().unwrap();
+        let (source, target) = files(4000, crlf);
+        let mut lines: Vec<&str> = target.lines().map(|l| l.trim_end_matches('\r')).collect();
+        let (early, late) = (30, lines.len() - 20);
+        lines[late] = "ch_late,5";
+        let one = lines.join(end) + end;
+        lines[early] = "ch_early,abc,usd,paid";
+        let two = lines.join(end) + end;
+        for (target, line) in [(one, late + 1), (two, early + 1)] {
+            let whole = diff(dir.path(), &source, &target, None, false).unwrap_err();
+            for part_bytes in [1_500, 3_000] {
+                let parts =
+                    diff(dir.path(), &source, &target, Some(part_bytes), false).unwrap_err();
+                assert_eq!(format!("{parts:#}"), format!("{whole:#}"));
+            }
+            assert!(
+                format!("{whole:#}").contains(&format!("target.csv line {line}")),
+                "{whole:#}"
+            );
+        }
+    }
+}
+
+/// Parts of several batches: a long note around the second cut makes the
+/// part after it begin inside the note (it fails, or reads the note's
+/// lines as records), whichever thread reads it and whenever; nothing
+/// fails and the diff is one pass's.
+#[test]
+fn a_target_part_that_begins_inside_a_quoted_field_fails_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, mut target) = files(40_000, false);
+    let third = target.len() * 2 / 3 - 5_000;
+    let at = third + target[third..].find('\n').unwrap() + 1;
+    // Lines that read as records of a bad shape, and some as good ones.
+    let lines: String = (0..2_000)
+        .map(|i| match i % 3 {
+            0 => format!("nt_{i},{i},usd,paid\n"),
+            _ => format!("note line {i}\n"),
+        })
+        .collect();
+    target.insert_str(at, &format!("ch_note,5,usd,\"{lines}\"\n"));
+    let (whole, _) = diff(dir.path(), &source, &target, None, false).unwrap();
+    // The note's lines are one field of one record, never records.
+    assert!(!whole.contains("\"nt_3\""));
+    assert!(whole.contains("\"ch_note\""));
+    let part_bytes = target.len() as u64 / 3;
+    for _ in 0..3 {
+        let (parts, fed) = diff(dir.path(), &source, &target, Some(part_bytes), false).unwrap();
+        assert!(fed.target_rest);
         assert_eq!(parts, whole);
     }
 }

@@ -121,6 +121,19 @@ fn human_bytes(n: usize) -> String {
     }
 }
 
+/// Where a CSV reader stands between two records ([`FileReader::place`]):
+/// the byte the next record starts at, its line, and whether the last
+/// record ended with a CR whose LF, if next, belongs to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// Bytes of the file before the next record.
+    pub position: u64,
+    /// The next record's line.
+    pub line: u64,
+    /// The last record ended with CR.
+    pub pending_lf: bool,
+}
+
 /// A streaming reader over one export file.
 pub struct FileReader {
     spec: FileSpec,
@@ -283,6 +296,36 @@ impl FileReader {
     /// The part of a file [`FileReader::cut`] made from `start` (a cut, not
     /// the first) to `end`, read from its own handle.
     pub fn part(&self, start: u64, end: u64) -> Result<FileReader, ConnectorError> {
+        self.part_at_line(start, end, 1)
+    }
+
+    /// The rest of a CSV file from `place`, where a reader of it stood
+    /// after a record, its line made the file's: its records, and any
+    /// error, are named by their lines in the file, as a single pass
+    /// names them.
+    pub fn rest(&self, place: Place) -> Result<FileReader, ConnectorError> {
+        let mut rest = self.part_at_line(place.position, self.file_len, place.line)?;
+        if let Inner::Csv { scanner, .. } = &mut rest.inner {
+            scanner.set_pending_lf(place.pending_lf);
+        }
+        Ok(rest)
+    }
+
+    /// Where this reader stands, after its last record (`None` for JSON
+    /// Lines): the line counts from the part's start for a part, from the
+    /// file's for a whole file or [`FileReader::rest`].
+    pub fn place(&self) -> Option<Place> {
+        match &self.inner {
+            Inner::Csv { scanner, .. } => Some(Place {
+                position: scanner.position(),
+                line: scanner.line(),
+                pending_lf: scanner.pending_lf(),
+            }),
+            Inner::Jsonl { .. } => None,
+        }
+    }
+
+    fn part_at_line(&self, start: u64, end: u64, line: u64) -> Result<FileReader, ConnectorError> {
         let Inner::Csv {
             width,
             key_idx,
@@ -303,6 +346,7 @@ impl FileReader {
         let mut file = File::open(&self.spec.path).map_err(io)?;
         file.seek(SeekFrom::Start(start)).map_err(io)?;
         let mut part = scan::Scanner::resume(file, self.spec.max_record_bytes, start);
+        part.set_line(line);
         part.limit_fields(*width);
         let stop = (end < self.file_len).then_some(end);
         if let Some(end) = stop {

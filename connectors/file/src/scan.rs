@@ -171,6 +171,29 @@ impl<R: Read> Scanner<R> {
         s
     }
 
+    /// Numbers this scanner's next line `line` (a scanner resumed at a
+    /// place whose line in the file is known).
+    pub(crate) fn set_line(&mut self, line: u64) {
+        self.line = line;
+    }
+
+    /// The line the next record starts on (after the last record read).
+    pub(crate) fn line(&self) -> u64 {
+        self.line
+    }
+
+    /// Whether the last record ended with CR and a LF right after it,
+    /// not yet read, belongs to it.
+    pub(crate) fn pending_lf(&self) -> bool {
+        self.skip_lf
+    }
+
+    /// Takes a LF at the start of input as the end of the line before
+    /// (a scanner resumed right after a CR).
+    pub(crate) fn set_pending_lf(&mut self, pending: bool) {
+        self.skip_lf = pending;
+    }
+
     /// Reads no record that starts at byte `stop` or later: the scanner
     /// ends there as at the end of input. Whether it ended exactly there
     /// (`position() == stop`: the byte before was a record's line end, not
