@@ -142,7 +142,7 @@ impl Cursor {
             }
             Ended::Read { place, sound }
         });
-        let empty = batch.is_empty() && seen.unplaced.is_empty() && seen_nothing(&seen);
+        let empty = batch.is_empty() && seen.unplaced.is_empty() && seen_nothing(&seen, outside);
         if !batch.is_empty() {
             feed.progress(batch.len(), self.reader.progress(), &mut self.reported);
         }
@@ -159,14 +159,24 @@ impl Cursor {
             (None, Some(how)) => Step::End(end(self, how)),
             // An empty batch before the end can not be: a batch fills up
             // to its size or to the part's end.
-            (None, None) => Step::End(end(self, Ended::Failed)),
+            (None, None) => {
+                debug_assert!(false, "an empty batch before a part's end");
+                stop_after(parts, self.k);
+                Step::End(end(self, Ended::Failed))
+            }
         }
     }
 }
 
-/// Whether a piece's filter set no key aside (outside the window).
-fn seen_nothing(seen: &Seen) -> bool {
-    seen.outside.as_ref().is_none_or(|o| o.is_empty())
+/// Whether a piece's filter set no key aside (outside the window). With
+/// keys kept (`outside`), a list dropped for its size is something: the
+/// piece carries the news that the file's list is dropped (found by
+/// review).
+fn seen_nothing(seen: &Seen, outside: bool) -> bool {
+    match &seen.outside {
+        Some(o) => o.is_empty(),
+        None => !outside,
+    }
 }
 
 /// No part after `k` is of use.
@@ -200,18 +210,24 @@ pub(super) fn read_parts(
                 }
             }
         }
-        cursor = begun.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if cursor.is_some() {
-            continue;
-        }
-        while let Some(k) = parts.take() {
-            match Cursor::open(parts, k) {
-                Ok(c) => {
-                    cursor = Some(c);
-                    break;
+        // The part begun, or the next free one, taken under the lock: the
+        // engine's thread cannot begin a part between the two (it would
+        // then hold the part in turn while this one reads the next).
+        // Nothing is sent under the lock: the engine may be waiting for it.
+        let mut failed = Vec::new();
+        {
+            let mut slot = begun.lock().unwrap_or_else(|e| e.into_inner());
+            cursor = slot.take();
+            while cursor.is_none() {
+                let Some(k) = parts.take() else { break };
+                match Cursor::open(parts, k) {
+                    Ok(c) => cursor = Some(c),
+                    Err(end) => failed.push(end),
                 }
-                Err(end) => send(Message::PartEnd(end))?,
             }
+        }
+        for end in failed {
+            send(Message::PartEnd(end))?;
         }
     }
     Ok(())
@@ -286,12 +302,26 @@ impl<'p, 'a> Ordered<'p, 'a> {
     /// Whether this thread should read a batch of its own now: the source
     /// is in, a part is left to read, and it is not too far ahead.
     pub(super) fn may_read(&self) -> bool {
-        if !self.open || self.done || self.waiting.len() >= AHEAD {
+        if !self.open || self.done {
+            return false;
+        }
+        let begun = self
+            .begun
+            .lock()
+            .map(|b| b.as_ref().map(|c| c.k))
+            .unwrap_or(None);
+        // Its own part in turn is read whatever waits: it may have taken
+        // that part just as the reader thread found none begun and took
+        // the next (found by review).
+        if begun == Some(self.k) {
+            return true;
+        }
+        if self.waiting.len() >= AHEAD {
             return false;
         }
         let next = self.parts.next.load(Ordering::Relaxed);
         (next < self.parts.count() && next <= self.parts.stop_after.load(Ordering::Relaxed))
-            || self.begun.lock().is_ok_and(|b| b.is_some())
+            || begun.is_some()
     }
 
     /// Reads one batch of this thread's part (beginning the next free part
