@@ -462,3 +462,32 @@ fn a_target_part_that_begins_inside_a_quoted_field_fails_nothing() {
         assert_eq!(parts, whole);
     }
 }
+
+/// Parts of a few dozen rows each, read again and again: the two threads
+/// hand parts over hundreds of times per read, in whatever interleaving
+/// the scheduler makes (the engine's thread reading a part in turn, a
+/// cut inside a note settled while the other thread is mid-part); every
+/// read diffs as one pass.
+#[test]
+fn target_parts_in_any_interleaving_diff_as_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, mut target) = files(4000, false);
+    let at = target.len() * 3 / 4;
+    let at = at + target[at..].find('\n').unwrap() + 1;
+    let note: String = (0..60).map(|i| format!("nt_{i},{i},usd,paid\n")).collect();
+    let with_note = {
+        let mut t = target.clone();
+        t.insert_str(at, &format!("ch_note,5,usd,\"{note}\"\n"));
+        t
+    };
+    for (target, rest) in [(std::mem::take(&mut target), false), (with_note, true)] {
+        let (whole, whole_fed) = diff(dir.path(), &source, &target, None, true).unwrap();
+        for round in 0..12 {
+            let (parts, fed) = diff(dir.path(), &source, &target, Some(700), true).unwrap();
+            assert!(fed.target_parts > 20, "{}", fed.target_parts);
+            assert_eq!(fed.target_rest, rest, "round {round}");
+            assert_eq!(parts, whole, "round {round}");
+            assert_eq!(fed.unplaced, whole_fed.unplaced, "round {round}");
+        }
+    }
+}
