@@ -20,6 +20,9 @@
 //! names its line in the file. Everything the diff reports is the one
 //! pass's: the unplaced keys in file order, the copies of a duplicated ID
 //! in file order (each batch carries its place in the file).
+//!
+//! A large CSV target read last is cut into parts as well, but its batches
+//! are applied in file order: see [`ordered`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
