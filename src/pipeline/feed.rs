@@ -24,7 +24,7 @@
 //! A large CSV target read last is cut into parts as well, but its batches
 //! are applied in file order: see [`ordered`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -432,9 +432,10 @@ struct Parts<'a> {
     cuts: Vec<u64>,
     /// The next part nobody has taken (part 0 is the reader thread's).
     next: AtomicUsize,
-    /// A part failed: take no more.
-    failed: AtomicBool,
-    /// For a target ([`ordered`]): no part after this one is of use.
+    /// No part after this one is of use (`usize::MAX` until one fails):
+    /// none is taken, and a target's readers leave theirs. A source's
+    /// failed part stops them all ([`Parts::stop_after`] `0`): it is read
+    /// again whole.
     stop_after: AtomicUsize,
     /// A reader of the file that opens the parts.
     template: FileReader,
@@ -457,7 +458,6 @@ impl<'a> Parts<'a> {
                 template: reader.part(cuts[cuts.len() - 2], *cuts.last().expect("cuts"))?,
                 cuts,
                 next: AtomicUsize::new(1),
-                failed: AtomicBool::new(false),
                 stop_after: AtomicUsize::new(usize::MAX),
                 keep,
             }),
@@ -473,11 +473,18 @@ impl Parts<'_> {
 
     /// The next part to read, if any is left.
     fn take(&self) -> Option<usize> {
-        if self.failed.load(Ordering::Relaxed) {
-            return None;
-        }
         let k = self.next.fetch_add(1, Ordering::Relaxed);
         (k < self.count() && k <= self.stop_after.load(Ordering::Relaxed)).then_some(k)
+    }
+
+    /// No part after `k` is of use.
+    fn stop_after(&self, k: usize) {
+        self.stop_after.fetch_min(k, Ordering::Relaxed);
+    }
+
+    /// Whether a part failed (or, for a target, ended past its cut).
+    fn stopped(&self) -> bool {
+        self.stop_after.load(Ordering::Relaxed) != usize::MAX
     }
 
     fn open(&self, k: usize) -> Result<FileReader> {
@@ -516,7 +523,7 @@ fn read_parts(
     let mut seen = Seen::new(outside);
     if let Err(e) = read_side(feed, &mut first, &mut send_to(tx), &mut seen, 0) {
         // The engine's thread takes no more parts.
-        parts.failed.store(true, Ordering::Relaxed);
+        parts.stop_after(0);
         return Err(e);
     }
     let mut done = vec![PartDone {
@@ -543,7 +550,7 @@ fn read_parts(
             sound: read.unwrap_or(false),
         });
         if failed {
-            parts.failed.store(true, Ordering::Relaxed);
+            parts.stop_after(0);
             break;
         }
     }
@@ -577,7 +584,7 @@ impl OwnParts<'_, '_> {
     /// Whether a part may still be read here (none once a part failed:
     /// the engine then only waits for the reader thread).
     fn working(&self) -> bool {
-        !self.parts.failed.load(Ordering::Relaxed)
+        !self.parts.stopped()
             && (self.current.is_some()
                 || self.parts.next.load(Ordering::Relaxed) < self.parts.count())
     }
@@ -639,7 +646,7 @@ impl OwnParts<'_, '_> {
 
     /// A part that failed: no part is taken after it.
     fn fail(&mut self, k: usize, seen: Seen) {
-        self.parts.failed.store(true, Ordering::Relaxed);
+        self.parts.stop_after(0);
         self.done.push(PartDone {
             k,
             seen,
@@ -654,7 +661,7 @@ impl OwnParts<'_, '_> {
     /// a quoted field or a later part failed, the engine forgets the
     /// source and reads it again here in one pass.
     fn settle(&mut self, theirs: Vec<PartDone>, engine: &mut DiffEngine) -> Result<(Seen, usize)> {
-        while self.current.is_some() && !self.parts.failed.load(Ordering::Relaxed) {
+        while self.current.is_some() && !self.parts.stopped() {
             self.step(engine)?;
         }
         let mut done = theirs;

@@ -90,7 +90,7 @@ impl Cursor {
         match parts.open(k) {
             Ok(reader) => Ok(Cursor::new(k, reader)),
             Err(_) => {
-                stop_after(parts, k);
+                parts.stop_after(k);
                 Err(PartEnd {
                     k,
                     pieces: 0,
@@ -130,7 +130,7 @@ impl Cursor {
         let done = match read_batch(feed, &mut self.reader, &mut batch, &mut seen) {
             Ok(done) => done,
             Err(_) => {
-                stop_after(parts, self.k);
+                parts.stop_after(self.k);
                 return Step::End(end(self, Ended::Failed));
             }
         };
@@ -138,7 +138,7 @@ impl Cursor {
         let ended = done.then(|| {
             let sound = self.reader.ended_at_stop();
             if !sound {
-                stop_after(parts, self.k);
+                parts.stop_after(self.k);
             }
             Ended::Read { place, sound }
         });
@@ -161,7 +161,7 @@ impl Cursor {
             // to its size or to the part's end.
             (None, None) => {
                 debug_assert!(false, "an empty batch before a part's end");
-                stop_after(parts, self.k);
+                parts.stop_after(self.k);
                 Step::End(end(self, Ended::Failed))
             }
         }
@@ -177,11 +177,6 @@ fn seen_nothing(seen: &Seen, outside: bool) -> bool {
         Some(o) => o.is_empty(),
         None => !outside,
     }
-}
-
-/// No part after `k` is of use.
-fn stop_after(parts: &Parts<'_>, k: usize) {
-    parts.stop_after.fetch_min(k, Ordering::Relaxed);
 }
 
 /// The part the engine's thread is reading, between its batches: the
@@ -451,7 +446,7 @@ impl<'p, 'a> Ordered<'p, 'a> {
             file = self.parts.template.display(),
             line = at.line
         );
-        stop_after(self.parts, 0);
+        self.parts.stop_after(0);
         self.done = true;
         self.rest = true;
         *self.begun.lock().unwrap_or_else(|e| e.into_inner()) = None;
