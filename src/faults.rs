@@ -100,6 +100,45 @@ pub fn read_delay() -> Option<std::time::Duration> {
     })
 }
 
+/// Environment variable of the signal hook: once the target's file side
+/// has parsed this many records, the process sends itself SIGTERM (with
+/// `kill`, through the real handler), so a test stops a run while the
+/// target is read, at a known place rather than at a moment it guesses.
+pub const FAULT_SIGTERM_AT_TARGET_RECORDS: &str = "RECON_FAULT_SIGTERM_AT_TARGET_RECORDS";
+
+/// The target record count after which to send SIGTERM, from
+/// [`FAULT_SIGTERM_AT_TARGET_RECORDS`] (read once); always `None` without
+/// the `fault-injection` feature.
+pub fn sigterm_at_target_records() -> Option<u64> {
+    static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| {
+        if !ENABLED {
+            return None;
+        }
+        std::env::var(FAULT_SIGTERM_AT_TARGET_RECORDS)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Sends this process SIGTERM, once, with `kill` (the signal handler
+/// then does what it does for a scheduler's signal).
+pub fn send_sigterm_once() {
+    static SENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SENT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let sent = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(std::process::id().to_string())
+        .status();
+    if !sent.is_ok_and(|s| s.success()) {
+        eprintln!("warning: the test hook {FAULT_SIGTERM_AT_TARGET_RECORDS} could not run `kill`");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1152,6 +1152,126 @@ async fn sigterm_mid_backfill_stops_gracefully_with_postgres_state() {
     state.drop_db().await;
 }
 
+/// SIGTERM while a large target file is read in parts (its batches taken
+/// in file order by two threads): the read stops, the run exits 2 recorded
+/// failed (interrupted) with no report folder and its lock released, and
+/// the next run reads the whole file and finds what one pass finds. The
+/// signal is real (`kill`, through the handler), sent by the test hook
+/// once the target has 60,000 records, while a 20-ms pause after each
+/// batch keeps the rest of the file unread.
+#[tokio::test]
+async fn sigterm_while_the_target_is_read_in_parts() {
+    sqlx::any::install_default_drivers();
+    let dir = tempfile::tempdir().unwrap();
+    let (source, target) = (dir.path().join("source.csv"), dir.path().join("target.csv"));
+    // 600,000 rows, about 18.6 MB: past the 16 MiB from which a file is
+    // read in parts. The source holds one of them, and one of its own.
+    let mut t = String::with_capacity(19_000_000);
+    t.push_str("id,amount,currency,created\n");
+    for i in 0..600_000u64 {
+        t.push_str(&format!(
+            "ch_{i:08},{},usd,{}\n",
+            100 + i % 1000,
+            DAY_START + (i % 80_000) as i64
+        ));
+    }
+    assert!(t.len() > 16 << 20, "{}", t.len());
+    std::fs::write(&target, t).unwrap();
+    std::fs::write(
+        &source,
+        format!(
+            "id,amount,currency,created\nch_00000001,101,usd,{}\nch_x,5,usd,{}\n",
+            DAY_START + 1,
+            DAY_START + 2
+        ),
+    )
+    .unwrap();
+    let state = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("state.db").display()
+    );
+    let config = dir.path().join("recon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+timezone = "UTC"
+reports = "{reports}"
+state = "{state}"
+
+[jobs.charges]
+fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
+time_field = "created"
+compare = ["amount", "currency"]
+window = "2026-11-28"
+backfill = {{ mode = "off" }}
+
+[jobs.charges.source]
+type = "file"
+path = "{source}"
+key = "id"
+
+[jobs.charges.target]
+type = "file"
+path = "{target}"
+key = "id"
+"#,
+            reports = dir.path().join("reports").display(),
+            source = source.display(),
+            target = target.display(),
+        ),
+    )
+    .unwrap();
+    let run = |out: &str| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+        c.args(["run", "--config"])
+            .arg(&config)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .args(["--log", "debug"]);
+        c
+    };
+    let o = wait(
+        spawn_piped(
+            run("run1")
+                .env("RECON_FAULT_READ_DELAY_MS", "20")
+                .env("RECON_FAULT_SIGTERM_AT_TARGET_RECORDS", "60000"),
+        ),
+        Duration::from_secs(120),
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("Reading a file in parts.") && err.contains("side=\"target\""),
+        "the target was read in parts: {err}"
+    );
+    assert!(err.contains("SIGTERM received"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted by SIGTERM while reading {}",
+            target.display()
+        )),
+        "{err}"
+    );
+    assert!(!dir.path().join("run1").exists(), "no report folder");
+    assert_eq!(staging_folders(dir.path()), Vec::<String>::new());
+    let runs = query_rows(&state, "SELECT status, error FROM recon_runs", 2).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0][0], "failed", "{runs:?}");
+    assert!(runs[0][1].contains("interrupted by SIGTERM"), "{runs:?}");
+    assert_eq!(count(&state, "SELECT COUNT(*) FROM recon_locks").await, 0);
+
+    // The next run reads the whole file: one gap, one match, the rest of
+    // the day's rows orphans.
+    let o = wait(spawn_piped(&mut run("run2")), Duration::from_secs(300));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = summary(&dir.path().join("run2"));
+    assert_eq!(s["gaps"], 1, "{s}");
+    assert_eq!(s["matched"], 1, "{s}");
+    assert_eq!(s["orphans"], 600_000 - 1, "{s}");
+}
+
 /// A second signal exits at once, even while a batch is still blocked; the
 /// lock row and the staging folder it leaves are cleaned up by the next
 /// run, which writes every gap exactly once.

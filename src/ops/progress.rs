@@ -78,13 +78,19 @@ fn side(source: bool) -> &'static SideCounters {
 /// A file side parsed a batch of `records`; `read` of `total` bytes so far.
 pub fn file_batch(source: bool, records: usize, read: u64, total: u64) {
     let s = side(source);
-    s.records.fetch_add(records as u64, Ordering::Relaxed);
+    let before = s.records.fetch_add(records as u64, Ordering::Relaxed);
     s.bytes.store(read, Ordering::Relaxed);
     s.bytes_total.store(total, Ordering::Relaxed);
     // Test builds only: a reader slowed on purpose (called on the file
     // side's own thread, never on the async runtime).
     if let Some(pause) = crate::faults::read_delay() {
         std::thread::sleep(pause);
+    }
+    // Test builds only: a signal once the target has this many records.
+    if let Some(at) = crate::faults::sigterm_at_target_records() {
+        if !source && before + records as u64 >= at {
+            crate::faults::send_sigterm_once();
+        }
     }
 }
 

@@ -190,6 +190,27 @@ pub fn feed_files_split(
         },
         _ => None,
     };
+    for (side, count, file) in [
+        (
+            Side::Source,
+            parts.as_ref().map(Parts::count),
+            files.first(),
+        ),
+        (
+            Side::Target,
+            target_parts.as_ref().map(|(p, _)| p.count()),
+            files.last(),
+        ),
+    ] {
+        if let (Some(count), Some((reader, _, _))) = (count, file) {
+            tracing::debug!(
+                message = "Reading a file in parts.",
+                side = side.name(),
+                file = reader.display(),
+                parts = count
+            );
+        }
+    }
     let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
     let bytes_of = |side: Side| &bytes[usize::from(side == Side::Target)];
     // Batches the engine is done with go back to whichever reader takes one.
