@@ -15,8 +15,9 @@ mod settings;
 mod source;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use recon_core::{ConnectorError, FieldKind, Location, Schema, ValueRef};
 
@@ -134,11 +135,47 @@ pub struct Place {
     pub pending_lf: bool,
 }
 
+/// A reader of the file a [`FileReader`] opened, at a position of its
+/// own (positional reads, so readers on several threads share one open
+/// file without sharing an offset). Every part, rest and second pass of a
+/// read goes through the file the first open found: an export replaced
+/// while it is read (written under a temporary name and renamed over the
+/// path, as export jobs do) or removed is still read whole as it was,
+/// never half one version and half the next.
+#[derive(Debug)]
+struct Handle {
+    file: Arc<File>,
+    pos: u64,
+}
+
+impl Handle {
+    /// Another reader of the same open file, from `pos`.
+    fn at(&self, pos: u64) -> Handle {
+        Handle {
+            file: Arc::clone(&self.file),
+            pos,
+        }
+    }
+}
+
+impl Read for Handle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        #[cfg(unix)]
+        let n = std::os::unix::fs::FileExt::read_at(&*self.file, buf, self.pos)?;
+        #[cfg(windows)]
+        let n = std::os::windows::fs::FileExt::seek_read(&*self.file, buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// A streaming reader over one export file.
 pub struct FileReader {
     spec: FileSpec,
     schema: Schema,
     kinds: Vec<FieldKind>,
+    /// The open file: parts and second passes read it, not the path.
+    file: Handle,
     inner: Inner,
     display: String,
     file_len: u64,
@@ -150,14 +187,14 @@ pub struct FileReader {
 
 enum Inner {
     Csv {
-        scanner: scan::Scanner<File>,
+        scanner: scan::Scanner<Handle>,
         width: usize,
         key_idx: usize,
         idx: Vec<usize>,
         currency_idx: Option<usize>,
     },
     Jsonl {
-        reader: BufReader<File>,
+        reader: BufReader<Handle>,
         line_no: u64,
         checked_first: bool,
         bytes: u64,
@@ -172,6 +209,19 @@ const CUT_SEARCH: usize = 1 << 20;
 impl FileReader {
     /// Opens the file and checks that every needed column exists.
     pub fn open(spec: FileSpec, schema: &Schema) -> Result<FileReader, ConnectorError> {
+        let file = File::open(&spec.path).map_err(|source| ConnectorError::Io {
+            what: spec.path.display().to_string(),
+            source,
+        })?;
+        FileReader::of_file(spec, schema, Arc::new(file))
+    }
+
+    /// A reader from the start of `file`, opened from `spec`'s path.
+    fn of_file(
+        spec: FileSpec,
+        schema: &Schema,
+        file: Arc<File>,
+    ) -> Result<FileReader, ConnectorError> {
         let display = spec.path.display().to_string();
         let format = Format::from_path(&spec.path)?;
         if spec.columns.len() != schema.fields.len() {
@@ -181,10 +231,6 @@ impl FileReader {
                 schema.fields.len()
             )));
         }
-        let file = File::open(&spec.path).map_err(|source| ConnectorError::Io {
-            what: display.clone(),
-            source,
-        })?;
         if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
             return Err(ConnectorError::Config(format!(
                 "{display} is a folder; expected a .csv or .jsonl file"
@@ -207,10 +253,11 @@ impl FileReader {
                 "{display}: money fields need a currency column"
             )));
         }
+        let file = Handle { file, pos: 0 };
         let inner = match format {
-            Format::Csv => open_csv(file, &spec, schema, &display, needs_currency)?,
+            Format::Csv => open_csv(file.at(0), &spec, schema, &display, needs_currency)?,
             Format::Jsonl => Inner::Jsonl {
-                reader: BufReader::with_capacity(BUFFER, file),
+                reader: BufReader::with_capacity(BUFFER, file.at(0)),
                 line_no: 0,
                 checked_first: false,
                 bytes: 0,
@@ -220,6 +267,7 @@ impl FileReader {
             spec,
             schema: schema.clone(),
             kinds,
+            file,
             inner,
             display,
             file_len,
@@ -228,9 +276,10 @@ impl FileReader {
         })
     }
 
-    /// The same file opened again from its start, whole.
+    /// The same file read again from its start, whole (the file this
+    /// reader opened, whatever its path now names).
     pub fn reopen(&self) -> Result<FileReader, ConnectorError> {
-        FileReader::open(self.spec.clone(), &self.schema)
+        FileReader::of_file(self.spec.clone(), &self.schema, Arc::clone(&self.file.file))
     }
 
     /// Where to cut a CSV file of at least `min_len` bytes, not yet read
@@ -261,15 +310,14 @@ impl FileReader {
             what: self.display.clone(),
             source,
         };
-        let mut file = File::open(&self.spec.path).map_err(io)?;
         let rows = self.file_len - data_start;
         let mut cuts = vec![data_start];
         let mut near = Vec::with_capacity(CUT_SEARCH);
         for i in 1..parts as u64 {
             let from = (data_start + rows * i / parts as u64).max(*cuts.last().expect("one cut"));
-            file.seek(SeekFrom::Start(from)).map_err(io)?;
             near.clear();
-            (&mut file)
+            self.file
+                .at(from)
                 .take(CUT_SEARCH as u64)
                 .read_to_end(&mut near)
                 .map_err(io)?;
@@ -339,13 +387,8 @@ impl FileReader {
                 self.display
             )));
         };
-        let io = |source| ConnectorError::Io {
-            what: self.display.clone(),
-            source,
-        };
-        let mut file = File::open(&self.spec.path).map_err(io)?;
-        file.seek(SeekFrom::Start(start)).map_err(io)?;
-        let mut part = scan::Scanner::resume(file, self.spec.max_record_bytes, start);
+        let mut part =
+            scan::Scanner::resume(self.file.at(start), self.spec.max_record_bytes, start);
         part.set_line(line);
         part.limit_fields(*width);
         let stop = (end < self.file_len).then_some(end);
@@ -356,6 +399,7 @@ impl FileReader {
             spec: self.spec.clone(),
             schema: self.schema.clone(),
             kinds: self.kinds.clone(),
+            file: self.file.at(0),
             inner: Inner::Csv {
                 scanner: part,
                 width: *width,
@@ -536,7 +580,7 @@ impl RowCx<'_> {
 /// time, its cells converted in place.
 fn csv_while<E>(
     cx: &RowCx<'_>,
-    scanner: &mut scan::Scanner<File>,
+    scanner: &mut scan::Scanner<Handle>,
     csv: &CsvColumns<'_>,
     f: &mut impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
 ) -> Result<bool, ReadError<E>> {
@@ -596,7 +640,7 @@ fn csv_while<E>(
 /// calls.
 fn jsonl_while<E>(
     cx: &RowCx<'_>,
-    reader: &mut BufReader<File>,
+    reader: &mut BufReader<Handle>,
     (line_no, checked_first, bytes): (&mut u64, &mut bool, &mut u64),
     f: &mut impl FnMut(&str, &[ValueRef<'_>], &dyn Fn() -> Location) -> Result<bool, E>,
 ) -> Result<bool, ReadError<E>> {
@@ -667,7 +711,7 @@ fn jsonl_while<E>(
 /// long the line.
 fn read_line<E>(
     cx: &RowCx<'_>,
-    reader: &mut BufReader<File>,
+    reader: &mut BufReader<Handle>,
     line_no: u64,
     raw: &mut Vec<u8>,
 ) -> Result<Option<usize>, ReadError<E>> {
@@ -765,7 +809,7 @@ fn json_key<E>(
 /// Reads a CSV file's header and finds the key, each field's column and
 /// the currency column in it.
 fn open_csv(
-    file: File,
+    file: Handle,
     spec: &FileSpec,
     schema: &Schema,
     display: &str,

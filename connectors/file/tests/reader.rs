@@ -649,3 +649,90 @@ fn sign_only_amounts_are_not_numbers_not_too_large() {
         assert!(!err.contains("too large"), "{err}");
     }
 }
+
+/// Every key and note of a reader's records, with each record's line.
+fn keys_of(reader: &mut FileReader) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    reader
+        .for_each(|key, values, location| {
+            let note = values[1].to_owned_value();
+            out.push((key.to_string(), format!("{note:?}"), location().0));
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            ReadError::Connector(c) => c.to_string(),
+            ReadError::Caller(never) => match never {},
+        })
+        .unwrap();
+    out
+}
+
+/// An export replaced while it is read (a new version written under a
+/// temporary name and renamed over the path, as export jobs do), then
+/// removed: the parts cut before, the rest of the file after a place, and
+/// a second pass from the start all read the file the reader opened, not
+/// what the path names now; together the parts read exactly the records
+/// one pass reads, never half one version and half the next.
+#[test]
+fn parts_rest_and_second_pass_read_the_opened_file_when_its_path_is_replaced() {
+    let dir = test_dir("replaced_while_read");
+    let rows = |tag: &str| {
+        let mut s = String::from("id,amount,currency,note\n");
+        for i in 0..3000 {
+            s.push_str(&format!("ch_{i:05},{},usd,{tag}{i}\n", 100 + i));
+        }
+        s
+    };
+    let path = write(&dir, "export.csv", rows("old").as_bytes());
+    let spec = spec(path.clone(), "id", &["amount", "note"], AmountFormat::Minor);
+    let schema = amount_and("note");
+    let whole = read_all(spec.clone(), &schema).unwrap();
+    assert_eq!(whole.len(), 3000);
+
+    let mut first = FileReader::open(spec.clone(), &schema).unwrap();
+    let cuts = first.cut(3, 1).unwrap().expect("cut into parts");
+    assert_eq!(cuts.len(), 4, "{cuts:?}");
+    // A new version (longer rows, other notes) renamed over the path.
+    let new = write(&dir, "export.csv.tmp", rows("new-version-").as_bytes());
+    fs::rename(&new, &path).unwrap();
+    assert!(fs::read_to_string(&path).unwrap().contains("new-version-"));
+
+    let mut read = keys_of(&mut first);
+    for w in cuts.windows(2).skip(1) {
+        let mut part = first.part(w[0], w[1]).unwrap();
+        read.extend(keys_of(&mut part));
+        assert!(part.ended_at_stop());
+    }
+    assert_eq!(read.len(), 3000);
+    for (r, w) in read.iter().zip(&whole) {
+        assert_eq!(r.0, w.key);
+        assert!(r.1.contains("old"), "{r:?}");
+    }
+    // Then the path is removed: the second pass and a rest still read.
+    fs::remove_file(&path).unwrap();
+    let mut again = first.reopen().unwrap();
+    let again = keys_of(&mut again);
+    assert_eq!(again.len(), 3000);
+    assert!(again.iter().all(|r| r.1.contains("old")), "{:?}", again[0]);
+    assert_eq!(
+        again.last().unwrap().2,
+        format!("{} line 3001", path.display())
+    );
+
+    // The rest from a place in a pass, 1,234 records in: its lines
+    // are the file's.
+    let mut pass = first.reopen().unwrap();
+    let mut n = 0;
+    pass.for_each_while(|_, _, _| {
+        n += 1;
+        Ok::<bool, std::convert::Infallible>(n < 1234)
+    })
+    .map_err(|_| "read")
+    .unwrap();
+    let rest = keys_of(&mut first.rest(pass.place().unwrap()).unwrap());
+    let from = 1234;
+    assert_eq!(rest.len(), 3000 - from);
+    assert!(rest.iter().all(|r| r.1.contains("old")));
+    assert_eq!(rest[0].0, whole[from].key);
+    assert_eq!(rest[0].2, format!("{} line {}", path.display(), from + 2));
+}
