@@ -342,7 +342,7 @@ impl FileReader {
     }
 
     /// The part of a file [`FileReader::cut`] made from `start` (a cut, not
-    /// the first) to `end`, read from its own handle.
+    /// the first) to `end`, read through the file this reader opened, at a position of its own.
     pub fn part(&self, start: u64, end: u64) -> Result<FileReader, ConnectorError> {
         self.part_at_line(start, end, 1)
     }
