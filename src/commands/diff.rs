@@ -315,11 +315,7 @@ fn copies_in_files(
     if outcome.duplicates.is_empty() {
         return Ok(Vec::new());
     }
-    let side = |spec: &FileSpec| FileSource {
-        spec: spec.clone(),
-        schema: plan.spec.schema.clone(),
-        time_field: None,
-    };
+    let side = |spec: &FileSpec| FileSource::new(spec.clone(), plan.spec.schema.clone(), None);
     let (source, target) = (side(&plan.source), side(&plan.target));
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     // A file returns every copy: there is nothing to note.

@@ -216,8 +216,13 @@ impl FileReader {
         FileReader::of_file(spec, schema, Arc::new(file))
     }
 
+    /// The open file this reader reads (for [`FileSource`]'s later reads).
+    pub(crate) fn shared_file(&self) -> Arc<File> {
+        Arc::clone(&self.file.file)
+    }
+
     /// A reader from the start of `file`, opened from `spec`'s path.
-    fn of_file(
+    pub(crate) fn of_file(
         spec: FileSpec,
         schema: &Schema,
         file: Arc<File>,

@@ -65,11 +65,11 @@ impl ConnectorConfig for FileSettings {
     }
 
     async fn build_source(&self, cx: BuildContext<'_>) -> Result<Box<dyn Source>, ConnectorError> {
-        Ok(Box::new(FileSource {
-            spec: self.spec(cx),
-            schema: cx.schema.clone(),
-            time_field: cx.time_field,
-        }))
+        Ok(Box::new(FileSource::new(
+            self.spec(cx),
+            cx.schema.clone(),
+            cx.time_field,
+        )))
     }
 
     async fn build_target(

@@ -1,7 +1,8 @@
 //! The file connector behind the `Source` trait, for `recon run` jobs whose
 //! source or target is an export file.
 
-use std::sync::Mutex;
+use std::fs::File;
+use std::sync::{Arc, Mutex};
 
 use futures_core::stream::BoxStream;
 use recon_core::{ConnectorError, FileFeed, Page, Record, Schema, Source, Unplaced, Value, Window};
@@ -24,6 +25,12 @@ pub struct FileSource {
     pub schema: Schema,
     /// Schema index of the creation-time field used for windows.
     pub time_field: Option<usize>,
+    /// The file this source's first read opened (its probe, in a run):
+    /// every later read (the pages or the feed, the look-ups of edge
+    /// records and of duplicated IDs' copies) reads that file, not the
+    /// path again, so a run sees one version of an export even when a new
+    /// one is renamed over the path meanwhile.
+    opened: Arc<Mutex<Option<Arc<File>>>>,
 }
 
 /// Reads one page at a time from an open reader; the file is never held
@@ -90,6 +97,31 @@ impl<F: Fn(&Record) -> Keep + Unpin> futures_core::Stream for PageStream<F> {
 }
 
 impl FileSource {
+    /// A source reading `spec`'s file as `schema`'s fields, windowed by
+    /// the field at `time_field` when there is one.
+    pub fn new(spec: FileSpec, schema: Schema, time_field: Option<usize>) -> FileSource {
+        FileSource {
+            spec,
+            schema,
+            time_field,
+            opened: Arc::default(),
+        }
+    }
+
+    /// A reader from the start of the file this source opened first
+    /// (opening it now if none was).
+    fn reader(&self) -> Result<FileReader, ConnectorError> {
+        let mut opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        match &*opened {
+            Some(file) => FileReader::of_file(self.spec.clone(), &self.schema, Arc::clone(file)),
+            None => {
+                let reader = FileReader::open(self.spec.clone(), &self.schema)?;
+                *opened = Some(reader.shared_file());
+                Ok(reader)
+            }
+        }
+    }
+
     /// The column that holds the time field.
     fn time_column_name(&self) -> Option<String> {
         self.time_field.map(|i| {
@@ -107,7 +139,7 @@ impl FileSource {
     ) -> BoxStream<'a, Result<Page, ConnectorError>> {
         let time_column = self.time_column_name().unwrap_or_default();
         Box::pin(PageStream {
-            state: Mutex::new(Some(FileReader::open(self.spec.clone(), &self.schema))),
+            state: Mutex::new(Some(self.reader())),
             keep,
             time_column,
         })
@@ -123,10 +155,7 @@ impl Source for FileSource {
     /// Opens the file and reads its header (CSV) or first line (JSON
     /// Lines): the file exists, is readable, and names the job's columns.
     async fn probe(&self) -> Result<recon_core::Probe, ConnectorError> {
-        FileReader::open(self.spec.clone(), &self.schema)?;
-        let bytes = std::fs::metadata(&self.spec.path)
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let bytes = self.reader()?.progress().1;
         Ok(recon_core::Probe::reached(format!(
             "{} ({bytes} bytes)",
             self.describe()
@@ -155,9 +184,9 @@ impl Source for FileSource {
         // A scan of the whole file: on the blocking pool, so that the two
         // sides' lookups (the copies of duplicated IDs) scan at once and no
         // async worker is held.
-        let (spec, schema) = (self.spec.clone(), self.schema.clone());
+        let reader = self.reader()?;
         let wanted: std::collections::HashSet<String> = keys.iter().cloned().collect();
-        tokio::task::spawn_blocking(move || lookup_in_file(spec, &schema, &wanted))
+        tokio::task::spawn_blocking(move || lookup_in_file(reader, &wanted))
             .await
             .map_err(|e| ConnectorError::Config(format!("the file lookup stopped: {e}")))?
     }
@@ -165,11 +194,9 @@ impl Source for FileSource {
 
 /// The records of `wanted` keys in a file, every copy, in file order.
 fn lookup_in_file(
-    spec: FileSpec,
-    schema: &Schema,
+    mut reader: FileReader,
     wanted: &std::collections::HashSet<String>,
 ) -> Result<Vec<Record>, ConnectorError> {
-    let mut reader = FileReader::open(spec, schema)?;
     let mut found = Vec::new();
     reader
         .for_each_of_keys(&|key| wanted.contains(key), |key, values, _| {
@@ -188,7 +215,7 @@ fn lookup_in_file(
 
 impl FileFeed for FileSource {
     fn open_reader(&self) -> Result<Box<dyn std::any::Any + Send>, ConnectorError> {
-        Ok(Box::new(FileReader::open(self.spec.clone(), &self.schema)?))
+        Ok(Box::new(self.reader()?))
     }
 
     fn time_column(&self) -> Option<String> {
@@ -227,8 +254,8 @@ mod tests {
                 compared: true,
             }],
         };
-        let source = FileSource {
-            spec: FileSpec {
+        let source = FileSource::new(
+            FileSpec {
                 path,
                 key_column: "id".into(),
                 columns: vec!["at".into()],
@@ -237,8 +264,8 @@ mod tests {
                 max_record_bytes: crate::DEFAULT_MAX_RECORD_BYTES,
             },
             schema,
-            time_field: Some(0),
-        };
+            Some(0),
+        );
         let feed = source.as_file_feed().expect("a file source is a file feed");
         assert_eq!(feed.time_column().as_deref(), Some("at"));
         let mut reader = FileReader::from_feed(feed).unwrap();
@@ -252,5 +279,88 @@ mod tests {
             .unwrap();
         std::fs::remove_file(&source.spec.path).unwrap();
         assert_eq!(keys, ["k1", "k2"]);
+    }
+
+    /// A new version of the export renamed over the path after the run
+    /// opened it (its probe), then the path removed: the feed's reader,
+    /// the pages and the look-ups all read the version the probe opened.
+    /// A source made afterwards reads the new one.
+    #[test]
+    fn every_read_of_a_source_reads_the_file_its_first_read_opened() {
+        let dir = std::env::temp_dir().join(format!("recon-file-version-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("export.csv");
+        std::fs::write(
+            &path,
+            "id,at\nk1,2024-01-01T00:00:00Z\nk2,2024-01-02T00:00:00Z\n",
+        )
+        .unwrap();
+        let schema = Schema {
+            fields: vec![Field {
+                name: "at".into(),
+                kind: FieldKind::Timestamp,
+                compared: true,
+            }],
+        };
+        let spec = FileSpec {
+            path: path.clone(),
+            key_column: "id".into(),
+            columns: vec!["at".into()],
+            currency_column: None,
+            amount_format: Default::default(),
+            max_record_bytes: crate::DEFAULT_MAX_RECORD_BYTES,
+        };
+        let source = FileSource::new(spec.clone(), schema.clone(), None);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(source.probe()).unwrap();
+        let new = dir.join("export.csv.tmp");
+        std::fs::write(&new, "id,at\nk9,2024-01-03T00:00:00Z\n").unwrap();
+        std::fs::rename(&new, &path).unwrap();
+
+        let keys_of =
+            |records: Vec<Record>| -> Vec<String> { records.into_iter().map(|r| r.key).collect() };
+        let mut fed = Vec::new();
+        FileReader::from_feed(source.as_file_feed().unwrap())
+            .unwrap()
+            .for_each(|key, _, _| {
+                fed.push(key.to_string());
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .map_err(|_| "read failed")
+            .unwrap();
+        assert_eq!(fed, ["k1", "k2"]);
+        let window = Window {
+            start: "2024-01-01T00:00:00Z".parse().unwrap(),
+            end: "2024-02-01T00:00:00Z".parse().unwrap(),
+        };
+        let paged = rt.block_on(async {
+            let mut stream = source.read(window);
+            let mut all = Vec::new();
+            while let Some(page) =
+                std::future::poll_fn(|cx| futures_core::Stream::poll_next(stream.as_mut(), cx))
+                    .await
+            {
+                all.extend(page.unwrap().records);
+            }
+            all
+        });
+        assert_eq!(keys_of(paged), ["k1", "k2"]);
+        std::fs::remove_file(&path).unwrap();
+        let found = rt
+            .block_on(source.lookup(&["k2".to_string(), "k9".to_string()]))
+            .unwrap();
+        assert_eq!(keys_of(found), ["k2"]);
+
+        // A source made now reads what the path names now.
+        std::fs::write(&path, "id,at\nk9,2024-01-03T00:00:00Z\n").unwrap();
+        let later = FileSource::new(spec, schema, None);
+        let found = rt
+            .block_on(later.lookup(&["k2".to_string(), "k9".to_string()]))
+            .unwrap();
+        assert_eq!(keys_of(found), ["k9"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
