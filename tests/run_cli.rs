@@ -394,6 +394,52 @@ async fn sqlite_refuses_without_unique_key() {
     refuses_without_unique_key(Dialect::Sqlite).await;
 }
 
+/// A first backfill into a table that holds nothing outside the window
+/// (here: nothing at all) looks no gap up by key, one statement telling
+/// that nothing could be found; once the table holds a gap's record
+/// outside the window (created two days before), the gaps are looked up
+/// again and that one is confirmed, not reported.
+async fn empty_table_needs_no_lookups(dialect: Dialect) {
+    let f = Fixture::new(dialect, true).await;
+    f.db.exec("DELETE FROM payments").await;
+    let o = f.run(&["--dry-run", "--log", "debug"], "empty");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("Edge look-ups skipped"), "{dialect:?}: {err}");
+    let s = summary(&f.out("empty"));
+    assert_eq!(s["gaps"], 41, "{s}");
+    assert_eq!(s["confirmed_by_lookup"], 0, "{s}");
+
+    f.db.exec(&format!(
+        "INSERT INTO payments (stripe_charge_id, amount_cents, currency, status, created_at) \
+         VALUES ('ch_0003', 1075, 'KWD', 'succeeded', {})",
+        sql_time(dialect, DAY_START - 2 * 86_400)
+    ))
+    .await;
+    let o = f.run(&["--dry-run", "--log", "debug"], "one");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("Edge look-ups skipped"), "{dialect:?}: {err}");
+    let s = summary(&f.out("one"));
+    assert_eq!(s["gaps"], 40, "{s}");
+    assert_eq!(s["confirmed_by_lookup"], 1, "{s}");
+    assert!(!ids(&f.out("one"), "gaps.csv").contains(&"ch_0003".to_string()));
+    f.db.drop_db().await;
+}
+
+#[tokio::test]
+async fn postgres_empty_table_needs_no_lookups() {
+    empty_table_needs_no_lookups(Dialect::Postgres).await;
+}
+#[tokio::test]
+async fn mariadb_empty_table_needs_no_lookups() {
+    empty_table_needs_no_lookups(Dialect::MySql).await;
+}
+#[tokio::test]
+async fn sqlite_empty_table_needs_no_lookups() {
+    empty_table_needs_no_lookups(Dialect::Sqlite).await;
+}
+
 #[tokio::test]
 async fn safety_limit_stops_before_writing() {
     let f = Fixture::new(Dialect::Sqlite, true).await;

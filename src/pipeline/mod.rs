@@ -301,7 +301,7 @@ async fn read_stages(
     let mut outcome = read.outcome;
     let mut confirmed = crate::ops::progress::phase(
         "diff",
-        read::confirm_edges(&mut outcome, &sides, &plan.spec, &read.outside),
+        read::confirm_edges(&mut outcome, &sides, &plan.spec, (&read.outside, window)),
     )
     .await?;
     let (source, target) = (sides.source.as_ref(), sides.target());

@@ -137,6 +137,17 @@ pub trait Source: Send + Sync {
         false
     }
 
+    /// Asked after [`Source::read`] of `window`, before edge
+    /// discrepancies are looked up by key: whether this side certainly
+    /// holds no record that read did not return (a table whose every row
+    /// lies inside the window or has no time, as a table first backfilled
+    /// holds). Key lookups could then find nothing, and are skipped. The
+    /// default, `false`, always looks up; an error also looks up.
+    async fn holds_nothing_outside(&self, window: Window) -> Result<bool, ConnectorError> {
+        let _ = window;
+        Ok(self.reads_whole())
+    }
+
     /// What every run's report should say about how this side is read,
     /// beyond its records (a declared API that filters the window
     /// client-side, or has no lookup so that its edge discrepancies go

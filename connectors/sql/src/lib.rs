@@ -111,6 +111,9 @@ pub struct SqlTable {
     select_list: String,
     /// The windowed (or whole-table) read, built once so streams can borrow it.
     read_sql: String,
+    /// Finds a row the window read leaves out (`None` without a time
+    /// field: the read is the whole table).
+    outside_sql: Option<String>,
     display: String,
     /// How written values are spelled, detected on the first write.
     style: tokio::sync::OnceCell<write::WriteStyle>,
@@ -295,10 +298,13 @@ async fn read_sql(
     storage: &[Storage],
     select_list: &str,
     display: &str,
-) -> Result<String, ConnectorError> {
+) -> Result<ReadSql, ConnectorError> {
     let table_sql = dialect.quote_table(&cfg.table);
     let Some(i) = cfg.time_field else {
-        return Ok(format!("SELECT {select_list} FROM {table_sql}"));
+        return Ok(ReadSql {
+            read: format!("SELECT {select_list} FROM {table_sql}"),
+            outside: None,
+        });
     };
     let column = &cfg.columns[i];
     let col = dialect.quote(column);
@@ -322,11 +328,25 @@ async fn read_sql(
     // column, so that they are listed without a second pass over the table.
     let unplaceable = dialect.unplaceable(&col);
     let raw = dialect.as_text(&col);
-    Ok(format!(
-        "SELECT {select_list}, CASE WHEN {unplaceable} THEN 1 ELSE 0 END, \
-         CASE WHEN {unplaceable} THEN {raw} END FROM {table_sql} \
-         WHERE ({e} >= {lo} AND {e} < {hi}) OR {unplaceable}"
-    ))
+    let read = format!("({e} >= {lo} AND {e} < {hi}) OR {unplaceable}");
+    Ok(ReadSql {
+        outside: Some(format!(
+            // A row the read's condition does not hold for, or yields NULL
+            // for (counted as outside: the lookups then run).
+            "SELECT 1 FROM {table_sql} WHERE (CASE WHEN {read} THEN 0 ELSE 1 END) = 1 LIMIT 1"
+        )),
+        read: format!(
+            "SELECT {select_list}, CASE WHEN {unplaceable} THEN 1 ELSE 0 END, \
+             CASE WHEN {unplaceable} THEN {raw} END FROM {table_sql} WHERE {read}"
+        ),
+    })
+}
+
+/// The window read's statement, and the one that finds a row it leaves
+/// out (`None`: it reads the whole table).
+struct ReadSql {
+    read: String,
+    outside: Option<String>,
 }
 
 impl SqlTable {
@@ -348,13 +368,16 @@ impl SqlTable {
             .amount_format
             .unwrap_or_else(|| default_amount_format(schema, &found.fields));
         let select_list = select_list(dialect, &cfg, schema, &found.fields);
-        let read_sql =
-            read_sql(&pool, dialect, &cfg, &found.fields, &select_list, &display).await?;
+        let ReadSql {
+            read: read_sql,
+            outside: outside_sql,
+        } = read_sql(&pool, dialect, &cfg, &found.fields, &select_list, &display).await?;
         Ok(SqlTable {
             pool,
             dialect,
             select_list,
             read_sql,
+            outside_sql,
             cfg,
             schema: schema.clone(),
             storage: found.fields,
@@ -686,6 +709,24 @@ impl Source for SqlTable {
 
     fn reads_whole(&self) -> bool {
         self.cfg.time_field.is_none()
+    }
+
+    /// One statement that stops at the first row outside the window read
+    /// (a table with older rows answers from its first page); it scans
+    /// further only while the rows it meets are the window's, so at most
+    /// what the read itself scanned when every row is.
+    async fn holds_nothing_outside(&self, window: Window) -> Result<bool, ConnectorError> {
+        let Some(sql) = &self.outside_sql else {
+            return Ok(true);
+        };
+        let mut args = AnyArguments::default();
+        let _ = args.add(window.start.as_second());
+        let _ = args.add(window.end.as_second());
+        let found = sqlx::query_with(sql, args)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| db_error(&self.display, e))?;
+        Ok(found.is_none())
     }
 
     async fn lookup(&self, keys: &[String]) -> Result<Vec<Record>, ConnectorError> {

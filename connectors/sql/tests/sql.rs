@@ -355,6 +355,28 @@ async fn window_case(dialect: Dialect, column_type: &str, literals: [&str; 4]) {
         ],
         "{dialect:?} {column_type} {literals:?}"
     );
+    // What the read left out, as the edge look-ups ask before looking
+    // keys up: a row before the window, then one at its (excluded) end;
+    // rows without a time are read (unplaced), so they are not outside.
+    let outside = || async { !t.holds_nothing_outside(day2()).await.unwrap() };
+    let case = format!("{dialect:?} {column_type} {literals:?}");
+    assert!(outside().await, "{case}: `before` and `end` lie outside");
+    db.exec("DELETE FROM events WHERE k = 'before'").await;
+    assert!(
+        outside().await,
+        "{case}: `end` (the excluded end) lies outside"
+    );
+    db.exec("DELETE FROM events WHERE k = 'end'").await;
+    assert!(!outside().await, "{case}: only the window's rows are left");
+    db.exec("INSERT INTO events (k, t) VALUES ('none', NULL)")
+        .await;
+    assert!(!outside().await, "{case}: a row without a time is read");
+    db.exec(&format!(
+        "INSERT INTO events (k, t) VALUES ('again', {})",
+        literals[2]
+    ))
+    .await;
+    assert!(outside().await, "{case}: a row before the window again");
     db.drop_db().await;
 }
 
