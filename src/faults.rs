@@ -136,6 +136,13 @@ pub fn send_sigterm_once() {
         .status();
     if !sent.is_ok_and(|s| s.success()) {
         eprintln!("warning: the test hook {FAULT_SIGTERM_AT_TARGET_RECORDS} could not run `kill`");
+        return;
+    }
+    // Back to the read only once the handler has seen the signal, so the
+    // read stops at its next batch however loaded the machine is.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while crate::interrupt::requested().is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 

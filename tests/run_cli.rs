@@ -424,6 +424,23 @@ async fn empty_table_needs_no_lookups(dialect: Dialect) {
     assert_eq!(s["gaps"], 40, "{s}");
     assert_eq!(s["confirmed_by_lookup"], 1, "{s}");
     assert!(!ids(&f.out("one"), "gaps.csv").contains(&"ch_0003".to_string()));
+
+    // A row without a time is listed as unplaced, not diffed: a look-up
+    // by key finds it, so the gaps are looked up again.
+    f.db.exec("DELETE FROM payments").await;
+    f.db.exec(
+        "INSERT INTO payments (stripe_charge_id, amount_cents, currency, status, created_at) \
+         VALUES ('ch_0010', 1250, 'JPY', 'succeeded', NULL)",
+    )
+    .await;
+    let o = f.run(&["--dry-run", "--log", "debug"], "untimed");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("Edge look-ups skipped"), "{dialect:?}: {err}");
+    let s = summary(&f.out("untimed"));
+    assert_eq!(s["gaps"], 40, "{s}");
+    assert_eq!(s["confirmed_by_lookup"], 1, "{s}");
+    assert!(!ids(&f.out("untimed"), "gaps.csv").contains(&"ch_0010".to_string()));
     f.db.drop_db().await;
 }
 

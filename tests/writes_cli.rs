@@ -1243,7 +1243,9 @@ key = "id"
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("Reading a file in parts.") && err.contains("side=\"target\""),
+        err.lines().any(|l| l.contains("Reading a file in parts.")
+            && l.contains("side=\"target\"")
+            && l.contains("parts=")),
         "the target was read in parts: {err}"
     );
     assert!(err.contains("SIGTERM received"), "{err}");

@@ -1,7 +1,9 @@
 //! `recon diff SOURCE TARGET`: an ad-hoc diff of two export files.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -245,6 +247,8 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
     // reported at once rather than after the whole source is read.
     let source = FileReader::open(plan.source.clone(), &plan.spec.schema)?;
     let target = FileReader::open(plan.target.clone(), &plan.spec.schema)?;
+    // The copies of duplicated IDs are looked up in these same files.
+    let files = (source.shared_file(), target.shared_file());
     let mut dir = ReportDir::create(&plan.out)?;
     let mut engine = DiffEngine::new(plan.spec.clone());
     // Every copy of a duplicated ID, kept in the one pass.
@@ -276,7 +280,7 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
         message = "Classified.",
         peak_rss_mib = crate::memory::peak_rss_mib()
     );
-    let copies = Some(copies_in_files(&plan, &outcome)?);
+    let copies = Some(copies_in_files(&plan, &outcome, files)?);
     let status = status_of(&outcome);
     let meta = RunMeta {
         job: "diff".into(),
@@ -311,12 +315,18 @@ pub fn execute(plan: DiffPlan) -> Result<(DiffOutcome, Status, PathBuf)> {
 fn copies_in_files(
     plan: &DiffPlan,
     outcome: &DiffOutcome,
+    (source_file, target_file): (Arc<File>, Arc<File>),
 ) -> Result<Vec<crate::report::copies::CopyRow>> {
     if outcome.duplicates.is_empty() {
         return Ok(Vec::new());
     }
-    let side = |spec: &FileSpec| FileSource::new(spec.clone(), plan.spec.schema.clone(), None);
-    let (source, target) = (side(&plan.source), side(&plan.target));
+    let side = |spec: &FileSpec, file| {
+        FileSource::new(spec.clone(), plan.spec.schema.clone(), None).with_file(file)
+    };
+    let (source, target) = (
+        side(&plan.source, source_file),
+        side(&plan.target, target_file),
+    );
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     // A file returns every copy: there is nothing to note.
     let mut notes = Vec::new();

@@ -138,11 +138,15 @@ pub trait Source: Send + Sync {
     }
 
     /// Asked after [`Source::read`] of `window`, before edge
-    /// discrepancies are looked up by key: whether this side certainly
-    /// holds no record that read did not return (a table whose every row
-    /// lies inside the window or has no time, as a table first backfilled
-    /// holds). Key lookups could then find nothing, and are skipped. The
-    /// default, `false`, always looks up; an error also looks up.
+    /// discrepancies are looked up by key: whether this side holds no
+    /// record that read left out of the diff (a table whose every row
+    /// lies inside the window, as a table first backfilled holds; a row
+    /// without a time counts as left out). Key lookups could then find
+    /// nothing, and are skipped. The answer is of the moment it is asked:
+    /// a row written inside the window after the read, which a look-up
+    /// would have found, is then met by the backfill's writes instead
+    /// (an insert leaves it unchanged). The default is
+    /// [`Source::reads_whole`]; an error looks the keys up.
     async fn holds_nothing_outside(&self, window: Window) -> Result<bool, ConnectorError> {
         let _ = window;
         Ok(self.reads_whole())

@@ -164,6 +164,8 @@ impl Read for Handle {
         let n = std::os::unix::fs::FileExt::read_at(&*self.file, buf, self.pos)?;
         #[cfg(windows)]
         let n = std::os::windows::fs::FileExt::seek_read(&*self.file, buf, self.pos)?;
+        #[cfg(not(any(unix, windows)))]
+        compile_error!("recon-file reads export files with positional reads: Unix or Windows");
         self.pos += n as u64;
         Ok(n)
     }
@@ -217,7 +219,7 @@ impl FileReader {
     }
 
     /// The open file this reader reads (for [`FileSource`]'s later reads).
-    pub(crate) fn shared_file(&self) -> Arc<File> {
+    pub fn shared_file(&self) -> Arc<File> {
         Arc::clone(&self.file.file)
     }
 

@@ -108,6 +108,13 @@ impl FileSource {
         }
     }
 
+    /// This source, reading `file` (a reader's
+    /// [`FileReader::shared_file`]) instead of opening the path.
+    pub fn with_file(self, file: Arc<File>) -> FileSource {
+        *self.opened.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+        self
+    }
+
     /// A reader from the start of the file this source opened first
     /// (opening it now if none was).
     fn reader(&self) -> Result<FileReader, ConnectorError> {
@@ -353,6 +360,15 @@ mod tests {
             .block_on(source.lookup(&["k2".to_string(), "k9".to_string()]))
             .unwrap();
         assert_eq!(keys_of(found), ["k2"]);
+        // A new source given a reader's file reads it, not the path.
+        let file = FileReader::from_feed(source.as_file_feed().unwrap())
+            .unwrap()
+            .shared_file();
+        let pinned = FileSource::new(spec.clone(), schema.clone(), None).with_file(file);
+        let found = rt
+            .block_on(pinned.lookup(&["k1".to_string(), "k9".to_string()]))
+            .unwrap();
+        assert_eq!(keys_of(found), ["k1"]);
 
         // A source made now reads what the path names now.
         std::fs::write(&path, "id,at\nk9,2024-01-03T00:00:00Z\n").unwrap();

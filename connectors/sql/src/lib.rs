@@ -328,12 +328,14 @@ async fn read_sql(
     // column, so that they are listed without a second pass over the table.
     let unplaceable = dialect.unplaceable(&col);
     let raw = dialect.as_text(&col);
-    let read = format!("({e} >= {lo} AND {e} < {hi}) OR {unplaceable}");
+    let inside = format!("{e} >= {lo} AND {e} < {hi}");
+    let read = format!("({inside}) OR {unplaceable}");
     Ok(ReadSql {
+        // A row outside the window, or with no time (the read lists it as
+        // unplaced but does not diff it, so a look-up by key could find
+        // it): anything the window test does not hold for, NULL included.
         outside: Some(format!(
-            // A row the read's condition does not hold for, or yields NULL
-            // for (counted as outside: the lookups then run).
-            "SELECT 1 FROM {table_sql} WHERE (CASE WHEN {read} THEN 0 ELSE 1 END) = 1 LIMIT 1"
+            "SELECT 1 FROM {table_sql} WHERE (CASE WHEN {inside} THEN 0 ELSE 1 END) = 1 LIMIT 1"
         )),
         read: format!(
             "SELECT {select_list}, CASE WHEN {unplaceable} THEN 1 ELSE 0 END, \
@@ -711,10 +713,11 @@ impl Source for SqlTable {
         self.cfg.time_field.is_none()
     }
 
-    /// One statement that stops at the first row outside the window read
-    /// (a table with older rows answers from its first page); it scans
-    /// further only while the rows it meets are the window's, so at most
-    /// what the read itself scanned when every row is.
+    /// One statement that stops at the first row outside the window or
+    /// without a time (a table with older rows answers from its first
+    /// page); it scans further only while the rows it meets are the
+    /// window's, so at most what the read itself scanned when every row
+    /// is.
     async fn holds_nothing_outside(&self, window: Window) -> Result<bool, ConnectorError> {
         let Some(sql) = &self.outside_sql else {
             return Ok(true);
