@@ -149,10 +149,10 @@ struct Handle {
 }
 
 impl Handle {
-    /// Another reader of the same open file, from `pos`.
-    fn at(&self, pos: u64) -> Handle {
+    /// A reader of `file` from `pos`.
+    fn at(file: &Arc<File>, pos: u64) -> Handle {
         Handle {
-            file: Arc::clone(&self.file),
+            file: Arc::clone(file),
             pos,
         }
     }
@@ -177,7 +177,7 @@ pub struct FileReader {
     schema: Schema,
     kinds: Vec<FieldKind>,
     /// The open file: parts and second passes read it, not the path.
-    file: Handle,
+    file: Arc<File>,
     inner: Inner,
     display: String,
     file_len: u64,
@@ -220,7 +220,7 @@ impl FileReader {
 
     /// The open file this reader reads (for [`FileSource`]'s later reads).
     pub fn shared_file(&self) -> Arc<File> {
-        Arc::clone(&self.file.file)
+        Arc::clone(&self.file)
     }
 
     /// A reader from the start of `file`, opened from `spec`'s path.
@@ -260,11 +260,16 @@ impl FileReader {
                 "{display}: money fields need a currency column"
             )));
         }
-        let file = Handle { file, pos: 0 };
         let inner = match format {
-            Format::Csv => open_csv(file.at(0), &spec, schema, &display, needs_currency)?,
+            Format::Csv => open_csv(
+                Handle::at(&file, 0),
+                &spec,
+                schema,
+                &display,
+                needs_currency,
+            )?,
             Format::Jsonl => Inner::Jsonl {
-                reader: BufReader::with_capacity(BUFFER, file.at(0)),
+                reader: BufReader::with_capacity(BUFFER, Handle::at(&file, 0)),
                 line_no: 0,
                 checked_first: false,
                 bytes: 0,
@@ -286,7 +291,7 @@ impl FileReader {
     /// The same file read again from its start, whole (the file this
     /// reader opened, whatever its path now names).
     pub fn reopen(&self) -> Result<FileReader, ConnectorError> {
-        FileReader::of_file(self.spec.clone(), &self.schema, Arc::clone(&self.file.file))
+        FileReader::of_file(self.spec.clone(), &self.schema, self.shared_file())
     }
 
     /// Where to cut a CSV file of at least `min_len` bytes, not yet read
@@ -323,8 +328,7 @@ impl FileReader {
         for i in 1..parts as u64 {
             let from = (data_start + rows * i / parts as u64).max(*cuts.last().expect("one cut"));
             near.clear();
-            self.file
-                .at(from)
+            Handle::at(&self.file, from)
                 .take(CUT_SEARCH as u64)
                 .read_to_end(&mut near)
                 .map_err(io)?;
@@ -394,8 +398,11 @@ impl FileReader {
                 self.display
             )));
         };
-        let mut part =
-            scan::Scanner::resume(self.file.at(start), self.spec.max_record_bytes, start);
+        let mut part = scan::Scanner::resume(
+            Handle::at(&self.file, start),
+            self.spec.max_record_bytes,
+            start,
+        );
         part.set_line(line);
         part.limit_fields(*width);
         let stop = (end < self.file_len).then_some(end);
@@ -406,7 +413,7 @@ impl FileReader {
             spec: self.spec.clone(),
             schema: self.schema.clone(),
             kinds: self.kinds.clone(),
-            file: self.file.at(0),
+            file: self.shared_file(),
             inner: Inner::Csv {
                 scanner: part,
                 width: *width,
