@@ -87,17 +87,17 @@ pub const FAULT_READ_DELAY_MS: &str = "RECON_FAULT_READ_DELAY_MS";
 /// (read once); always `None` without the `fault-injection` feature.
 pub fn read_delay() -> Option<std::time::Duration> {
     static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
-    *DELAY.get_or_init(|| {
-        if !ENABLED {
-            return None;
-        }
-        let ms: u64 = std::env::var(FAULT_READ_DELAY_MS)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        Some(std::time::Duration::from_millis(ms))
-    })
+    *DELAY.get_or_init(|| number(FAULT_READ_DELAY_MS).map(std::time::Duration::from_millis))
+}
+
+/// The number in environment variable `name` in a build with the hooks;
+/// `None` when unset, not a number, or without the `fault-injection`
+/// feature.
+fn number(name: &str) -> Option<u64> {
+    if !ENABLED {
+        return None;
+    }
+    std::env::var(name).ok()?.trim().parse().ok()
 }
 
 /// Environment variable of the signal hook: once the target's file side
@@ -111,16 +111,7 @@ pub const FAULT_SIGTERM_AT_TARGET_RECORDS: &str = "RECON_FAULT_SIGTERM_AT_TARGET
 /// the `fault-injection` feature.
 pub fn sigterm_at_target_records() -> Option<u64> {
     static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *AT.get_or_init(|| {
-        if !ENABLED {
-            return None;
-        }
-        std::env::var(FAULT_SIGTERM_AT_TARGET_RECORDS)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    })
+    *AT.get_or_init(|| number(FAULT_SIGTERM_AT_TARGET_RECORDS))
 }
 
 /// Sends this process SIGTERM, once, with `kill` (the signal handler
