@@ -429,8 +429,29 @@ async fn lookup(
 ) -> Result<HashMap<String, Record>> {
     // A file whose filter kept every row can add nothing: its keys are not
     // even decoded (40,000 gaps and orphans of the 2M bench files: 11 ms).
-    if records.is_empty() || side.reads_whole() || outside.is_some_and(Outside::is_empty) {
+    if records.is_empty() || outside.is_some_and(Outside::is_empty) {
         return Ok(HashMap::new());
+    }
+    // Nor can a side that holds nothing its read left out: one read whole
+    // (no time field), or a table first backfilled, every row in the
+    // window (one statement instead of a look-up of every key: 200,000
+    // gaps into an empty PostgreSQL table, 40 look-ups, about 0.17 s). If
+    // it cannot tell, the keys are looked up.
+    match side.holds_nothing_outside(window).await {
+        Ok(true) => {
+            tracing::debug!(
+                message =
+                    "Edge look-ups skipped: the side holds no record outside the window read.",
+                side = side.describe(),
+                records = records.len()
+            );
+            return Ok(HashMap::new());
+        }
+        Ok(false) => {}
+        Err(e) => tracing::debug!(
+            message = "Could not tell whether the side holds records outside the window; looking the keys up.",
+            error = %e
+        ),
     }
     // Keys only: decoding each record's values to read its key was most
     // of a 10M dry run's confirmation (0.07 s for 200,000 gaps and orphans).
@@ -441,27 +462,6 @@ async fn lookup(
         .collect();
     if keys.is_empty() {
         return Ok(HashMap::new());
-    }
-    // A side that holds nothing its read left out (a table first
-    // backfilled: every row in the window) has nothing to find: one
-    // statement instead of a look-up of every key (200,000 gaps into an
-    // empty PostgreSQL table: 40 look-ups, about 0.17 s). If it cannot
-    // tell, the keys are looked up.
-    match side.holds_nothing_outside(window).await {
-        Ok(true) => {
-            tracing::debug!(
-                message =
-                    "Edge look-ups skipped: the side holds no record outside the window read.",
-                side = side.describe(),
-                keys = keys.len()
-            );
-            return Ok(HashMap::new());
-        }
-        Ok(false) => {}
-        Err(e) => tracing::debug!(
-            message = "Could not tell whether the side holds records outside the window; looking the keys up.",
-            error = %e
-        ),
     }
     crate::ops::progress::looked_up(keys.len());
     let found = side.lookup(&keys).await?;
