@@ -1208,12 +1208,7 @@ async fn sigterm_while_the_target_is_read_in_parts() {
     std::fs::write(
         &config,
         format!(
-            r#"
-[defaults]
-timezone = "UTC"
-reports = "{reports}"
-state = "{state}"
-
+            r#"{defaults}
 [jobs.charges]
 fields = {{ amount = "money", currency = "currency", created = "timestamp" }}
 time_field = "created"
@@ -1221,24 +1216,16 @@ compare = ["amount", "currency"]
 window = "2026-11-28"
 backfill = {{ mode = "off" }}
 
-[jobs.charges.source]
-type = "file"
-path = "{source}"
-key = "id"
-
-[jobs.charges.target]
-type = "file"
-path = "{target}"
-key = "id"
-"#,
-            reports = dir.path().join("reports").display(),
-            source = source.display(),
-            target = target.display(),
+{source}
+{target}"#,
+            defaults = common::defaults_in(dir.path(), "UTC"),
+            source = common::file_side("charges", "source", &source),
+            target = common::file_side("charges", "target", &target),
         ),
     )
     .unwrap();
     let run = |out: &str| {
-        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("recon"));
+        let mut c = common::recon();
         c.args(["run", "--config"])
             .arg(&config)
             .arg("--out")
