@@ -99,11 +99,15 @@ impl StateStore {
         let context = "reading an ID's history";
         let rows = sqlx::query(
             // An open row was last seen by the job's latest recording run
-            // (migration 13), its own last sighting on an older store.
+            // (migration 13), its own last sighting on an older store; a
+            // row written since leaves its own empty while it is open (a
+            // mark is written with it: its first sighting, failing one).
             "SELECT d.class, d.first_seen_run, d.first_seen_at, \
-             CASE WHEN d.resolved_at IS NULL THEN COALESCE(m.run_id, d.last_seen_run) \
+             CASE WHEN d.resolved_at IS NULL \
+             THEN COALESCE(m.run_id, NULLIF(d.last_seen_run, ''), d.first_seen_run) \
              ELSE d.last_seen_run END, \
-             CASE WHEN d.resolved_at IS NULL THEN COALESCE(m.seen_at, d.last_seen_at) \
+             CASE WHEN d.resolved_at IS NULL \
+             THEN COALESCE(m.seen_at, NULLIF(d.last_seen_at, ''), d.first_seen_at) \
              ELSE d.last_seen_at END, \
              d.resolved_at FROM recon_discrepancies d \
              LEFT JOIN recon_history_marks m ON m.job = d.job WHERE d.job = $1 \

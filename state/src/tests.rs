@@ -600,7 +600,9 @@ async fn discrepancy_history(url: String) {
     .unwrap();
     assert_eq!(row.get::<String, _>(0), r3);
     assert_eq!(row.get::<String, _>(1), ts_text(t3));
-    assert_eq!(row.get::<String, _>(2), r3);
+    // Reopened: its own last sighting is empty while it is open (the
+    // job's mark holds it).
+    assert_eq!(row.get::<String, _>(2), "");
     assert_eq!(row.get::<Option<String>, _>(3), None);
     let resolved_a: Option<String> = sqlx::query(
         "SELECT resolved_at FROM recon_discrepancies \
@@ -612,16 +614,17 @@ async fn discrepancy_history(url: String) {
     .get(0);
     assert_eq!(resolved_a, Some(ts_text(t3)));
     // `d` persisted through r3 without its row being written again
-    // (migration 13): the row still says r2, the story says r3.
-    let stored: String = sqlx::query(
-        "SELECT last_seen_run FROM recon_discrepancies \
+    // (migration 13): the row still holds what r2 wrote (its first
+    // sighting, its last left empty), the story says r3.
+    let stored = sqlx::query(
+        "SELECT first_seen_run, last_seen_run, last_seen_at FROM recon_discrepancies \
          WHERE job = 'nightly' AND class = 'mismatch' AND external_id = 'd'",
     )
     .fetch_one(&store.pool)
     .await
-    .unwrap()
-    .get(0);
-    assert_eq!(stored, r2);
+    .unwrap();
+    let stored: (String, String, String) = (stored.get(0), stored.get(1), stored.get(2));
+    assert_eq!(stored, (r2.clone(), String::new(), String::new()));
     let d = store.id_records("nightly", "d").await.unwrap().streaks;
     assert_eq!(d.len(), 1);
     assert_eq!(
@@ -701,6 +704,19 @@ async fn history_written_before_marks(url: String) {
         .execute(&store.pool)
         .await
         .unwrap();
+    // Before migration 13 every run wrote each row's last sighting: `a`
+    // as such a row (first seen by an earlier run). `b` keeps what runs
+    // write now (its own empty): with no mark, its first sighting is its
+    // last.
+    sqlx::query(&format!(
+        "UPDATE recon_discrepancies SET first_seen_run = 'r0', first_seen_at = '{}', \
+         last_seen_run = '{r1}', last_seen_at = '{}' WHERE external_id = 'a'",
+        ts_text(ts("2026-11-28T03:00:00Z")),
+        ts_text(t1)
+    ))
+    .execute(&store.pool)
+    .await
+    .unwrap();
     let a = store.id_records("nightly", "a").await.unwrap().streaks;
     assert_eq!(
         (a[0].last_seen_run.as_str(), a[0].last_seen_at),
@@ -845,7 +861,7 @@ async fn many_discrepancies(url: String) {
     assert_eq!(
         count(
             &store,
-            &format!("SELECT COUNT(*) FROM recon_discrepancies WHERE last_seen_run = '{r1}' AND resolved_at IS NULL"),
+            &format!("SELECT COUNT(*) FROM recon_discrepancies WHERE first_seen_run = '{r1}' AND last_seen_run = '' AND resolved_at IS NULL"),
         )
         .await,
         (n / 2) as i64
