@@ -175,7 +175,10 @@ pub(crate) fn with_key<R>(enc: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
 /// The key, as text.
 pub(crate) fn key_string(enc: &[u8]) -> String {
     // Only `&str`s are ever encoded, and packing keeps ASCII.
-    with_key(enc, |b| String::from_utf8_lossy(b).into_owned())
+    with_key(enc, |b| match std::str::from_utf8(b) {
+        Ok(k) => k.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    })
 }
 
 /// The keys' order, as their text would sort.
