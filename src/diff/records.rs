@@ -17,7 +17,7 @@ use std::sync::Arc;
 use recon_core::{FieldKind, Record};
 
 use super::arena::{decode_values, prefetch_ahead, split_record};
-use super::keys::{key_string, with_key};
+use super::keys::{key_string, with_key_str};
 use super::texts::TextDict;
 
 /// Records of one class (gaps or orphans), sorted by external ID.
@@ -100,15 +100,7 @@ impl Records {
             Repr::Encoded { arena, offsets, .. } => {
                 for (i, &offset) in offsets.iter().enumerate() {
                     prefetch_ahead(arena, offsets, i);
-                    with_key(split_record(arena, offset as usize).0, |b| {
-                        // Only `&str`s are ever encoded, and packing keeps
-                        // ASCII: checked, not scanned in lossy chunks (a
-                        // tenth of a 200,000-gap report phase's key work).
-                        match std::str::from_utf8(b) {
-                            Ok(k) => f(k),
-                            Err(_) => f(&String::from_utf8_lossy(b)),
-                        }
-                    });
+                    with_key_str(split_record(arena, offset as usize).0, &mut f);
                 }
             }
             Repr::Owned(v) => v.iter().for_each(|r| f(&r.key)),

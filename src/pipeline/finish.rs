@@ -358,32 +358,30 @@ pub fn backfill_rows(items: &[Item], outcomes: &[WriteOutcome]) -> Rows {
 /// safety limit stopped them.
 fn status(outcome: &DiffOutcome, extras: &RunExtras, trouble: bool) -> Status {
     let rows = extras.backfill.as_deref().unwrap_or_default();
-    let open_gaps = match open_gaps_in_order(outcome, rows) {
-        _ if !rows.iter().any(|r| r.outcome.written()) => outcome.gaps.len(),
-        Some(open) => open,
-        None => {
-            let written = written_keys(rows);
-            // Gap keys are looked up decoded on the stack, not as a string
-            // each (200,000 gaps: 90 ms of the report phase that way).
-            let mut open = 0;
-            outcome.gaps.for_each_key(|k| {
-                if !written.contains(k) {
-                    open += 1;
-                }
-            });
-            open
-        }
-    };
-    let open_mismatches = if outcome.mismatches.is_empty() {
-        0
+    // Made once, and only when the gaps cannot be counted in order or
+    // there are mismatches to look up.
+    let written = std::cell::OnceCell::new();
+    let written = || written.get_or_init(|| written_keys(rows));
+    let open_gaps = if !rows.iter().any(|r| r.outcome.written()) {
+        outcome.gaps.len()
+    } else if let Some(open) = open_gaps_in_order(outcome, rows) {
+        open
     } else {
-        let written = written_keys(rows);
-        outcome
-            .mismatches
-            .iter()
-            .filter(|m| !written.contains(m.key.as_str()))
-            .count()
+        // Gap keys are looked up decoded on the stack, not as a string
+        // each (200,000 gaps: 90 ms of the report phase that way).
+        let (written, mut open) = (written(), 0);
+        outcome.gaps.for_each_key(|k| {
+            if !written.contains(k) {
+                open += 1;
+            }
+        });
+        open
     };
+    let open_mismatches = outcome
+        .mismatches
+        .iter()
+        .filter(|m| !written().contains(m.key.as_str()))
+        .count();
     let open = open_gaps
         + outcome.orphans.len()
         + open_mismatches
