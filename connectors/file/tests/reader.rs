@@ -736,3 +736,54 @@ fn parts_rest_and_second_pass_read_the_opened_file_when_its_path_is_replaced() {
     assert_eq!(rest[0].0, whole[from].key);
     assert_eq!(rest[0].2, format!("{} line {}", path.display(), from + 2));
 }
+
+/// A cut lands just after the first line end at or after its place, even
+/// one many reads away (the search reads a little at a time), and a file
+/// whose line ends are further apart than the search (1 MiB) is not cut.
+#[test]
+fn cuts_fall_after_the_next_line_end_however_far_and_not_past_the_search() {
+    let dir = test_dir("cut_far_line_ends");
+    // Rows of 40 KiB notes: a cut's place usually falls inside one, its
+    // line end more than two 16 KiB reads away.
+    let note = "n".repeat(40 << 10);
+    let mut csv = String::from("id,amount,currency,note\n");
+    for i in 0..40 {
+        csv.push_str(&format!("ch_{i:03},{},usd,{note}{i}\n", 100 + i));
+    }
+    let path = write(&dir, "long.csv", csv.as_bytes());
+    let spec_long = spec(path.clone(), "id", &["amount", "note"], AmountFormat::Minor);
+    let schema = amount_and("note");
+    let mut first = FileReader::open(spec_long.clone(), &schema).unwrap();
+    let cuts = first.cut(8, 1).unwrap().expect("cut into parts");
+    assert_eq!(cuts.len(), 9, "{cuts:?}");
+    let bytes = csv.as_bytes();
+    let header = csv.find('\n').unwrap() as u64 + 1;
+    for (k, &at) in cuts.iter().enumerate().skip(1).take(7) {
+        let place = header + (bytes.len() as u64 - header) * k as u64 / 8;
+        let next = place
+            + bytes[place as usize..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap() as u64
+            + 1;
+        assert_eq!(at, next, "cut {k} of {cuts:?}");
+    }
+    let mut read = keys_of(&mut first);
+    for w in cuts.windows(2).skip(1) {
+        read.extend(keys_of(&mut first.part(w[0], w[1]).unwrap()));
+    }
+    let keys: Vec<String> = read.into_iter().map(|r| r.0).collect();
+    let want: Vec<String> = (0..40).map(|i| format!("ch_{i:03}")).collect();
+    assert_eq!(keys, want);
+
+    // One record of 1.5 MiB: no line end within the search of a cut.
+    let mut csv = String::from("id,amount,currency,note\n");
+    csv.push_str(&format!("ch_big,1,usd,{}\n", "x".repeat(3 << 19)));
+    csv.push_str("ch_end,2,usd,last\n");
+    let path = write(&dir, "huge.csv", csv.as_bytes());
+    let spec_huge = spec(path, "id", &["amount", "note"], AmountFormat::Minor);
+    let mut reader = FileReader::open(spec_huge, &schema).unwrap();
+    assert_eq!(reader.cut(4, 1).unwrap(), None);
+    let keys: Vec<String> = keys_of(&mut reader).into_iter().map(|r| r.0).collect();
+    assert_eq!(keys, ["ch_big", "ch_end"]);
+}
