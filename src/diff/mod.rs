@@ -25,6 +25,7 @@ mod texts;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
 use recon_core::{Currency, FieldKind, Schema, Value, ValueRef};
 use serde::Serialize;
 
@@ -370,11 +371,13 @@ pub struct Copies {
     pub target_unknown: Vec<String>,
 }
 
-/// One kept copy: a record still in an index's arena, or its own bytes.
+/// One kept copy: a record still in an index's arena, or one copied into
+/// the capture's own ([`Capture::bytes`]).
+#[derive(Clone, Copy)]
 enum Kept {
     Source(u64),
     Orphan(u64),
-    Bytes(Box<[u8]>),
+    Copied(u64),
 }
 
 /// What [`DiffEngine::capture_copies`] keeps while records stream past.
@@ -382,10 +385,16 @@ enum Kept {
 struct Capture {
     source: Vec<Kept>,
     target: Vec<Kept>,
+    /// Records kept that are in no index, one after another: one buffer,
+    /// not an allocation each (a 10M-row diff keeps the first target copy
+    /// of 100,000 mismatches; their boxes were freed one by one at the
+    /// end, and glibc then sorted the fragments for 40 ms before the next
+    /// allocations on the engine's thread).
+    bytes: Vec<u8>,
     /// First target copies that differ from the source's record (of IDs
     /// the source holds more than once, or mismatched), until a second
-    /// target copy shows (by source offset).
-    first_target: HashMap<u64, Box<[u8]>>,
+    /// target copy shows: source offset -> offset in `bytes`.
+    first_target: HashMap<u64, u64, FixedState>,
     /// Source offsets whose first target copy was not kept.
     unknown: Vec<u64>,
     /// For each of `source`: the order of its batch and its row in it,
@@ -410,9 +419,9 @@ pub struct DiffEngine {
     source: KeyIndex,
     orphans: KeyIndex,
     /// Occurrence counts of duplicated keys, by source offset.
-    source_dups: HashMap<u64, (u32, u32)>,
+    source_dups: HashMap<u64, (u32, u32), FixedState>,
     /// Occurrence counts of duplicated orphan keys, by orphan offset.
-    orphan_dups: HashMap<u64, u32>,
+    orphan_dups: HashMap<u64, u32, FixedState>,
     mismatches: Vec<PendingMismatch>,
     source_totals: Totals,
     target_totals: Totals,
@@ -435,8 +444,8 @@ impl DiffEngine {
         DiffEngine {
             source: KeyIndex::new(),
             orphans: KeyIndex::new(),
-            source_dups: HashMap::new(),
-            orphan_dups: HashMap::new(),
+            source_dups: HashMap::default(),
+            orphan_dups: HashMap::default(),
             mismatches: Vec::new(),
             source_totals: Totals::new(),
             target_totals: Totals::new(),
@@ -546,7 +555,8 @@ impl DiffEngine {
                         c.source.push(Kept::Source(offset));
                         c.source_at.push(None);
                     }
-                    c.source.push(Kept::Bytes(batch.bytes[start..end].into()));
+                    let kept = c.copy(&batch.bytes[start..end]);
+                    c.source.push(kept);
                     c.source_at.push(Some((batch.order, n as u32)));
                 }
             } else {
@@ -592,7 +602,7 @@ impl DiffEngine {
                     // Already a duplicate: comparing fields would be meaningless.
                     self.source_dups.entry(offset).or_insert((1, 0)).1 = 1;
                     if let Some(c) = self.copies.as_mut() {
-                        c.first_target.insert(offset, record.into());
+                        c.keep_first(offset, record);
                     }
                     continue;
                 }
@@ -617,7 +627,7 @@ impl DiffEngine {
                     if let Some(c) = self.copies.as_mut() {
                         // Kept in case a second copy follows (a mismatch
                         // already holds more than these bytes).
-                        c.first_target.insert(offset, record.into());
+                        c.keep_first(offset, record);
                     }
                     self.mismatches.push(PendingMismatch { offset, diffs });
                 }
@@ -630,7 +640,8 @@ impl DiffEngine {
                     if first_dup {
                         c.target.push(Kept::Orphan(offset));
                     }
-                    c.target.push(Kept::Bytes(record.into()));
+                    let kept = c.copy(record);
+                    c.target.push(kept);
                 }
             } else {
                 self.orphans.insert_encoded(hash, record);
@@ -744,9 +755,13 @@ impl DiffEngine {
                 let (arena, kinds) = (arena.clone(), &kinds);
                 scope.spawn(move || sorted_records(arena, slots, kinds, texts))
             };
-            out.copies = self
-                .copies
-                .map(|c| c.finish(&arena, &orphan_arena, &self.kinds, texts));
+            // The copies are decoded on a thread of their own too: the
+            // engine's thread listed the mismatches alone after them.
+            let copies = self.copies.map(|c| {
+                let (arena, orphan_arena, kinds) =
+                    (arena.clone(), orphan_arena.clone(), &self.kinds);
+                scope.spawn(move || c.finish(&arena, &orphan_arena, kinds, texts))
+            });
             let mut pending = self.mismatches;
             let mut mismatch_offsets = Vec::with_capacity(pending.len());
             for i in 0..pending.len() {
@@ -772,6 +787,10 @@ impl DiffEngine {
                 kinds.clone(),
                 texts.clone(),
             );
+            out.copies = copies.map(|c| {
+                c.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            });
             out.gaps = gaps
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -835,14 +854,30 @@ impl Capture {
     fn target_copy(&mut self, offset: u64, first_dup: bool, same: bool, record: &[u8]) {
         if first_dup {
             if let Some(first) = self.first_target.remove(&offset) {
-                self.target.push(Kept::Bytes(first));
+                self.target.push(Kept::Copied(first));
             } else if same {
                 self.target.push(Kept::Source(offset));
             } else {
                 self.unknown.push(offset);
             }
         }
-        self.target.push(Kept::Bytes(record.into()));
+        let kept = self.copy(record);
+        self.target.push(kept);
+    }
+
+    /// Copies `record` into [`Capture::bytes`].
+    fn copy(&mut self, record: &[u8]) -> Kept {
+        let at = self.bytes.len() as u64;
+        self.bytes.extend_from_slice(record);
+        Kept::Copied(at)
+    }
+
+    /// Keeps the first target copy of the source record at `offset`, in
+    /// case a second copy follows.
+    fn keep_first(&mut self, offset: u64, record: &[u8]) {
+        let at = self.bytes.len() as u64;
+        self.bytes.extend_from_slice(record);
+        self.first_target.insert(offset, at);
     }
 
     /// The kept copies, decoded; the target's copies of IDs whose first
@@ -858,7 +893,7 @@ impl Capture {
         let decode = |k: &Kept| match k {
             Kept::Source(o) => records::decode(source, *o, kinds, texts),
             Kept::Orphan(o) => records::decode(orphans, *o, kinds, texts),
-            Kept::Bytes(b) => records::decode(b, 0, kinds, texts),
+            Kept::Copied(o) => records::decode(&self.bytes, *o, kinds, texts),
         };
         let target_unknown: Vec<String> = self
             .unknown
