@@ -646,7 +646,7 @@ fn csv_while<E>(
         }
         let text = |i: usize| -> &str { row.get(i) };
         // Surrounding whitespace is never part of an external ID.
-        let key = text(csv.key_idx).trim();
+        let key = trim_key(text(csv.key_idx));
         if key.is_empty() {
             return Err(cx.malformed(
                 location(),
@@ -666,6 +666,17 @@ fn csv_while<E>(
         if !more {
             return Ok(false);
         }
+    }
+}
+
+/// `key` without surrounding whitespace: as `str::trim`, which is called
+/// only when an end is not a printable ASCII byte (`trim` was not
+/// inlined, and cost a call per row: 0.9% of a 10M-row diff).
+#[inline]
+fn trim_key(key: &str) -> &str {
+    match key.as_bytes() {
+        [first, .., last] if (0x21..0x80).contains(first) && (0x21..0x80).contains(last) => key,
+        _ => key.trim(),
     }
 }
 

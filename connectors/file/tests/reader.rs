@@ -117,6 +117,43 @@ fn csv_header_with_a_utf8_byte_order_mark() {
 }
 
 #[test]
+fn csv_keys_lose_surrounding_whitespace_of_any_kind_and_nothing_else() {
+    let dir = test_dir("key-trim");
+    // ASCII spaces and tabs, a no-break space (U+00A0) and an ideographic
+    // space (U+3000) around keys, one-character keys, a key whose ends
+    // are non-ASCII but not spaces, and a key ending in DEL (0x7F, not
+    // whitespace): only the whitespace goes.
+    let path = write(
+        &dir,
+        "keys.csv",
+        "id,amount,currency\n ch_1 ,1,usd\n\tch_2,2,usd\nch_3\t,3,usd\n\u{a0}ch_4\u{3000},4,usd\nx,5,usd\n y,6,usd\n\u{e9}t\u{e9},7,usd\nch_8\u{7f},8,usd\n\"  ch 9  \",9,usd\n"
+            .as_bytes(),
+    );
+    let schema = Schema {
+        fields: vec![field("amount", FieldKind::Money)],
+    };
+    let keys: Vec<String> = read_all(spec(path, "id", &["amount"], AmountFormat::Minor), &schema)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "ch_1",
+            "ch_2",
+            "ch_3",
+            "ch_4",
+            "x",
+            "y",
+            "\u{e9}t\u{e9}",
+            "ch_8\u{7f}",
+            "ch 9"
+        ]
+    );
+}
+
+#[test]
 fn csv_byte_order_mark_before_a_quoted_header() {
     let dir = test_dir("bom_quoted");
     // Windows PowerShell's `Export-Csv -Encoding UTF8` quotes every field
