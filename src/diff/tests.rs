@@ -3,6 +3,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use recon_core::{Currency, Field, FieldKind, Money, Record, Schema, Value};
 
+use super::arena::OCCUPIED;
 use super::*;
 
 fn schema() -> Schema {
@@ -682,8 +683,8 @@ fn split_scan_of_the_source_table_is_the_one_pass() {
             .map(|i| match next() {
                 0 => EMPTY,
                 // Gaps around the middle, where the halves meet.
-                _ if (len as u64 / 2).abs_diff(i) < 40 => i,
-                n => i | flags[n as usize - 1],
+                _ if (len as u64 / 2).abs_diff(i) < 40 => i | OCCUPIED,
+                n => i | OCCUPIED | flags[n as usize - 1],
             })
             .collect();
         // The one pass, as `finish` made it before.
