@@ -1125,14 +1125,18 @@ fn sort_by_key(arena: &[u8], offsets: &mut Vec<u64>) {
 /// The hashes of a batch's keys, in row order, into `out`.
 fn hash_rows<'a>(out: &'a mut Vec<u64>, batch: &RecordBatch) -> &'a [u64] {
     out.clear();
-    out.extend(
-        batch
-            .rows
-            .iter()
-            .map(|&(start, _)| hash_key(split_record(&batch.bytes, start).0)),
-    );
+    let rows = &batch.rows;
+    out.extend(rows.iter().enumerate().map(|(n, &(start, _))| {
+        if let Some(&(ahead, _)) = rows.get(n + HASH_AHEAD) {
+            prefetch_at(&batch.bytes, ahead as u64);
+        }
+        hash_key(split_record(&batch.bytes, start).0)
+    }));
     out
 }
+
+/// How many rows ahead [`hash_rows`] loads a row's key.
+const HASH_AHEAD: usize = 8;
 
 /// How many rows ahead slots are prefetched.
 const PREFETCH_SLOTS: usize = 16;
