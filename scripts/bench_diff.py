@@ -9,7 +9,9 @@ For each row count N this script
   2. runs `recon diff` and a DuckDB diff of the same files, each as its own
      process (forked by a tiny launcher so that this script's memory does not
      leak into the numbers), measuring wall-clock time and peak RSS (os.wait4's
-     ru_maxrss) of that process alone. The DuckDB process is a Python
+     ru_maxrss) of that process alone. With --repeat, the tools take turns
+     (recon, DuckDB, then DuckDB, recon, ...); the best time of each is
+     compared, and the ratio of each turn is printed beside it. The DuckDB process is a Python
      interpreter, so its RSS includes Python and the duckdb module (~60 MiB);
   3. checks that both found the same gaps, orphans, (id, field) mismatches and
      (id, side) duplicates, and that recon's summary.json counts agree.
@@ -365,18 +367,27 @@ def bench(n, args):
     print(f"rows={n}")
     data, meta = dataset(n, args.seed, args.data_dir)
     out_root = args.out_dir / str(n)
-    best = {}
-    for tool, run in (("recon", lambda d: run_recon(args.recon, data, d)),
-                      ("duckdb", lambda d: run_duckdb(data, d))):
-        walls, rsss = [], []
-        for _ in range(args.repeat):
-            result = run(fresh_dir(out_root / tool))
+    # The tools take turns, in alternating order, so that a slow spell of a
+    # shared machine falls on both rather than on all the runs of one (the
+    # runs were five of recon, then five of DuckDB, and the verdict moved
+    # with whichever the spell hit).
+    tools = {"recon": lambda d: run_recon(args.recon, data, d),
+             "duckdb": lambda d: run_duckdb(data, d)}
+    walls = {tool: [] for tool in tools}
+    rsss = {tool: [] for tool in tools}
+    for i in range(args.repeat):
+        for tool in (list(tools) if i % 2 == 0 else list(tools)[::-1]):
+            result = tools[tool](fresh_dir(out_root / tool))
             if result is None:
                 return None
-            walls.append(result[0])
-            rsss.append(result[1])
-        best[tool] = (min(walls), max(rsss))
-        print(f"  {tool}: " + ", ".join(f"{w:.2f} s" for w in walls) + f"; peak RSS {max(rsss):.0f} MiB")
+            walls[tool].append(result[0])
+            rsss[tool].append(result[1])
+    best = {tool: (min(walls[tool]), max(rsss[tool])) for tool in tools}
+    for tool in tools:
+        print(f"  {tool}: " + ", ".join(f"{w:.2f} s" for w in walls[tool])
+              + f"; peak RSS {max(rsss[tool]):.0f} MiB")
+    pairs = [r / d for r, d in zip(walls["recon"], walls["duckdb"])]
+    print("  time ratio of each turn: " + ", ".join(f"{x:.2f}" for x in pairs))
 
     problems = compare(out_root / "recon", out_root / "duckdb", meta["expected"])
     (rt, rr), (dt, dr) = best["recon"], best["duckdb"]
