@@ -561,6 +561,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_large_table_is_made_empty_and_finds_what_goes_in() {
+        // Past TOUCH_MIN, pages faulted in on two threads: every slot must
+        // still read empty, the odd length's last slot included.
+        let slots = table(TOUCH_MIN + 3);
+        assert_eq!(slots.len(), TOUCH_MIN + 3);
+        assert!(slots.iter().all(|&e| e == EMPTY));
+        // A record at offset 0 whose hash has zero low bits is still
+        // occupied (bit 56), so it is found, not taken for an empty slot.
+        let mut index = KeyIndex::new();
+        index.reserve(TOUCH_MIN);
+        let mut first = Vec::new();
+        write_key(&mut first, b"ch_0");
+        assert_eq!(index.insert_encoded(0, &first), 0);
+        assert_eq!(index.find_mut(0, &first).map(|e| *e & OFFSET_MASK), Some(0));
+        let mut second = Vec::new();
+        write_key(&mut second, b"ch_1");
+        assert!(index.find_mut(0, &second).is_none());
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
     fn round_trips_every_value_kind() {
         let usd = Currency::parse("usd").unwrap();
         let long = "a long text, more than any coded value: ".repeat(4);
