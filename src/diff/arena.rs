@@ -26,7 +26,12 @@
 //! `cargo bench --bench engine -- 10000000` probed in 110-127 instead of
 //! 158-170 ns/row (fewer TLB misses), and `recon diff` of the 10M bench
 //! pair used 1.1 s less user CPU, but 1.4 s more system time faulting in
-//! 2 MiB pages on this (virtual) machine: wall time unchanged.
+//! 2 MiB pages on this (virtual) machine: wall time unchanged. The table
+//! alone on huge pages (52 of them, no compaction stall) was tried again
+//! once its pages were faulted in on two threads ([`table`]): 4 batches
+//! of 8-10 interleaved runs of the 10M pair, user CPU -0.07 to -0.47 s
+//! (medians), system +0.01 to +0.07 s, wall medians 0 to -0.2 s, under
+//! 2% on the whole: not worth a `libc` dependency and an `unsafe` call.
 
 use foldhash::fast::FixedState;
 use jiff::Timestamp;
