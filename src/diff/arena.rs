@@ -352,6 +352,75 @@ impl KeyIndex {
         }
     }
 
+    /// Finds the entry for the key `record` (encoded, see
+    /// [`encode_record`]) starts with, whose key is `key`, mutably, with
+    /// the arena beside it and whether the stored record is `record` byte
+    /// for byte. The whole record is compared first: for the unchanged
+    /// records that make most of a target, one `memcmp` instead of one for
+    /// the key and another for the record (an encoded key carries its
+    /// length, so a record starting with `record`'s bytes holds its key).
+    pub(crate) fn find_record(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        record: &[u8],
+    ) -> Option<(&mut u64, &[u8], bool)> {
+        let tag = tag_of(hash);
+        let mut i = self.home(hash);
+        loop {
+            let e = self.slots[i];
+            if e == EMPTY {
+                return None;
+            }
+            if e & TAG_MASK == tag {
+                let at = (e & OFFSET_MASK) as usize;
+                if self.arena.get(at..at + record.len()) == Some(record) {
+                    return Some((&mut self.slots[i], &self.arena, true));
+                }
+                if self.arena.get(at..at + key.len()) == Some(key) {
+                    return Some((&mut self.slots[i], &self.arena, false));
+                }
+            }
+            i = self.next(i);
+        }
+    }
+
+    /// The entry for `key`, mutably, when the index holds it; else appends
+    /// `record` (encoded, starting with `key`) and returns `None`. One
+    /// probe of the key's run of slots for both (a source's keys are
+    /// nearly all new: the insert walked the run again).
+    pub(crate) fn find_or_insert(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        record: &[u8],
+    ) -> Option<&mut u64> {
+        let tag = tag_of(hash);
+        let mut i = self.home(hash);
+        loop {
+            let e = self.slots[i];
+            if e == EMPTY {
+                break;
+            }
+            let at = (e & OFFSET_MASK) as usize;
+            if e & TAG_MASK == tag && self.arena.get(at..at + key.len()) == Some(key) {
+                return Some(&mut self.slots[i]);
+            }
+            i = self.next(i);
+        }
+        if (self.len + 1) * GROW_DEN > self.slots.len() * GROW_NUM {
+            // The table doubles: the empty slot is found again in it.
+            self.insert_encoded(hash, record);
+            return None;
+        }
+        let offset = self.arena.len() as u64;
+        assert!(offset <= OFFSET_MASK, "key index above 1 TiB");
+        self.arena.extend_from_slice(record);
+        self.slots[i] = offset | tag | OCCUPIED;
+        self.len += 1;
+        None
+    }
+
     /// Appends an encoded record (see [`encode_record`]) and returns its
     /// offset. The caller has checked that its key is absent.
     pub(crate) fn insert_encoded(&mut self, hash: u64, record: &[u8]) -> u64 {
@@ -584,6 +653,57 @@ mod tests {
         write_key(&mut second, b"ch_1");
         assert!(index.find_mut(0, &second).is_none());
         assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn one_probe_finds_or_inserts_and_tells_same_records_from_same_keys() {
+        let record = |key: &str, value: &[u8]| {
+            let mut r = Vec::new();
+            write_key(&mut r, key.as_bytes());
+            let key_len = r.len();
+            r.extend_from_slice(value);
+            (r, key_len)
+        };
+        // Grown on the way (40 keys, 16 slots at first), with the keys'
+        // own hashes: every key found again, once.
+        let mut grown = KeyIndex::new();
+        let keys: Vec<String> = (0..40).map(|i| format!("ch_{i:04}")).collect();
+        for round in 0..2 {
+            for k in &keys {
+                let (r, n) = record(k, &[7, 7]);
+                let found = grown.find_or_insert(hash_key(&r[..n]), &r[..n], &r);
+                assert_eq!(found.is_some(), round == 1, "{k} in round {round}");
+            }
+        }
+        assert_eq!(grown.len(), 40);
+        // Every key on one hash (and so one tag), in a table that does not
+        // grow (a rehash places keys by their own hashes): only the bytes
+        // tell them apart.
+        let mut index = KeyIndex::new();
+        index.reserve(100);
+        for k in &keys {
+            let (r, n) = record(k, &[7, 7]);
+            assert!(index.find_or_insert(0, &r[..n], &r).is_none(), "{k} is new");
+        }
+        assert_eq!(index.len(), 40);
+        for k in &keys {
+            let (same, n) = record(k, &[7, 7]);
+            let (other, _) = record(k, &[7, 8]);
+            let found = index.find_record(0, &same[..n], &same).map(|(_, _, s)| s);
+            assert_eq!(found, Some(true), "{k}: same bytes");
+            let found = index.find_record(0, &other[..n], &other).map(|(_, _, s)| s);
+            assert_eq!(found, Some(false), "{k}: same key, other values");
+            // A second copy is found, not inserted.
+            assert!(
+                index.find_or_insert(0, &same[..n], &same).is_some(),
+                "{k}: held"
+            );
+        }
+        assert_eq!(index.len(), 40);
+        // A key whose encoding starts another's (`ch_00` is no prefix of
+        // `ch_0000` once encoded: the length is in the tag) is absent.
+        let (r, n) = record("ch_00", &[7, 7]);
+        assert!(index.find_record(0, &r[..n], &r).is_none());
     }
 
     #[test]

@@ -545,7 +545,10 @@ impl DiffEngine {
                 self.source.prefetch_slot(h);
             }
             let (key, _) = split_record(&batch.bytes, start);
-            if let Some(entry) = self.source.find_mut(hash, key) {
+            if let Some(entry) = self
+                .source
+                .find_or_insert(hash, key, &batch.bytes[start..end])
+            {
                 let first_dup = *entry & DUP_SELF == 0;
                 *entry |= DUP_SELF;
                 let offset = *entry & OFFSET_MASK;
@@ -559,8 +562,6 @@ impl DiffEngine {
                     c.source.push(kept);
                     c.source_at.push(Some((batch.order, n as u32)));
                 }
-            } else {
-                self.source.insert_encoded(hash, &batch.bytes[start..end]);
             }
         }
         Ok(())
@@ -584,7 +585,7 @@ impl DiffEngine {
             }
             let record = &batch.bytes[start..end];
             let (key, values_at) = split_record(record, 0);
-            if let Some((entry, arena)) = self.source.find_entry(hash, key) {
+            if let Some((entry, _, same_bytes)) = self.source.find_record(hash, key, record) {
                 let offset = *entry & OFFSET_MASK;
                 if *entry & SEEN_OTHER != 0 {
                     let first_dup = *entry & DUP_OTHER == 0;
@@ -607,10 +608,9 @@ impl DiffEngine {
                     continue;
                 }
                 // Records are encoded the same way on both sides, so equal
-                // bytes mean equal records: the common case costs one memcmp.
-                if (self.bytewise || self.copies.is_some())
-                    && arena[offset as usize..].starts_with(record)
-                {
+                // bytes mean equal records: the common case costs one memcmp
+                // (made while finding the entry).
+                if same_bytes {
                     if self.copies.is_some() {
                         // A second copy then knows the first is the source's record.
                         *entry |= SAME_OTHER;
