@@ -327,62 +327,60 @@ impl KeyIndex {
         }
     }
 
-    /// Finds the entry for `key`, mutably.
-    pub(crate) fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut u64> {
-        self.find_entry(hash, key).map(|(entry, _)| entry)
-    }
-
-    /// Finds the entry for `key`, mutably, with the arena beside it (to
-    /// compare the record while setting the entry's flags).
-    pub(crate) fn find_entry(&mut self, hash: u64, key: &[u8]) -> Option<(&mut u64, &[u8])> {
+    /// Walks `hash`'s run of slots from its home: `Ok(i)` at the first
+    /// slot whose hash bits match and whose record (at the offset given)
+    /// `holds` accepts, `Err(i)` at the empty slot that ends the run.
+    #[inline(always)]
+    fn probe(&self, hash: u64, mut holds: impl FnMut(usize) -> bool) -> Result<usize, usize> {
         let tag = tag_of(hash);
         let mut i = self.home(hash);
         loop {
             let e = self.slots[i];
             if e == EMPTY {
-                return None;
+                return Err(i);
             }
-            // `key` is encoded with its tag (length and form), so a record
-            // starting with its bytes holds this key and no longer one.
-            let at = (e & OFFSET_MASK) as usize;
-            if e & TAG_MASK == tag && self.arena.get(at..at + key.len()) == Some(key) {
-                return Some((&mut self.slots[i], &self.arena));
+            if e & TAG_MASK == tag && holds((e & OFFSET_MASK) as usize) {
+                return Ok(i);
             }
             i = self.next(i);
         }
     }
 
+    /// Whether the record at `at` holds `key` (encoded with its tag,
+    /// length and form: a record starting with its bytes holds this key
+    /// and no longer one).
+    #[inline(always)]
+    fn holds_key(&self, at: usize, key: &[u8]) -> bool {
+        self.arena.get(at..at + key.len()) == Some(key)
+    }
+
+    /// Finds the entry for `key`, mutably.
+    pub(crate) fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut u64> {
+        let i = self.probe(hash, |at| self.holds_key(at, key)).ok()?;
+        Some(&mut self.slots[i])
+    }
+
     /// Finds the entry for the key `record` (encoded, see
-    /// [`encode_record`]) starts with, whose key is `key`, mutably, with
-    /// the arena beside it and whether the stored record is `record` byte
-    /// for byte. The whole record is compared first: for the unchanged
-    /// records that make most of a target, one `memcmp` instead of one for
-    /// the key and another for the record (an encoded key carries its
-    /// length, so a record starting with `record`'s bytes holds its key).
+    /// [`encode_record`]) starts with, whose key is `key`, mutably, and
+    /// whether the stored record is `record` byte for byte. The whole
+    /// record is compared first: for the unchanged records that make most
+    /// of a target, one `memcmp` instead of one for the key and another
+    /// for the record (an encoded key carries its length, so a record
+    /// starting with `record`'s bytes holds its key).
     pub(crate) fn find_record(
         &mut self,
         hash: u64,
         key: &[u8],
         record: &[u8],
-    ) -> Option<(&mut u64, &[u8], bool)> {
-        let tag = tag_of(hash);
-        let mut i = self.home(hash);
-        loop {
-            let e = self.slots[i];
-            if e == EMPTY {
-                return None;
-            }
-            if e & TAG_MASK == tag {
-                let at = (e & OFFSET_MASK) as usize;
-                if self.arena.get(at..at + record.len()) == Some(record) {
-                    return Some((&mut self.slots[i], &self.arena, true));
-                }
-                if self.arena.get(at..at + key.len()) == Some(key) {
-                    return Some((&mut self.slots[i], &self.arena, false));
-                }
-            }
-            i = self.next(i);
-        }
+    ) -> Option<(&mut u64, bool)> {
+        let mut same = false;
+        let i = self
+            .probe(hash, |at| {
+                same = self.holds_key(at, record);
+                same || self.holds_key(at, key)
+            })
+            .ok()?;
+        Some((&mut self.slots[i], same))
     }
 
     /// The entry for `key`, mutably, when the index holds it; else appends
@@ -395,45 +393,45 @@ impl KeyIndex {
         key: &[u8],
         record: &[u8],
     ) -> Option<&mut u64> {
-        let tag = tag_of(hash);
-        let mut i = self.home(hash);
-        loop {
-            let e = self.slots[i];
-            if e == EMPTY {
-                break;
+        match self.probe(hash, |at| self.holds_key(at, key)) {
+            Ok(i) => Some(&mut self.slots[i]),
+            // A table about to double finds the empty slot again in its new size.
+            Err(_) if self.is_full() => {
+                self.insert_encoded(hash, record);
+                None
             }
-            let at = (e & OFFSET_MASK) as usize;
-            if e & TAG_MASK == tag && self.arena.get(at..at + key.len()) == Some(key) {
-                return Some(&mut self.slots[i]);
+            Err(empty) => {
+                self.put(empty, hash, record);
+                None
             }
-            i = self.next(i);
         }
-        if (self.len + 1) * GROW_DEN > self.slots.len() * GROW_NUM {
-            // The table doubles: the empty slot is found again in it.
-            self.insert_encoded(hash, record);
-            return None;
-        }
-        let offset = self.arena.len() as u64;
-        assert!(offset <= OFFSET_MASK, "key index above 1 TiB");
-        self.arena.extend_from_slice(record);
-        self.slots[i] = offset | tag | OCCUPIED;
-        self.len += 1;
-        None
+    }
+
+    /// Whether one more key would take the table past [`GROW_NUM`] /
+    /// [`GROW_DEN`] full (it then doubles first).
+    fn is_full(&self) -> bool {
+        (self.len + 1) * GROW_DEN > self.slots.len() * GROW_NUM
     }
 
     /// Appends an encoded record (see [`encode_record`]) and returns its
     /// offset. The caller has checked that its key is absent.
     pub(crate) fn insert_encoded(&mut self, hash: u64, record: &[u8]) -> u64 {
-        if (self.len + 1) * GROW_DEN > self.slots.len() * GROW_NUM {
+        if self.is_full() {
             self.rehash(self.slots.len() * 2);
         }
-        let offset = self.arena.len() as u64;
-        assert!(offset <= OFFSET_MASK, "key index above 1 TiB");
-        self.arena.extend_from_slice(record);
         let mut i = self.home(hash);
         while self.slots[i] != EMPTY {
             i = self.next(i);
         }
+        self.put(i, hash, record)
+    }
+
+    /// Appends `record` to the arena and points the empty slot `i` at it:
+    /// its offset.
+    fn put(&mut self, i: usize, hash: u64, record: &[u8]) -> u64 {
+        let offset = self.arena.len() as u64;
+        assert!(offset <= OFFSET_MASK, "key index above 1 TiB");
+        self.arena.extend_from_slice(record);
         self.slots[i] = offset | tag_of(hash) | OCCUPIED;
         self.len += 1;
         offset
@@ -689,9 +687,9 @@ mod tests {
         for k in &keys {
             let (same, n) = record(k, &[7, 7]);
             let (other, _) = record(k, &[7, 8]);
-            let found = index.find_record(0, &same[..n], &same).map(|(_, _, s)| s);
+            let found = index.find_record(0, &same[..n], &same).map(|(_, s)| s);
             assert_eq!(found, Some(true), "{k}: same bytes");
-            let found = index.find_record(0, &other[..n], &other).map(|(_, _, s)| s);
+            let found = index.find_record(0, &other[..n], &other).map(|(_, s)| s);
             assert_eq!(found, Some(false), "{k}: same key, other values");
             // A second copy is found, not inserted.
             assert!(

@@ -585,7 +585,7 @@ impl DiffEngine {
             }
             let record = &batch.bytes[start..end];
             let (key, values_at) = split_record(record, 0);
-            if let Some((entry, _, same_bytes)) = self.source.find_record(hash, key, record) {
+            if let Some((entry, same_bytes)) = self.source.find_record(hash, key, record) {
                 let offset = *entry & OFFSET_MASK;
                 if *entry & SEEN_OTHER != 0 {
                     let first_dup = *entry & DUP_OTHER == 0;
@@ -865,18 +865,22 @@ impl Capture {
         self.target.push(kept);
     }
 
-    /// Copies `record` into [`Capture::bytes`].
-    fn copy(&mut self, record: &[u8]) -> Kept {
+    /// Copies `record` into [`Capture::bytes`]: where it starts there.
+    fn append(&mut self, record: &[u8]) -> u64 {
         let at = self.bytes.len() as u64;
         self.bytes.extend_from_slice(record);
-        Kept::Copied(at)
+        at
+    }
+
+    /// Keeps a copy of `record`, in [`Capture::bytes`].
+    fn copy(&mut self, record: &[u8]) -> Kept {
+        Kept::Copied(self.append(record))
     }
 
     /// Keeps the first target copy of the source record at `offset`, in
     /// case a second copy follows.
     fn keep_first(&mut self, offset: u64, record: &[u8]) {
-        let at = self.bytes.len() as u64;
-        self.bytes.extend_from_slice(record);
+        let at = self.append(record);
         self.first_target.insert(offset, at);
     }
 
