@@ -633,6 +633,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn varints_are_the_bytes_of_seven_bit_groups_and_read_back() {
+        // Every bit length and its neighbours, after bytes already there:
+        // the bytes a push per group would write (records are compared
+        // byte for byte, so each number has one encoding), read back.
+        let reference = |mut v: u64| {
+            let mut out = Vec::new();
+            while v >= 0x80 {
+                out.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+            out
+        };
+        let mut values = vec![0, 1, u64::MAX];
+        for bits in 1..64 {
+            let p = 1u64 << bits;
+            values.extend([p - 1, p, p + 1, p | (p >> 1) | 0x55]);
+        }
+        for v in values {
+            let mut buf = vec![0xAA, 0xBB];
+            write_varint(&mut buf, v);
+            assert_eq!(&buf[..2], [0xAA, 0xBB], "{v}");
+            assert_eq!(&buf[2..], &reference(v)[..], "{v}");
+            assert_eq!(read_varint(&buf, 2), (v, buf.len()), "{v}");
+        }
+    }
+
+    #[test]
     fn a_large_table_is_made_empty_and_finds_what_goes_in() {
         // Past TOUCH_MIN, pages faulted in on two threads: every slot must
         // still read empty, the odd length's last slot included.
