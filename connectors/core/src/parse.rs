@@ -241,6 +241,21 @@ pub fn unix(n: i64, unit: Unit) -> Result<Timestamp, TimestampError> {
 
 pub use crate::money::plain_integer;
 
+/// The value of each byte of `x`, when every one is an ASCII digit
+/// (0x30..=0x39: high nibble 3, and still 3 after adding 6; no byte
+/// carries, each is at most 0x3F once the first test holds); `None` else.
+#[inline(always)]
+fn digit_values(x: u64) -> Option<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    if x & HIGH != DIGIT_ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != DIGIT_ZEROS {
+        return None;
+    }
+    Some(x - DIGIT_ZEROS)
+}
+
+/// Eight ASCII `0`s.
+const DIGIT_ZEROS: u64 = 0x3030_3030_3030_3030;
+
 /// The number that 1 to 18 ASCII digits spell (leading zeros allowed, no
 /// sign); `None` for anything else. Eight digits at a time: one check and
 /// three multiplies per eight instead of a dependent multiply-add per
@@ -248,8 +263,6 @@ pub use crate::money::plain_integer;
 /// the diff engine's digit form of text.
 #[inline]
 pub fn ascii_digits(s: &[u8]) -> Option<u64> {
-    const ZEROS: u64 = 0x3030_3030_3030_3030;
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
     if s.is_empty() || s.len() > 18 {
         return None;
     }
@@ -257,13 +270,8 @@ pub fn ascii_digits(s: &[u8]) -> Option<u64> {
     let mut chunks = s.chunks_exact(8);
     for c in &mut chunks {
         let x = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        // Every byte 0x30..=0x39: high nibble 3, and still 3 after adding 6
-        // (no byte carries: each is at most 0x3F once the first test holds).
-        if x & HIGH != ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
-            return None;
-        }
         // The first digit is the lowest byte: fold pairs, quads, then halves.
-        let d = x - ZEROS;
+        let d = digit_values(x)?;
         let d = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
         let d = (d * 100 + (d >> 16)) & 0x0000_FFFF_0000_FFFF;
         let d = (d * 10_000 + (d >> 32)) & 0xFFFF_FFFF;
@@ -365,16 +373,8 @@ pub fn timestamp(text: &str, rules: TimestampRules) -> Result<Timestamp, Timesta
 /// caller then asks jiff, so what is accepted and how never changes (a
 /// property test checks both agree).
 fn rfc3339_fast(b: &[u8]) -> Option<Timestamp> {
-    fn digits(b: &[u8]) -> Option<i64> {
-        let mut n = 0i64;
-        for &c in b {
-            if !c.is_ascii_digit() {
-                return None;
-            }
-            n = n * 10 + i64::from(c - b'0');
-        }
-        Some(n)
-    }
+    // At most nine digits here (a fraction, an offset's hours or minutes).
+    let digits = |b: &[u8]| ascii_digits(b).map(|n| n as i64);
     /// The little-endian word of the eight bytes at `at`.
     fn word(b: &[u8], at: usize) -> u64 {
         u64::from_le_bytes([
@@ -392,14 +392,7 @@ fn rfc3339_fast(b: &[u8]) -> Option<Timestamp> {
     /// for the digits `d` at the bytes `digit` marks (the other bytes
     /// counting as `0`); `None` when a marked byte is not a digit.
     fn pairs(w: u64, digit: u64) -> Option<u64> {
-        const ZEROS: u64 = 0x3030_3030_3030_3030;
-        const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-        let x = (w & digit) | (ZEROS & !digit);
-        // Every byte 0x30..=0x39 (as in `ascii_digits`).
-        if x & HIGH != ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
-            return None;
-        }
-        let d = x - ZEROS;
+        let d = digit_values((w & digit) | (DIGIT_ZEROS & !digit))?;
         // At most 9 * 10 + 9 per byte: no carry into the next.
         Some(d * 10 + (d >> 8))
     }
