@@ -72,10 +72,8 @@ impl CurrencyCache {
         let currency = Currency::parse(text)?;
         if let (&[a, b, c], true) = (text.as_bytes(), self.len < CACHED_CODES) {
             let code = u32::from_le_bytes([a, b, c, 0]);
-            let mut i = slot(code);
-            while self.slots[i].0 != 0 {
-                i = (i + 1) % SLOTS;
-            }
+            // Not cached (asked above): the search ends at a free slot.
+            let i = self.search(code);
             self.slots[i] = (code, Some(currency));
             self.len += 1;
         }
@@ -89,19 +87,19 @@ impl CurrencyCache {
         let &[a, b, c] = text.as_bytes() else {
             return None;
         };
-        let code = u32::from_le_bytes([a, b, c, 0]);
+        // A free slot holds no currency: a code not kept (or three zero
+        // bytes) finds none.
+        self.slots[self.search(u32::from_le_bytes([a, b, c, 0]))].1
+    }
+
+    /// The slot holding `code`, else the free slot that ends its search.
+    #[inline(always)]
+    fn search(&self, code: u32) -> usize {
         let mut i = slot(code);
-        loop {
-            let (k, currency) = self.slots[i];
-            if k == code {
-                // A free slot holds no currency: three zero bytes are none.
-                return currency;
-            }
-            if k == 0 {
-                return None;
-            }
+        while self.slots[i].0 != code && self.slots[i].0 != 0 {
             i = (i + 1) % SLOTS;
         }
+        i
     }
 }
 
