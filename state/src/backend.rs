@@ -55,6 +55,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn legacy_table_count(&self) -> &'static str;
     /// Records one step of the old runner in `_sqlx_migrations`.
     fn legacy_import(&self) -> &'static str;
+    /// The schema a new store is created from in one step, if the backend
+    /// has one ([`crate::migrate`]).
+    fn squashed(&self) -> Option<&'static Squashed>;
     /// Adds every open discrepancy of `job` to `open`.
     fn read_open_history<'a>(
         &'a self,
@@ -77,6 +80,32 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         store: &'a StateStore,
         job: &'a str,
     ) -> BoxFuture<'a, Result<bool, StateError>>;
+}
+
+/// A backend's whole schema at one migration, for new stores: what the
+/// migrations up to `version` leave, generated from them and checked
+/// against them by a test.
+pub(crate) struct Squashed {
+    /// The DDL, as the database itself records it, in creation order; its
+    /// first line is `-- schema at migration N`.
+    pub sql: &'static str,
+    /// Counts the objects of the database's schema (0 on a new store).
+    pub objects: &'static str,
+    /// Records the migrations as applied: binds one JSON array of
+    /// `[version, description, hex checksum]`.
+    pub record: &'static str,
+}
+
+impl Squashed {
+    /// The migration the schema is at, from the file's first line.
+    pub fn version(&self) -> Option<i64> {
+        let first = self.sql.lines().next()?;
+        first
+            .strip_prefix("-- schema at migration ")?
+            .trim()
+            .parse()
+            .ok()
+    }
 }
 
 impl Backend {

@@ -25,6 +25,20 @@
 //! apply every migration exactly once: the second waits, then finds them
 //! applied.
 //!
+//! **New stores** (SQLite) are created in one step: inside the same
+//! locked transaction, a store with no schema object at all gets the
+//! schema every migration leaves, from `state/schema/sqlite.sql` (the DDL
+//! as SQLite records it, in creation order), and every migration is
+//! recorded in `_sqlx_migrations` as applied (embedded description and
+//! checksum, execution time 0). The file is generated from the
+//! migrations, never edited: the test
+//! `squashed_sqlite_schema_is_what_the_migrations_make` builds one store
+//! migration by migration and one from the file, and fails when their
+//! schemas or records differ or when the file is behind the newest
+//! migration (`RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed`
+//! writes it again). Until it is brought up to date, new stores run the
+//! migrations one by one; a store that has anything in it always does.
+//!
 //! **Stores made by earlier recon releases** were created by a hand-written
 //! runner that listed its steps 1–5 in `recon_schema_version`. Migrations
 //! 0001–0005 are those steps, statement for statement. On the first open
@@ -47,6 +61,7 @@ pub(crate) use legacy::STEPS;
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
 use sqlx::{AnyConnection, AnyPool, Row};
 
+use crate::backend::Squashed;
 use crate::{stable_hash, Backend, StateError};
 
 /// The table in which the old runner listed its steps.
@@ -86,8 +101,15 @@ pub(crate) fn file_of(backend: Backend, version: i64) -> String {
     }
 }
 
-/// Brings the schema up to date; see the module docs.
-pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Result<(), StateError> {
+/// Brings the schema up to date (see the module docs); with `squash`
+/// false a new store runs every migration one by one (the tests compare
+/// the two).
+pub(crate) async fn run_with(
+    pool: &AnyPool,
+    backend: Backend,
+    display: &str,
+    squash: bool,
+) -> Result<(), StateError> {
     let fail = |message: String| StateError::Migrate {
         url: display.to_string(),
         message,
@@ -106,6 +128,12 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Resu
             .map_err(|e| fail(format!("waiting for the migration lock: {e}")))?;
     }
     import_legacy(&mut tx, backend).await.map_err(fail)?;
+    let squashed = match dialect.squashed().filter(|_| squash) {
+        Some(schema) => create_squashed(&mut tx, backend, schema)
+            .await
+            .map_err(fail)?,
+        None => None,
+    };
     let migrator = migrator(backend);
     let applied: Vec<i64> = async {
         tx.ensure_migrations_table().await?;
@@ -123,6 +151,12 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Resu
     tx.commit()
         .await
         .map_err(|e| fail(format!("committing the schema: {e}")))?;
+    if let Some(version) = squashed {
+        tracing::debug!(
+            message = "Created a new state store's schema in one step.",
+            version,
+        );
+    }
     for m in migrator.iter().filter(|m| !applied.contains(&m.version)) {
         tracing::debug!(
             message = "Applied a state schema migration.",
@@ -130,6 +164,50 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend, display: &str) -> Resu
         );
     }
     Ok(())
+}
+
+/// Creates a new store's schema from the backend's squashed DDL and
+/// records every migration it holds as applied (see the module docs):
+/// `Some(version)` when it did, `None` on a store that has any schema
+/// object already, or when a newer migration exists than the DDL holds
+/// (the migrations then run one by one, as they always may).
+async fn create_squashed(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    schema: &Squashed,
+) -> Result<Option<i64>, String> {
+    let context = "creating the schema of a new store";
+    let Some(version) = schema.version().filter(|v| *v == latest(backend)) else {
+        return Ok(None);
+    };
+    let objects: i64 = sqlx::query(schema.objects)
+        .fetch_one(&mut *conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| format!("{context}: {e}"))?;
+    if objects != 0 {
+        return Ok(None);
+    }
+    sqlx::raw_sql(schema.sql)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| format!("{context}: {e}"))?;
+    conn.ensure_migrations_table()
+        .await
+        .map_err(|e| format!("{context}: {e}"))?;
+    let rows: Vec<(i64, &str, String)> = migrator(backend)
+        .iter()
+        .map(|m| {
+            let hex = m.checksum.iter().map(|b| format!("{b:02x}")).collect();
+            (m.version, &*m.description, hex)
+        })
+        .collect();
+    sqlx::query(schema.record)
+        .bind(crate::store::json_text(&rows))
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| format!("{context}: recording its migrations: {e}"))?;
+    Ok(Some(version))
 }
 
 /// Takes over the schema history of a store made by the old runner (see

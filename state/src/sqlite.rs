@@ -8,7 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use sqlx::migrate::Migrator;
 use sqlx::Row;
 
-use crate::backend::Dialect;
+use crate::backend::{Dialect, Squashed};
 use crate::history::{OpenBuilder, OpenIdsJson, OPEN_CHUNK};
 use crate::lock::{holder_is_dead, lock_row, RunLock};
 use crate::{friendly, ts_text, Backend, StateError, StateStore};
@@ -20,6 +20,20 @@ pub(crate) struct Sqlite;
 static MIGRATOR: Migrator = Migrator {
     locking: false,
     ..sqlx::migrate!("migrations/sqlite")
+};
+
+/// A new store's schema in one step (see [`crate::migrate`]). Run one
+/// by one, the 16 migrations are 48 statements through sqlx's worker,
+/// SQLite parses its schema again after each DDL statement, and three
+/// steps rebuild a table: a typed first dry run of the 2M bench files
+/// began reading 20.7 ms after it started, 13.5 ms with this (medians of
+/// 15, interleaved).
+static SQUASHED: Squashed = Squashed {
+    sql: include_str!("../schema/sqlite.sql"),
+    objects: "SELECT COUNT(*) FROM sqlite_master",
+    record: "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+             execution_time) SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+             TRUE, unhex(json_extract(value, '$[2]')), 0 FROM json_each($1)",
 };
 
 impl Dialect for Sqlite {
@@ -133,6 +147,10 @@ impl Dialect for Sqlite {
         "INSERT INTO _sqlx_migrations \
          (version, description, installed_on, success, checksum, execution_time) \
          VALUES ($1, $2, $3, TRUE, $4, 0) ON CONFLICT (version) DO NOTHING"
+    }
+
+    fn squashed(&self) -> Option<&'static Squashed> {
+        Some(&SQUASHED)
     }
 
     /// A row streamed on its own costs a hand-off through sqlx's worker

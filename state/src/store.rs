@@ -150,6 +150,17 @@ impl StateStore {
     /// Connects to the state database (creating a SQLite file if missing)
     /// and brings its schema up to date.
     pub async fn open(url: &str) -> Result<StateStore, StateError> {
+        Self::open_with(url, true).await
+    }
+
+    /// [`StateStore::open`], a new store migrated one migration at a time
+    /// (what the squashed schema is checked against).
+    #[cfg(test)]
+    pub(crate) async fn open_step_by_step(url: &str) -> Result<StateStore, StateError> {
+        Self::open_with(url, false).await
+    }
+
+    async fn open_with(url: &str, squash: bool) -> Result<StateStore, StateError> {
         sqlx::any::install_default_drivers();
         let display = redact_url(url);
         let (backend, url) = normalize_url(url)?;
@@ -192,7 +203,7 @@ impl StateStore {
                 .await
                 .map_err(store.db(context))?;
         }
-        migrate::run(&store.pool, backend, &store.display).await?;
+        migrate::run_with(&store.pool, backend, &store.display, squash).await?;
         Ok(store)
     }
 

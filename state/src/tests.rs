@@ -1187,6 +1187,145 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What `state/schema/sqlite.sql` says after its first line.
+const SQUASHED_HEADER: &str = "\
+-- The SQLite state schema as the migrations in state/migrations/sqlite/
+-- leave it: every object of sqlite_master, in creation order, as SQLite
+-- records it. A new store is created from this file in one step (see
+-- state/src/migrate.rs). Generated from the migrations; never edit it.
+-- After adding a migration, write it again with
+--   RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed
+-- and rebuild (until then new stores run the migrations one by one, and
+-- the test squashed_sqlite_schema_is_what_the_migrations_make fails).
+
+";
+
+/// Every object of a SQLite store's schema but sqlx's table, in creation
+/// order: `(type, name, table, sql)` (an index SQLite makes for a key has
+/// no SQL).
+async fn sqlite_objects(store: &StateStore) -> Vec<(String, String, String, Option<String>)> {
+    sqlx::query(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master \
+         WHERE name <> '_sqlx_migrations' AND name NOT LIKE 'sqlite_autoindex__sqlx_migrations%' \
+         ORDER BY rowid",
+    )
+    .fetch_all(&store.pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+/// The squashed schema file of a store's schema.
+async fn squashed_file(store: &StateStore) -> String {
+    let mut file = format!(
+        "-- schema at migration {}\n{SQUASHED_HEADER}",
+        migrate::latest(Backend::Sqlite)
+    );
+    for (_, name, _, sql) in sqlite_objects(store).await {
+        // SQLite makes its own objects (key indexes, sqlite_sequence).
+        if let Some(sql) = sql.filter(|_| !name.starts_with("sqlite_")) {
+            file.push_str(&sql);
+            file.push_str(";\n\n");
+        }
+    }
+    file
+}
+
+#[tokio::test]
+async fn squashed_sqlite_schema_is_what_the_migrations_make() {
+    let (a, b) = (
+        TestDb::create(Dialect::Sqlite).await,
+        TestDb::create(Dialect::Sqlite).await,
+    );
+    let stepwise = StateStore::open_step_by_step(&a.url).await.unwrap();
+    let file = squashed_file(&stepwise).await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/sqlite.sql");
+    if std::env::var_os("RECON_WRITE_SCHEMA").is_some() {
+        std::fs::write(&path, &file).unwrap();
+    }
+    let squashed = Backend::Sqlite.dialect().squashed().unwrap();
+    assert!(
+        squashed.sql == file,
+        "state/schema/sqlite.sql is not the schema migrations 1-{} make: write it again with \
+         RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed, then rebuild",
+        migrate::latest(Backend::Sqlite)
+    );
+    assert_eq!(squashed.version(), Some(migrate::latest(Backend::Sqlite)));
+
+    // A new store made from it: the same objects, the same SQL, in the
+    // same order, and every migration recorded with its checksum.
+    let store = StateStore::open(&b.url).await.unwrap();
+    let objects = sqlite_objects(&store).await;
+    assert!(objects.len() > 10, "{objects:?}");
+    assert_eq!(objects, sqlite_objects(&stepwise).await);
+    assert_eq!(schema_of(&store).await, schema_of(&stepwise).await);
+    let (made, migrated) = (recorded(&store).await, recorded(&stepwise).await);
+    let versions = |rows: &[(i64, i64, bool)]| rows.iter().map(|r| r.0).collect::<Vec<_>>();
+    assert_eq!(versions(&made), versions(&migrated));
+    assert_eq!(
+        versions(&made),
+        (1..=migrate::latest(Backend::Sqlite)).collect::<Vec<_>>()
+    );
+    for (version, time, same) in &made {
+        assert!(same, "migration {version}: checksum");
+        // Made in one step: no migration was run on its own...
+        assert_eq!(*time, 0, "migration {version}");
+    }
+    // ...where the other store ran each.
+    assert!(
+        migrated.iter().all(|(_, time, same)| *same && *time > 0),
+        "{migrated:?}"
+    );
+    async fn described(store: &StateStore) -> String {
+        sqlx::query(
+            "SELECT GROUP_CONCAT(version || ' ' || description || ' ' || success, '; ') \
+             FROM (SELECT * FROM _sqlx_migrations ORDER BY version)",
+        )
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0)
+    }
+    assert_eq!(described(&store).await, described(&stepwise).await);
+
+    // Opened again, nothing changes, and the store works.
+    store.close().await;
+    let store = StateStore::open(&b.url).await.unwrap();
+    assert_eq!(recorded(&store).await, made);
+    let id = store.start_run("nightly", day(), false).await.unwrap();
+    assert_eq!(store.recent_runs(None, 10).await.unwrap()[0].id, id);
+    store.close().await;
+    stepwise.close().await;
+}
+
+#[tokio::test]
+async fn a_sqlite_file_with_a_table_of_its_own_runs_each_migration() {
+    // A file that holds anything is not new: the squashed schema is never
+    // laid over it (a table of the same name would refuse it halfway).
+    let db = TestDb::create(Dialect::Sqlite).await;
+    let mut conn = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    sqlx::query("CREATE TABLE notes (body TEXT)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let store = StateStore::open(&db.url).await.unwrap();
+    let rows = recorded(&store).await;
+    assert_eq!(rows.len() as i64, migrate::latest(Backend::Sqlite));
+    assert!(
+        rows.iter().all(|(_, time, same)| *same && *time > 0),
+        "{rows:?}"
+    );
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM notes").await, 0);
+    let fresh = TestDb::create(Dialect::Sqlite).await;
+    let made = StateStore::open(&fresh.url).await.unwrap();
+    assert_eq!(schema_of(&store).await, schema_of(&made).await);
+    store.close().await;
+    made.close().await;
+}
+
 #[test]
 fn released_migrations_are_unchanged() {
     for (backend, file, sha384) in RELEASED {
