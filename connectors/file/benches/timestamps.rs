@@ -10,7 +10,9 @@
 //! (goal: at most 1.25 too).
 //!
 //! Run: `cargo bench -p recon-file --bench timestamps` (`ROWS` to change
-//! the row count, `RUNS` the repeats; the best run of each is kept).
+//! the row count, `RUNS` the repeats, the best run of each kept; `ONLY`
+//! to read only the files whose name holds it, e.g. `ONLY=stripe` under
+//! `perf record`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -120,12 +122,16 @@ fn main() {
     let runs = env("RUNS", 5);
     let dir = std::env::temp_dir().join(format!("recon-ts-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let only = std::env::var("ONLY").unwrap_or_default();
     let mut worst: f64 = 0.0;
     for (name, form, typed_as) in [
         ("unix seconds", Form::Unix, "timestamp"),
         ("rfc 3339", Form::Rfc3339, "timestamp"),
         ("stripe row", Form::Typed, "typed"),
     ] {
+        if !name.contains(&only) {
+            continue;
+        }
         let path = write(&dir, &format!("{name}.csv"), rows, form);
         let text = read(&path, form, false, rows, runs);
         let typed = read(&path, form, true, rows, runs);
