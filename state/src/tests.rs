@@ -1298,6 +1298,8 @@ async fn squashed_sqlite_schema_is_what_the_migrations_make() {
     assert_eq!(store.recent_runs(None, 10).await.unwrap()[0].id, id);
     store.close().await;
     stepwise.close().await;
+    a.drop_db().await;
+    b.drop_db().await;
 }
 
 #[tokio::test]
@@ -1324,6 +1326,8 @@ async fn a_sqlite_file_with_a_table_of_its_own_runs_each_migration() {
     assert_eq!(schema_of(&store).await, schema_of(&made).await);
     store.close().await;
     made.close().await;
+    db.drop_db().await;
+    fresh.drop_db().await;
 }
 
 #[test]
