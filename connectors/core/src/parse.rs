@@ -232,11 +232,19 @@ pub enum TimestampError {
 /// The instant `n` seconds or milliseconds after the Unix epoch (before it
 /// when negative).
 pub fn unix(n: i64, unit: Unit) -> Result<Timestamp, TimestampError> {
+    from_unix(n, unit).map_err(|_| TimestampError::Range { value: n, unit })
+}
+
+/// [`unix`] with jiff's own error, always inlined: the file reader's
+/// [`timestamp_fast`] calls it per cell, where a call to `unix` (not
+/// inlined) returned its `Result` through memory (2% of a Unix-seconds
+/// read, and the reload after it).
+#[inline(always)]
+fn from_unix(n: i64, unit: Unit) -> Result<Timestamp, jiff::Error> {
     match unit {
         Unit::Seconds => Timestamp::from_second(n),
         Unit::Milliseconds => Timestamp::from_millisecond(n),
     }
-    .map_err(|_| TimestampError::Range { value: n, unit })
 }
 
 pub use crate::money::plain_integer;
@@ -256,6 +264,22 @@ fn digit_values(x: u64) -> Option<u64> {
 /// Eight ASCII `0`s.
 const DIGIT_ZEROS: u64 = 0x3030_3030_3030_3030;
 
+/// The little-endian word of the eight bytes at `at` (always inlined: the
+/// file reader's loop reads digits through it).
+#[inline(always)]
+fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes([
+        b[at],
+        b[at + 1],
+        b[at + 2],
+        b[at + 3],
+        b[at + 4],
+        b[at + 5],
+        b[at + 6],
+        b[at + 7],
+    ])
+}
+
 /// The number that 1 to 18 ASCII digits spell (leading zeros allowed, no
 /// sign); `None` for anything else. Eight digits at a time: one check and
 /// three multiplies per eight instead of a dependent multiply-add per
@@ -269,9 +293,8 @@ pub fn ascii_digits(s: &[u8]) -> Option<u64> {
     let mut v = 0u64;
     let mut chunks = s.chunks_exact(8);
     for c in &mut chunks {
-        let x = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
         // The first digit is the lowest byte: fold pairs, quads, then halves.
-        let d = digit_values(x)?;
+        let d = digit_values(word(c, 0))?;
         let d = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
         let d = (d * 100 + (d >> 16)) & 0x0000_FFFF_0000_FFFF;
         let d = (d * 10_000 + (d >> 32)) & 0xFFFF_FFFF;
@@ -304,13 +327,7 @@ pub fn timestamp_fast(text: &str, rules: TimestampRules) -> Option<Timestamp> {
         return rfc3339_fast(b);
     }
     let n = plain_integer(b)?;
-    // jiff's constructors here, not [`unix`]: a call per cell that
-    // returned its `Result` through memory (`unix` was not inlined: 2% of
-    // a Unix-seconds read, and the reload after it).
-    match rules.integers? {
-        Unit::Seconds => Timestamp::from_second(n).ok(),
-        Unit::Milliseconds => Timestamp::from_millisecond(n).ok(),
-    }
+    from_unix(n, rules.integers?).ok()
 }
 
 /// Parses a timestamp by `rules` (surrounding whitespace ignored): a bare
@@ -375,19 +392,6 @@ pub fn timestamp(text: &str, rules: TimestampRules) -> Result<Timestamp, Timesta
 fn rfc3339_fast(b: &[u8]) -> Option<Timestamp> {
     // At most nine digits here (a fraction, an offset's hours or minutes).
     let digits = |b: &[u8]| ascii_digits(b).map(|n| n as i64);
-    /// The little-endian word of the eight bytes at `at`.
-    fn word(b: &[u8], at: usize) -> u64 {
-        u64::from_le_bytes([
-            b[at],
-            b[at + 1],
-            b[at + 2],
-            b[at + 3],
-            b[at + 4],
-            b[at + 5],
-            b[at + 6],
-            b[at + 7],
-        ])
-    }
     /// The digit pairs of `w`: byte `k` of the result is `10 d[k] + d[k + 1]`
     /// for the digits `d` at the bytes `digit` marks (the other bytes
     /// counting as `0`); `None` when a marked byte is not a digit.
