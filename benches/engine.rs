@@ -97,6 +97,17 @@ fn typed(_: usize, r: &Row) -> [ValueRef<'_>; 4] {
     ]
 }
 
+/// The shortest of five runs of `f`, its result dropped within each.
+fn best_of_five<T>(mut f: impl FnMut() -> T) -> Duration {
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        black_box(f());
+        best = best.min(t.elapsed());
+    }
+    best
+}
+
 fn main() {
     let n: usize = std::env::args()
         .skip(1)
@@ -128,12 +139,7 @@ fn main() {
         })
         .collect();
     // Encoding the rows into batches is the reader thread's share.
-    let mut encode = Duration::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        black_box(batches(&spec, &target, typed));
-        encode = encode.min(t.elapsed());
-    }
+    let encode = best_of_five(|| batches(&spec, &target, typed));
     // The same rows as `recon diff` reads them (no fields declared): every
     // value text, the currency a three-letter code.
     let codes: Vec<String> = target
@@ -141,19 +147,16 @@ fn main() {
         .map(|r| r.currency.code().to_lowercase())
         .collect();
     let minors: Vec<String> = target.iter().map(|r| r.minor.to_string()).collect();
-    let mut encode_text = Duration::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        black_box(batches(&text_spec, &target, |i, r| {
+    let encode_text = best_of_five(|| {
+        batches(&text_spec, &target, |i, r| {
             [
                 ValueRef::Text(&minors[i]),
                 ValueRef::Text(&codes[i]),
                 ValueRef::Text(r.status),
                 ValueRef::Text(&r.created),
             ]
-        }));
-        encode_text = encode_text.min(t.elapsed());
-    }
+        })
+    });
     let (src, tgt) = (
         batches(&spec, &source, typed),
         batches(&spec, &target, typed),
