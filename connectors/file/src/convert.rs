@@ -83,7 +83,7 @@ impl CurrencyCache {
     /// The currency of a code read before, as written; `None` for any
     /// other text (then [`CurrencyCache::parse`] reads it).
     #[inline]
-    fn cached(&self, text: &str) -> Option<Currency> {
+    pub(crate) fn cached(&self, text: &str) -> Option<Currency> {
         let &[a, b, c] = text.as_bytes() else {
             return None;
         };
@@ -114,6 +114,7 @@ pub(crate) fn convert_fast<'a>(
     cell: Cell<'a>,
     kind: FieldKind,
     currency: Option<&str>,
+    row_currency: Option<Currency>,
     amount_format: AmountFormat,
     cache: &CurrencyCache,
 ) -> Option<ValueRef<'a>> {
@@ -124,9 +125,16 @@ pub(crate) fn convert_fast<'a>(
         FieldKind::Timestamp => {
             parse::timestamp_fast(text, TimestampRules::FILE).map(ValueRef::Timestamp)
         }
-        FieldKind::Currency => cache.cached(text).map(ValueRef::Currency),
+        // The row's currency column itself (the same text, not only an
+        // equal one): its code was looked up once for the row.
+        FieldKind::Currency => if currency.is_some_and(|c| std::ptr::eq(c, text)) {
+            row_currency
+        } else {
+            cache.cached(text)
+        }
+        .map(ValueRef::Currency),
         FieldKind::Money if amount_format == AmountFormat::Minor => {
-            let currency = cache.cached(currency?)?;
+            let currency = row_currency?;
             let minor = parse::plain_integer(text.as_bytes())?;
             Some(ValueRef::Money(recon_core::Money::from_minor(
                 minor, currency,
@@ -242,6 +250,7 @@ mod tests {
             currency in proptest::option::of("(usd|jpy|kwd|eur|zzz|)"),
             major in proptest::bool::ANY,
             warm in proptest::bool::ANY,
+            itself in proptest::bool::ANY,
         ) {
             let format = if major { AmountFormat::Major } else { AmountFormat::Minor };
             let mut cache = CurrencyCache::default();
@@ -250,8 +259,16 @@ mod tests {
                     cache.parse(code).unwrap();
                 }
             }
-            let fast = convert_fast(Cell::Text(&text), kind, currency.as_deref(), format, &cache);
-            let slow = convert(Cell::Text(&text), kind, currency.as_deref(), format, &mut cache)
+            // The cell may be the row's currency column itself (the same
+            // text), whose code the reader looks up once for the row.
+            let (text, currency) = match currency {
+                Some(code) if itself => (code, None),
+                other => (text, other),
+            };
+            let currency = if itself { Some(text.as_str()) } else { currency.as_deref() };
+            let row_currency = currency.and_then(|c| cache.cached(c));
+            let fast = convert_fast(Cell::Text(&text), kind, currency, row_currency, format, &cache);
+            let slow = convert(Cell::Text(&text), kind, currency, format, &mut cache)
                 .map_err(|e| e.0);
             if let Some(v) = fast {
                 proptest::prop_assert_eq!(Ok(v), slow, "{:?} as {:?}", text, kind);

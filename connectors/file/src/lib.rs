@@ -583,6 +583,9 @@ impl RowCx<'_> {
         values: &mut Vec<ValueRef<'v>>,
     ) -> Result<(), ReadError<E>> {
         let amount_format = self.spec.amount_format;
+        // Once for the row, not per cell: its amounts and its currency
+        // column itself, when compared, name the same code.
+        let row_currency = currency.and_then(|c| cache.cached(c));
         for (k, (cell, &kind)) in cells.zip(self.kinds).enumerate() {
             // Text needs no conversion: no call, and no value returned
             // through memory (reloading it stalled the reader, measured).
@@ -594,7 +597,7 @@ impl RowCx<'_> {
             // in perf annotate).
             match (cell, kind) {
                 (Cell::Text(t), FieldKind::Text) if !t.is_empty() => values.push(ValueRef::Text(t)),
-                (cell, kind) => match convert_fast(cell, kind, currency, amount_format, cache) {
+                (cell, kind) => match convert_fast(cell, kind, currency, row_currency, amount_format, cache) {
                     Some(v) => values.push(v),
                     None => values.push(
                         convert(cell, kind, currency, amount_format, cache).map_err(|m| {
