@@ -172,6 +172,10 @@ fn main() {
     );
     println!(
         "slowest conversion {slowest:.2}x the read's speed: {}",
-        if slowest >= 1.0 { "OK" } else { "under the goal" }
+        if slowest >= 1.0 {
+            "OK"
+        } else {
+            "under the goal"
+        }
     );
 }

@@ -278,7 +278,7 @@ mod tests {
                 FieldKind::Timestamp => text.len() <= 11 && text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty(),
                 FieldKind::Money => warm && !major && text.len() <= 18 && !text.is_empty()
                     && text.bytes().all(|b| b.is_ascii_digit())
-                    && matches!(currency.as_deref(), Some("usd" | "jpy" | "kwd")),
+                    && matches!(currency, Some("usd" | "jpy" | "kwd")),
                 FieldKind::Currency => warm && matches!(text.as_str(), "usd" | "jpy" | "kwd"),
             };
             if common {

@@ -597,18 +597,20 @@ impl RowCx<'_> {
             // in perf annotate).
             match (cell, kind) {
                 (Cell::Text(t), FieldKind::Text) if !t.is_empty() => values.push(ValueRef::Text(t)),
-                (cell, kind) => match convert_fast(cell, kind, currency, row_currency, amount_format, cache) {
-                    Some(v) => values.push(v),
-                    None => values.push(
-                        convert(cell, kind, currency, amount_format, cache).map_err(|m| {
-                            ReadError::Connector(m.at(
-                                location(),
-                                &self.spec.columns[k],
-                                self.spec.currency_column.as_deref(),
-                            ))
-                        })?,
-                    ),
-                },
+                (cell, kind) => {
+                    match convert_fast(cell, kind, currency, row_currency, amount_format, cache) {
+                        Some(v) => values.push(v),
+                        None => values.push(
+                            convert(cell, kind, currency, amount_format, cache).map_err(|m| {
+                                ReadError::Connector(m.at(
+                                    location(),
+                                    &self.spec.columns[k],
+                                    self.spec.currency_column.as_deref(),
+                                ))
+                            })?,
+                        ),
+                    }
+                }
             }
         }
         Ok(())
