@@ -93,6 +93,62 @@ fn record(key: &str, values: Vec<Value>) -> Record {
 
 // ------------------------------------------------------------------- CSV
 
+/// The currency column read as a compared field too: each row's amount
+/// and currency follow that row's own code (looked up once per row and
+/// shared by both cells), through more codes than the reader's cache
+/// keeps, in any case and in an order no cycle repeats; a code unknown
+/// on a later row is refused naming its line and the currency column.
+#[test]
+fn csv_amount_and_currency_field_follow_each_rows_own_code() {
+    let dir = test_dir("csv_row_currency");
+    let codes = [
+        "usd", "EUR", "jpy", "Gbp", "chf", "cad", "aud", "nzd", "sek", "nok", "dkk", "pln", "czk",
+        "huf", "mxn", "brl", "inr", "sgd", "hkd", "krw", "kwd", "bhd",
+    ];
+    let mut text_rows = String::from("id,amount,currency\n");
+    let mut want = Vec::new();
+    for i in 0..400u64 {
+        let code = codes[(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % codes.len()];
+        let amount = i * 7 + 1;
+        text_rows.push_str(&format!("r{i},{amount},{code}\n"));
+        let currency = Currency::parse(code).unwrap();
+        want.push(record(
+            &format!("r{i}"),
+            vec![
+                Value::Money(Money::from_minor(amount as i64, currency)),
+                Value::Currency(currency),
+            ],
+        ));
+    }
+    let schema = Schema {
+        fields: vec![
+            field("amount", FieldKind::Money),
+            field("currency", FieldKind::Currency),
+        ],
+    };
+    let path = write(&dir, "rows.csv", text_rows.as_bytes());
+    let got: Vec<Record> = read_with_locations(
+        spec(path, "id", &["amount", "currency"], AmountFormat::Minor),
+        &schema,
+    )
+    .into_iter()
+    .map(|(r, _)| r)
+    .collect();
+    assert_eq!(got, want);
+
+    text_rows.push_str("r400,5,usd\nr401,6,xyz\n");
+    let path = write(&dir, "unknown.csv", text_rows.as_bytes());
+    let err = read_all(
+        spec(path, "id", &["amount", "currency"], AmountFormat::Minor),
+        &schema,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("line 403"), "{err}");
+    assert!(err.contains("column `currency`"), "{err}");
+    assert!(err.contains("unknown currency code `xyz`"), "{err}");
+}
+
 #[test]
 fn csv_header_with_a_utf8_byte_order_mark() {
     let dir = test_dir("bom");
