@@ -34,8 +34,9 @@ impl ConvertError {
 
 /// Remembers the currency codes read, as written: exports repeat a handful
 /// of currencies (in any order: a one-code memory missed three rows in four
-/// on a four-currency export), and each row names its currency for the
-/// amount and again for a compared currency field.
+/// on a four-currency export). The reader asks once per row for the
+/// row's currency column, which its amounts and, when compared, the
+/// currency field itself share (asked per cell, it cost a second probe).
 ///
 /// Found by a hash of the code, not by a search of the codes in turn: the
 /// search's exit at a place that changes from row to row was a branch the
