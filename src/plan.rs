@@ -23,8 +23,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use jiff::Timestamp;
 use recon_core::parse::{self, TimestampRules, ValueRules};
 use recon_core::{
-    format_timestamp, AmountFormat, Currency, FieldKind, Money, Record, Schema, Value, Window,
-    WriteMode,
+    format_timestamp, lower_hex, AmountFormat, Currency, FieldKind, Money, Record, Schema, Value,
+    Window, WriteMode,
 };
 use serde::{Deserialize, Serialize};
 
@@ -43,17 +43,13 @@ pub fn file_sha256(path: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     std::io::copy(&mut file, &mut hasher)
         .with_context(|| format!("cannot read {} to take its digest", path.display()))?;
-    Ok(hex(&hasher.finalize()))
+    Ok(lower_hex(&hasher.finalize()))
 }
 
 /// SHA-256 of bytes already read, lower-case hex (as [`file_sha256`]).
 pub fn file_sha256_bytes(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    lower_hex(&Sha256::digest(bytes))
 }
 
 /// What a plan line does to the target.

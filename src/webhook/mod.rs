@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use recon_core::http::{HttpClient, HttpError, HttpPolicy, Method, Provider, ProviderError};
-use recon_core::{format_timestamp, Delivery, Record, Schema, Secret, Signed, Value};
+use recon_core::{format_timestamp, lower_hex, Delivery, Record, Schema, Secret, Signed, Value};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -422,11 +422,7 @@ pub fn shown_url(url: &str) -> String {
 /// endpoint without showing it, so that `recon apply` can tell the same
 /// endpoint from another one behind the same host.
 pub fn url_digest(url: &str) -> String {
-    hex(&Sha256::digest(url.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    lower_hex(&Sha256::digest(url.as_bytes()))
 }
 
 /// The identity of a source record beside its external ID: its time field
@@ -447,7 +443,7 @@ pub fn idempotency_key(job: &str, external_id: &str, identity: &str) -> String {
     h.update(external_id.as_bytes());
     h.update([0]);
     h.update(identity.as_bytes());
-    format!("recon-{}", hex(&h.finalize()))
+    format!("recon-{}", lower_hex(&h.finalize()))
 }
 
 /// `t=<t>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`: Stripe's signature
@@ -455,7 +451,7 @@ pub fn idempotency_key(job: &str, external_id: &str, identity: &str) -> String {
 pub fn signature(secret: &str, t: i64, body: &str) -> String {
     format!(
         "t={t},v1={}",
-        hex(&hmac_sha256(secret, format!("{t}.{body}").as_bytes()))
+        lower_hex(&hmac_sha256(secret, format!("{t}.{body}").as_bytes()))
     )
 }
 
@@ -752,7 +748,7 @@ mod tests {
         );
         assert!(k.starts_with("recon-") && k.len() == 6 + 64, "{k}");
         // Independently: sha256 of the documented bytes.
-        let want = hex(&Sha256::digest(b"charges\x00ch_1\x002026-11-28T10:00:00Z"));
+        let want = lower_hex(&Sha256::digest(b"charges\x00ch_1\x002026-11-28T10:00:00Z"));
         assert_eq!(k, format!("recon-{want}"));
         assert_ne!(
             k,
@@ -774,7 +770,7 @@ mod tests {
     fn signature_matches_stripes_documented_scheme() {
         // HMAC-SHA256 test vector (RFC 4231 case 2): key "Jefe".
         assert_eq!(
-            hex(&hmac_sha256("Jefe", b"what do ya want for nothing?")),
+            lower_hex(&hmac_sha256("Jefe", b"what do ya want for nothing?")),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
         let s = signature("Jefe", 1_700_000_000, "{}");
@@ -782,7 +778,7 @@ mod tests {
             s,
             format!(
                 "t=1700000000,v1={}",
-                hex(&hmac_sha256("Jefe", b"1700000000.{}"))
+                lower_hex(&hmac_sha256("Jefe", b"1700000000.{}"))
             )
         );
     }
@@ -888,7 +884,7 @@ headers = { Authorization = "Bearer literal-token-99", X-Plain = "visible" }
                 assert!(!out.contains(leak), "{text} -> {out}");
             }
         }
-        assert_eq!(url_digest(url), hex(&Sha256::digest(url.as_bytes())));
+        assert_eq!(url_digest(url), lower_hex(&Sha256::digest(url.as_bytes())));
         assert_eq!(percent_decode("a%2Fb%zz%4"), "a/b%zz%4");
     }
 

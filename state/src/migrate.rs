@@ -198,8 +198,11 @@ async fn create_squashed(
     let rows: Vec<(i64, &str, String)> = migrator(backend)
         .iter()
         .map(|m| {
-            let hex = m.checksum.iter().map(|b| format!("{b:02x}")).collect();
-            (m.version, &*m.description, hex)
+            (
+                m.version,
+                &*m.description,
+                recon_core::lower_hex(&m.checksum),
+            )
         })
         .collect();
     sqlx::query(schema.record)

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use recon_core::Window;
+use recon_core::{lower_hex, Window};
 use recon_sql::testing::TestDb;
 use recon_sql::Dialect;
 use serde_json::json;
@@ -1183,10 +1183,6 @@ const RELEASED: &[(Backend, &str, &str)] = &[
     (Backend::Postgres, "0013_history_marks.sql", "523491276725c42de01505875c4c1c962d91414bf2617d03322a9006ccf7519140e072bd70bae32790a85b6fcc7504aa"),
 ];
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// What `state/schema/sqlite.sql` says after its first line.
 const SQUASHED_HEADER: &str = "\
 -- The SQLite state schema as the migrations in state/migrations/sqlite/
@@ -1338,7 +1334,7 @@ fn released_migrations_are_unchanged() {
             .find(|m| migrate::file_of(*backend, m.version).ends_with(&format!("/{file}")))
             .unwrap_or_else(|| panic!("{} has no {file}", migrate::folder(*backend)));
         assert_eq!(
-            hex(&m.checksum),
+            lower_hex(&m.checksum),
             *sha384,
             "{}/{file} was edited after its release: restore it (git checkout) and put the \
              change in a new migration with the next number",

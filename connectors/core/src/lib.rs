@@ -38,3 +38,10 @@ pub use record::{
 pub use redact::{
     redact_url, redact_url_path, register_secret, scrub, url_secrets, Secret, MIN_SCRUB_LEN,
 };
+
+/// `bytes` as lower-case hex, two digits each: how digests and checksums
+/// are written (plan and payload digests, webhook signatures, token names,
+/// migration checksums).
+pub fn lower_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

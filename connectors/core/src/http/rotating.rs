@@ -83,7 +83,7 @@ pub struct RotatingRefresh {
 /// of the client ID (not the ID itself).
 pub fn token_name(prefix: &str, client_id: &Secret) -> String {
     let digest = Sha256::digest(client_id.expose().as_bytes());
-    let short: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let short = crate::lower_hex(&digest[..6]);
     format!("{prefix}/{short}/refresh_token")
 }
 
