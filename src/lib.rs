@@ -16,6 +16,7 @@ pub mod memory;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;
+pub mod priority;
 pub mod registry;
 pub mod report;
 /// The run state store (crate `recon-state`).

@@ -24,5 +24,8 @@ pub fn peak_rss_mib() -> u64 {
 pub fn drop_aside<T: Send + 'static>(value: T) {
     let _ = std::thread::Builder::new()
         .name("recon-drop".into())
-        .spawn(move || drop(value));
+        .spawn(move || {
+            crate::priority::lower_this_thread(crate::priority::CLEANUP);
+            drop(value)
+        });
 }

@@ -95,9 +95,22 @@ pub async fn report(
     // lists are found as the files are (not read back from them).
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
     let top = Some((money_field, crate::report::html::TOP_PER_CURRENCY));
+    // Beside the history's write (SQLite's one writer, which the run's end
+    // waits for), the files are written at a lower priority: the threads
+    // they are written on yield to it ([`crate::priority`]).
+    let beside_history = found.recording.is_running();
     let (status, files) = std::thread::scope(|scope| {
         let status = scope.spawn(|| status(&found.outcome, &extras, found.guard.trouble.is_some()));
-        let files = write_diff_files(&mut dir, schema, &found.outcome, &extras, top);
+        let files = scope.spawn(|| {
+            if beside_history {
+                // The threads it spawns inherit its priority.
+                crate::priority::lower_this_thread(crate::priority::REPORTS);
+            }
+            write_diff_files(&mut dir, schema, &found.outcome, &extras, top)
+        });
+        let files = files
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let status = status
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -538,6 +551,96 @@ mod tests {
             backfill: Some(items.iter().map(row).collect()),
             ..RunExtras::default()
         }
+    }
+
+    /// A dry run with SQLite state writes its history beside its reports,
+    /// whose threads then yield to it ([`crate::priority`]): they lower
+    /// themselves, never the runtime's thread that asked for them (a
+    /// worker lowered once would stay lowered for every later task). Run
+    /// here on a runtime whose only worker is the test's thread: its nice
+    /// value is the same after the run, and the run found, reported and
+    /// recorded what it should.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_reports_yield_to_the_history_without_lowering_the_runtime() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut source = String::from("id,amount,currency,created\n");
+        let mut target = source.clone();
+        for i in 0..300 {
+            let row = format!(
+                "ch_{i:04},{},usd,2026-11-{:02}T10:00:00Z\n",
+                100 + i,
+                1 + i % 28
+            );
+            source.push_str(&row);
+            // Every third is missing from the target: 100 gaps.
+            if i % 3 != 0 {
+                target.push_str(&row);
+            }
+        }
+        std::fs::write(d.join("source.csv"), source).unwrap();
+        std::fs::write(d.join("target.csv"), target).unwrap();
+        let state = d.join("state.db");
+        let config = d.join("recon.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[defaults]\nreports = {:?}\nstate = \"sqlite://{}\"\n\n[jobs.files]\n\
+                 fields = {{ amount = \"money\", currency = \"currency\", created = \"timestamp\" }}\n\
+                 time_field = \"created\"\ncompare = [\"amount\", \"currency\", \"created\"]\n\
+                 window = \"2026-11-01..2026-12-01\"\nbackfill = {{ mode = \"off\" }}\n\n\
+                 [jobs.files.source]\ntype = \"file\"\npath = {:?}\nkey = \"id\"\n\n\
+                 [jobs.files.target]\ntype = \"file\"\npath = {:?}\nkey = \"id\"\n",
+                d.join("reports"),
+                state.display(),
+                d.join("source.csv"),
+                d.join("target.csv"),
+            ),
+        )
+        .unwrap();
+        let args = crate::cli::RunArgs {
+            config,
+            job: None,
+            window: None,
+            dry_run: true,
+            out: Some(d.join("out")),
+            max_records: None,
+            max_ratio: None,
+            metrics_file: None,
+        };
+        let plan = super::super::RunPlan::from_args(&args).unwrap();
+        let before = crate::priority::this_thread_nice().expect("a Linux thread's nice value");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let finished = runtime.block_on(super::super::execute(plan)).unwrap();
+        assert_eq!(crate::priority::this_thread_nice(), Some(before));
+        assert_eq!(finished.status, Status::Discrepancies);
+        let count = |c| finished.summary.counts.get(c);
+        use crate::report::summary::Class as Count;
+        assert_eq!((count(Count::Gaps), count(Count::Matched)), (100, 200));
+        assert_eq!(
+            std::fs::read_to_string(d.join("out/gaps.csv"))
+                .unwrap()
+                .lines()
+                .count(),
+            101
+        );
+        // The history the reports were written beside: 100 open gaps
+        // (all of them resolved by a run that found none).
+        let open = runtime.block_on(async {
+            let store = crate::state::StateStore::open(&format!("sqlite://{}", state.display()))
+                .await
+                .unwrap();
+            store.open_history("files").await.unwrap()
+        });
+        let resolved = open.delta(&[]).resolved;
+        assert_eq!(resolved.len(), 100);
+        assert!(resolved
+            .iter()
+            .all(|(c, _, _)| *c == crate::state::Class::Gap));
     }
 
     /// The plan lists the gaps first, in order: they are counted beside

@@ -149,6 +149,11 @@ struct Deferred {
 }
 
 impl Recording {
+    /// Whether the write is running now, on its own task.
+    pub fn is_running(&self) -> bool {
+        matches!(self.0, Write::Running(_))
+    }
+
     /// Starts the write on its own task, its log lines in the current span
     /// (SQLite has one writer: after the backfill and the webhook
     /// deliveries, whose ledger needs it between batches, and while the
