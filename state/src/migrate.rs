@@ -25,19 +25,25 @@
 //! apply every migration exactly once: the second waits, then finds them
 //! applied.
 //!
-//! **New stores** (SQLite) are created in one step: inside the same
-//! locked transaction, a store with no schema object at all gets the
-//! schema every migration leaves, from `state/schema/sqlite.sql` (the DDL
-//! as SQLite records it, in creation order), and every migration is
+//! **New stores** are created in one step: inside the same locked
+//! transaction, a store with no schema object at all (SQLite: an empty
+//! file; PostgreSQL: no relation or function in the schema new objects go
+//! to) gets the schema every migration leaves, from
+//! `state/schema/sqlite.sql` (the DDL as SQLite records it, in creation
+//! order) or `state/schema/postgres.sql` (pg_dump's schema-only DDL of a
+//! store migrated step by step, unqualified), and every migration is
 //! recorded in `_sqlx_migrations` as applied (embedded description and
-//! checksum, execution time 0). The file is generated from the
-//! migrations, never edited: the test
-//! `squashed_sqlite_schema_is_what_the_migrations_make` builds one store
-//! migration by migration and one from the file, and fails when their
-//! schemas or records differ or when the file is behind the newest
-//! migration (`RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed`
-//! writes it again). Until it is brought up to date, new stores run the
-//! migrations one by one; a store that has anything in it always does.
+//! checksum, execution time 0). The files are generated from the
+//! migrations, never edited: the tests
+//! `squashed_sqlite_schema_is_what_the_migrations_make` and
+//! `squashed_postgres_schema_is_what_the_migrations_make` build one store
+//! migration by migration and one from the file, and fail when their
+//! schemas (PostgreSQL: catalog by catalog, storage options included) or
+//! records differ or when the file is behind the newest migration
+//! (`RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed` writes both
+//! again; PostgreSQL's needs pg_dump). Until they are brought up to date,
+//! new stores run the migrations one by one; a store that has anything in
+//! it always does.
 //!
 //! **Stores made by earlier recon releases** were created by a hand-written
 //! runner that listed its steps 1–5 in `recon_schema_version`. Migrations

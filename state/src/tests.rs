@@ -1196,6 +1196,190 @@ const SQUASHED_HEADER: &str = "\
 
 ";
 
+/// What `state/schema/postgres.sql` says after its first line.
+const POSTGRES_SQUASHED_HEADER: &str = "\
+-- The PostgreSQL state schema as the migrations in state/migrations/postgres/
+-- leave it, for a new store in one step (see state/src/migrate.rs): pg_dump
+-- --schema-only --no-owner --no-privileges of a store migrated one migration
+-- at a time, without its SET lines, sqlx's own table and the qualifier
+-- `public.` (a store may live in any schema). Generated; never edit it.
+-- After adding a migration, write it again with
+--   RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed
+-- (pg_dump on PATH) and rebuild (until then new stores run the migrations
+-- one by one, and squashed_postgres_schema_is_what_the_migrations_make fails).
+
+";
+
+/// Every object of a PostgreSQL store's schema but sqlx's table, from the
+/// catalogs, one line each, sorted: relations with their kind and storage
+/// options (the history's fillfactor), columns in their order (a column
+/// dropped by a migration leaves a gap in `attnum`; the rank does not),
+/// types, defaults and NOT NULL, constraints, indexes, views, functions
+/// and triggers as the server prints them back.
+async fn postgres_objects(store: &StateStore) -> Vec<String> {
+    let sql = "\
+        SELECT 'relation ' || c.relname || ' ' || CAST(c.relkind AS TEXT) || ' ' \
+            || COALESCE(array_to_string(c.reloptions, ','), '') \
+            FROM pg_class c WHERE c.relnamespace = to_regnamespace(current_schema()) \
+            AND c.relname NOT LIKE '\\_sqlx%' \
+        UNION ALL SELECT 'column ' || c.relname || ' ' \
+            || CAST(row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum) AS TEXT) || ' ' \
+            || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' \
+            || CAST(a.attnotnull AS TEXT) || ' ' || COALESCE(pg_get_expr(d.adbin, d.adrelid), '') \
+            FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+            WHERE c.relnamespace = to_regnamespace(current_schema()) AND a.attnum > 0 \
+            AND NOT a.attisdropped AND c.relname NOT LIKE '\\_sqlx%' \
+        UNION ALL SELECT 'constraint ' || CAST(conrelid::regclass AS TEXT) || ' ' || conname \
+            || ' ' || pg_get_constraintdef(oid) FROM pg_constraint \
+            WHERE connamespace = to_regnamespace(current_schema()) AND conname NOT LIKE '\\_sqlx%' \
+        UNION ALL SELECT 'index ' || indexdef FROM pg_indexes \
+            WHERE schemaname = current_schema() AND tablename NOT LIKE '\\_sqlx%' \
+        UNION ALL SELECT 'view ' || viewname || ' ' || definition FROM pg_views \
+            WHERE schemaname = current_schema() \
+        UNION ALL SELECT 'function ' || pg_get_functiondef(oid) FROM pg_proc \
+            WHERE pronamespace = to_regnamespace(current_schema()) \
+        UNION ALL SELECT 'trigger ' || pg_get_triggerdef(t.oid) FROM pg_trigger t \
+            JOIN pg_class c ON c.oid = t.tgrelid \
+            WHERE c.relnamespace = to_regnamespace(current_schema()) AND NOT t.tgisinternal";
+    let mut lines: Vec<String> = sqlx::query(sql)
+        .fetch_all(&store.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The squashed schema file of a PostgreSQL database, from pg_dump's
+/// schema-only output (see [`POSTGRES_SQUASHED_HEADER`]).
+fn postgres_squashed_file(url: &str) -> String {
+    let out = std::process::Command::new("pg_dump")
+        .args(["--schema-only", "--no-owner", "--no-privileges", url])
+        .output()
+        .expect("pg_dump on PATH (RECON_WRITE_SCHEMA=1 writes the file with it)");
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump = String::from_utf8(out.stdout).unwrap();
+    let mut statements = Vec::new();
+    let mut current = Vec::new();
+    for line in dump.lines().chain([""]) {
+        if line.starts_with("--") || line.starts_with('\\') {
+            continue;
+        }
+        if !line.trim().is_empty() {
+            current.push(line);
+            continue;
+        }
+        let statement = current.join("\n");
+        current.clear();
+        let setting = statement.starts_with("SET ") || statement.starts_with("SELECT pg_catalog.");
+        if !statement.is_empty() && !setting && !statement.contains("_sqlx_migrations") {
+            statements.push(statement.replace("public.", ""));
+        }
+    }
+    format!(
+        "-- schema at migration {}\n{POSTGRES_SQUASHED_HEADER}{}\n",
+        migrate::latest(Backend::Postgres),
+        statements.join("\n\n")
+    )
+}
+
+/// A new PostgreSQL store made from `state/schema/postgres.sql` has every
+/// object, option and record a store migrated one migration at a time
+/// has; a database that already holds anything runs the migrations one by
+/// one (the file never lands on someone else's schema).
+#[tokio::test]
+async fn squashed_postgres_schema_is_what_the_migrations_make() {
+    let (a, b, c) = (
+        TestDb::create(Dialect::Postgres).await,
+        TestDb::create(Dialect::Postgres).await,
+        TestDb::create(Dialect::Postgres).await,
+    );
+    let stepwise = StateStore::open_step_by_step(&a.url).await.unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/postgres.sql");
+    if std::env::var_os("RECON_WRITE_SCHEMA").is_some() {
+        std::fs::write(&path, postgres_squashed_file(&a.url)).unwrap();
+    }
+    let squashed = Backend::Postgres.dialect().squashed().unwrap();
+    assert_eq!(
+        squashed.version(),
+        Some(migrate::latest(Backend::Postgres)),
+        "state/schema/postgres.sql is behind the migrations: write it again with \
+         RECON_WRITE_SCHEMA=1 cargo test -p recon-state squashed (pg_dump on PATH), then rebuild"
+    );
+
+    let store = StateStore::open(&b.url).await.unwrap();
+    let objects = postgres_objects(&store).await;
+    assert!(objects.len() > 100, "{objects:?}");
+    for kind in ["view ", "function ", "trigger ", "index ", "constraint "] {
+        assert!(
+            objects.iter().any(|o| o.starts_with(kind)),
+            "no {kind}in {objects:?}"
+        );
+    }
+    assert!(
+        objects.contains(&"relation recon_discrepancies r fillfactor=45".to_string()),
+        "{objects:?}"
+    );
+    assert_eq!(objects, postgres_objects(&stepwise).await);
+    assert_eq!(schema_of(&store).await, schema_of(&stepwise).await);
+    let (made, migrated) = (recorded(&store).await, recorded(&stepwise).await);
+    let versions = |rows: &[(i64, i64, bool)]| rows.iter().map(|r| r.0).collect::<Vec<_>>();
+    assert_eq!(
+        versions(&made),
+        (1..=migrate::latest(Backend::Postgres)).collect::<Vec<_>>()
+    );
+    assert_eq!(versions(&made), versions(&migrated));
+    for (version, time, same) in &made {
+        assert!(same, "migration {version}: checksum");
+        assert_eq!(*time, 0, "migration {version}: made in one step");
+    }
+    assert!(
+        migrated.iter().all(|(_, time, same)| *same && *time > 0),
+        "{migrated:?}"
+    );
+
+    // Opened again, nothing changes, and the store works: the history's
+    // trigger copies a streak when a resolved discrepancy comes back.
+    store.close().await;
+    let store = StateStore::open(&b.url).await.unwrap();
+    assert_eq!(recorded(&store).await, made);
+    let id = store.start_run("nightly", day(), false).await.unwrap();
+    assert_eq!(store.recent_runs(None, 10).await.unwrap()[0].id, id);
+
+    // A database with a table of its own already: not a new store, so the
+    // migrations run one by one beside it.
+    let mut conn = sqlx::AnyConnection::connect(&c.url).await.unwrap();
+    sqlx::query("CREATE TABLE their_own (id BIGINT PRIMARY KEY)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let shared = StateStore::open(&c.url).await.unwrap();
+    let rows = recorded(&shared).await;
+    assert_eq!(versions(&rows), versions(&migrated));
+    assert!(
+        rows.iter().all(|(_, time, same)| *same && *time > 0),
+        "{rows:?}"
+    );
+    let mut theirs = postgres_objects(&shared).await;
+    theirs.retain(|o| !o.contains("their_own"));
+    assert_eq!(theirs, postgres_objects(&stepwise).await);
+
+    for s in [&store, &stepwise, &shared] {
+        s.close().await;
+    }
+    for db in [a, b, c] {
+        db.drop_db().await;
+    }
+}
+
 /// Every object of a SQLite store's schema but sqlx's table, in creation
 /// order: `(type, name, table, sql)` (an index SQLite makes for a key has
 /// no SQL).
