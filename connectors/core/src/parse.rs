@@ -389,6 +389,11 @@ pub fn timestamp(text: &str, rules: TimestampRules) -> Result<Timestamp, Timesta
 /// row otherwise). `None` for anything else, a leap second included: the
 /// caller then asks jiff, so what is accepted and how never changes (a
 /// property test checks both agree).
+// Always inlined, as `timestamp_fast` is: called, it returned its
+// timestamp through memory (a file reader's RFC 3339 column, typed, 39.6-
+// 42.9 ns per row, 37.2-37.5 inlined; 3 interleaved rounds of the
+// timestamps bench).
+#[inline(always)]
 fn rfc3339_fast(b: &[u8]) -> Option<Timestamp> {
     // At most nine digits here (a fraction, an offset's hours or minutes).
     let digits = |b: &[u8]| ascii_digits(b).map(|n| n as i64);
