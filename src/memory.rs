@@ -20,7 +20,9 @@ pub fn peak_rss_mib() -> u64 {
 /// freed while it goes on, or not at all when it exits first (the kernel
 /// takes the pages back whole). A 10M-row `recon diff` freed its outcome
 /// for 90 ms before exiting; a 2M typed dry run, 20 ms after report.html.
-/// Should the thread not start, `value` is dropped here.
+/// The thread runs at the lowest priority (nice 19, [`crate::priority`]):
+/// it yields to every other thread of the run. Should the thread not
+/// start, `value` is dropped here.
 pub fn drop_aside<T: Send + 'static>(value: T) {
     let _ = std::thread::Builder::new()
         .name("recon-drop".into())

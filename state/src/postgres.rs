@@ -27,7 +27,7 @@ static MIGRATOR: Migrator = Migrator {
 /// the 16 migrations are 16 savepoints, 16 records and their updates, and
 /// tables built and altered again: a first backfill of 200,000 gaps with a
 /// new PostgreSQL state store spent 70 ms migrating before it took its
-/// lock.
+/// lock, 42 ms in one step (32 of them the DDL).
 static SQUASHED: Squashed = Squashed {
     sql: include_str!("../schema/postgres.sql"),
     // Relations and functions of the schema new objects go to (a new
