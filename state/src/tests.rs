@@ -1355,19 +1355,9 @@ async fn squashed_postgres_schema_is_what_the_migrations_make() {
 
     // A database with a table of its own already: not a new store, so the
     // migrations run one by one beside it.
-    let mut conn = sqlx::AnyConnection::connect(&c.url).await.unwrap();
-    sqlx::query("CREATE TABLE their_own (id BIGINT PRIMARY KEY)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let shared = StateStore::open(&c.url).await.unwrap();
-    let rows = recorded(&shared).await;
-    assert_eq!(versions(&rows), versions(&migrated));
-    assert!(
-        rows.iter().all(|(_, time, same)| *same && *time > 0),
-        "{rows:?}"
-    );
+    let shared =
+        open_beside_own_table(&c.url, "CREATE TABLE their_own (id BIGINT PRIMARY KEY)").await;
+    assert_eq!(versions(&recorded(&shared).await), versions(&migrated));
     let mut theirs = postgres_objects(&shared).await;
     theirs.retain(|o| !o.contains("their_own"));
     assert_eq!(theirs, postgres_objects(&stepwise).await);
@@ -1482,24 +1472,29 @@ async fn squashed_sqlite_schema_is_what_the_migrations_make() {
     b.drop_db().await;
 }
 
+/// Opens the state store in a database that already holds a table of its
+/// own (made by `create`): not a new store, so every migration is run and
+/// recorded one by one (checksums equal, each with its execution time).
+async fn open_beside_own_table(url: &str, create: &str) -> StateStore {
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    sqlx::query(create).execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    let store = StateStore::open(url).await.unwrap();
+    let rows = recorded(&store).await;
+    assert_eq!(rows.len() as i64, migrate::latest(store.backend()));
+    assert!(
+        rows.iter().all(|(_, time, same)| *same && *time > 0),
+        "{rows:?}"
+    );
+    store
+}
+
 #[tokio::test]
 async fn a_sqlite_file_with_a_table_of_its_own_runs_each_migration() {
     // A file that holds anything is not new: the squashed schema is never
     // laid over it (a table of the same name would refuse it halfway).
     let db = TestDb::create(Dialect::Sqlite).await;
-    let mut conn = sqlx::AnyConnection::connect(&db.url).await.unwrap();
-    sqlx::query("CREATE TABLE notes (body TEXT)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let store = StateStore::open(&db.url).await.unwrap();
-    let rows = recorded(&store).await;
-    assert_eq!(rows.len() as i64, migrate::latest(Backend::Sqlite));
-    assert!(
-        rows.iter().all(|(_, time, same)| *same && *time > 0),
-        "{rows:?}"
-    );
+    let store = open_beside_own_table(&db.url, "CREATE TABLE notes (body TEXT)").await;
     assert_eq!(count(&store, "SELECT COUNT(*) FROM notes").await, 0);
     let fresh = TestDb::create(Dialect::Sqlite).await;
     let made = StateStore::open(&fresh.url).await.unwrap();

@@ -262,9 +262,9 @@ mod tests {
             }
             // The cell may be the row's currency column itself (the same
             // text), whose code the reader looks up once for the row.
-            let (text, currency) = match currency {
-                Some(code) if itself => (code, None),
-                other => (text, other),
+            let text = match &currency {
+                Some(code) if itself => code.clone(),
+                _ => text,
             };
             let currency = if itself { Some(text.as_str()) } else { currency.as_deref() };
             let row_currency = currency.and_then(|c| cache.cached(c));
