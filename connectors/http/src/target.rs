@@ -63,12 +63,7 @@ pub fn idempotency_key(scope: &str, key: &str, created: Option<&str>) -> String 
     h.update(key.as_bytes());
     h.update([0]);
     h.update(created.unwrap_or("").as_bytes());
-    let digest = h.finalize();
-    let mut out = String::from("recon-");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("recon-{}", recon_core::lower_hex(&h.finalize()))
 }
 
 /// How `uniqueness` keeps one record per key, for `recon check` and the log.

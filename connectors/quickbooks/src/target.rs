@@ -59,10 +59,7 @@ pub fn request_id(
         h.update(k.as_bytes());
         h.update([0]);
     }
-    h.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    recon_core::lower_hex(&h.finalize()[..16])
 }
 
 /// What one item becomes before it is sent.
