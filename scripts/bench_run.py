@@ -5,8 +5,9 @@ Two scenarios (issue "recon run at the speed of recon diff"):
 1. Backfill after an incident, as users configure it: a CSV source of N
    Stripe charges (default 200,000; random IDs `ch_` + 24 hex digits, as
    Stripe's look) with typed fields (`amount = "money"`, `currency`,
-   `status = "text"`, `created = "timestamp"`) and `created` as the time
-   field, against an empty PostgreSQL `payments` table shaped like a real
+   `status = "text"`, `created = "timestamp"`), `created` as the time
+   field and a 15-minute grace period (as every example config has),
+   against an empty PostgreSQL `payments` table shaped like a real
    one (`id bigserial primary key`, `stripe_charge_id text not null
    unique`, amount_cents, currency, status, created_at timestamptz),
    `mode = "insert"`, once with a SQLite state store and once with a
@@ -25,8 +26,8 @@ Two scenarios (issue "recon run at the speed of recon diff"):
    file target, against `recon diff` on the same files: once on an empty
    state store (the first run) and once more on the same files (the nightly
    run, whose history already holds every discrepancy). The job is typed as
-   every example config is (the fields above, `created` the time field,
-   window November 2026, which holds every row); the earlier untyped job
+   every example config is (the fields above, `created` the time field, a
+   15-minute grace, window November 2026, which holds every row); the earlier untyped job
    (no fields, no time field) is measured too, labelled `untyped`. Goal:
    the typed runs within 1.2x of diff's wall time, with identical counts.
 
@@ -111,6 +112,7 @@ state = "{state_url}"
 [jobs.charges]
 fields = {{ amount = "money", currency = "currency", status = "text", created = "timestamp" }}
 time_field = "created"
+grace = "15m"
 compare = ["amount", "currency", "status"]
 window = "2026-11-28"
 
@@ -135,10 +137,10 @@ max_ratio = 1.0
 
 def dry_run_config(path, source, target, reports, state_url, typed):
     # Typed as every example config is: money, currency, text, timestamp,
-    # and the time field the window filters on (November 2026 holds every
-    # row of the bench-diff files).
+    # the time field the window filters on (November 2026 holds every row
+    # of the bench-diff files) and a 15-minute grace period.
     typing = ('fields = { amount = "money", currency = "currency", status = "text", '
-              'created = "timestamp" }\ntime_field = "created"\n') if typed else ""
+              'created = "timestamp" }\ntime_field = "created"\ngrace = "15m"\n') if typed else ""
     path.write_text(f"""
 [defaults]
 timezone = "UTC"

@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use recon_core::{FieldKind, Record};
+use recon_core::{FieldKind, Record, Value};
 
 use super::arena::{decode_values, prefetch_ahead, split_record};
 use super::keys::{key_string, with_key_str};
@@ -133,6 +133,48 @@ impl Records {
         });
         first.extend(second);
         first
+    }
+
+    /// Takes the records that `take` picks (by external ID and values) out
+    /// of the list, owned and in order; the others stay, in order. An
+    /// encoded list stays encoded: each record's values are decoded into
+    /// one reused buffer to be asked, and only the taken records are
+    /// decoded whole (the young gaps a grace period holds back and the
+    /// gaps an edge look-up finds are few; decoding the others to keep
+    /// them owned cost a 200,000-gap run 40 ms and 46 MB).
+    pub fn take_where(&mut self, mut take: impl FnMut(&str, &[Value]) -> bool) -> Vec<Record> {
+        match &mut self.0 {
+            Repr::Owned(v) => {
+                let (taken, kept) = std::mem::take(v)
+                    .into_iter()
+                    .partition(|r| take(&r.key, &r.values));
+                *v = kept;
+                taken
+            }
+            Repr::Encoded {
+                arena,
+                offsets,
+                kinds,
+                texts,
+            } => {
+                let (mut taken, mut values, mut kept) = (Vec::new(), Vec::new(), 0);
+                for i in 0..offsets.len() {
+                    prefetch_ahead(arena, offsets, i);
+                    let offset = offsets[i];
+                    let (key, at) = split_record(arena, offset as usize);
+                    values.clear();
+                    decode_values(arena, at, kinds, texts, |v| values.push(v));
+                    if with_key_str(key, |k| take(k, &values)) {
+                        taken.push(decode(arena, offset, kinds, texts));
+                    } else {
+                        offsets[kept] = offset;
+                        kept += 1;
+                    }
+                }
+                offsets.truncate(kept);
+                taken
+            }
+        }
     }
 
     /// The record at position `i`; panics past the end, like a slice.
@@ -309,5 +351,51 @@ mod tests {
             assert_eq!(keys, want, "{n} keys");
             assert_eq!(Records::from(records.clone()).to_owned_vec(), records);
         }
+    }
+
+    /// Taking records out of a list leaves the others in order in the
+    /// list's own form (an encoded list stays encoded) and hands the taken
+    /// ones back whole and in order, the same from both forms.
+    #[test]
+    fn taking_records_keeps_the_rest_in_order() {
+        let kinds: Arc<[FieldKind]> = Arc::from(vec![FieldKind::Text, FieldKind::Integer]);
+        let texts = Arc::new(TextDict::default());
+        let mut codec = super::super::texts::TextCodec::new(texts.clone());
+        let records: Vec<Record> = (0..1_000)
+            .map(|i| Record {
+                key: format!("ch_{i:06}"),
+                values: vec![Value::Text(format!("s{}", i % 7)), Value::Integer(i)],
+            })
+            .collect();
+        let (mut arena, mut offsets) = (Vec::new(), Vec::new());
+        for r in &records {
+            offsets.push(arena.len() as u64);
+            let v: Vec<_> = r.values.iter().map(Value::as_ref).collect();
+            super::super::arena::encode_record(&mut arena, &r.key, &v, &kinds, &mut codec).unwrap();
+        }
+        let young = |k: &str, v: &[Value]| {
+            let Value::Integer(i) = v[1] else {
+                panic!("{k}: {v:?}")
+            };
+            assert_eq!(k, format!("ch_{i:06}"));
+            i % 3 == 0 || i > 990
+        };
+        let (want_taken, want_kept): (Vec<Record>, Vec<Record>) = records
+            .iter()
+            .cloned()
+            .partition(|r| young(&r.key, &r.values));
+        assert_eq!((want_taken.len(), want_kept.len()), (340, 660));
+        let mut encoded = Records::encoded(Arc::new(arena), offsets, kinds, texts);
+        let mut owned = Records::from(records);
+        assert_eq!(encoded.take_where(young), want_taken);
+        assert_eq!(owned.take_where(young), want_taken);
+        assert!(matches!(encoded.0, Repr::Encoded { .. }));
+        assert_eq!(encoded.to_owned_vec(), want_kept);
+        assert_eq!(owned.to_owned_vec(), want_kept);
+        // Nothing taken, or everything.
+        assert_eq!(encoded.take_where(|_, _| false), Vec::new());
+        assert_eq!(encoded.len(), 660);
+        assert_eq!(encoded.take_where(|_, _| true), want_kept);
+        assert!(encoded.is_empty());
     }
 }

@@ -336,9 +336,8 @@ fn pending(plan: &RunPlan, outcome: &mut DiffOutcome, now: Timestamp) -> Result<
             plan.job.name
         )
     })?;
-    let (young, old): (Vec<Record>, Vec<Record>) = std::mem::take(&mut outcome.gaps)
-        .into_iter()
-        .partition(|r| matches!(r.values[t], Value::Timestamp(ts) if ts >= cutoff));
-    outcome.gaps = old.into();
-    Ok(young)
+    // The gaps stay encoded: only the young ones are decoded to be kept.
+    Ok(outcome
+        .gaps
+        .take_where(|_, values| matches!(values[t], Value::Timestamp(ts) if ts >= cutoff)))
 }

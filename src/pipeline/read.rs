@@ -267,28 +267,21 @@ pub async fn confirm_edges(
     .context("confirming orphans by key in the source")?;
     let mut dismissed = 0;
     let mut sources = Vec::new();
-    // Lists stay in their compact form unless a lookup found something.
+    // Lists stay in their compact form: only the records a look-up found
+    // are taken out of them (decoded) and settled.
     if !in_target.is_empty() {
-        let mut kept = Vec::new();
-        for g in std::mem::take(&mut outcome.gaps) {
-            match in_target.get(&g.key) {
-                Some(t) => settle(spec, outcome, &g, t, &mut sources),
-                None => kept.push(g),
-            }
+        let found = outcome.gaps.take_where(|k, _| in_target.contains_key(k));
+        for g in found {
+            settle(spec, outcome, &g, &in_target[&g.key], &mut sources);
         }
-        dismissed += (gaps_read - kept.len()) as u64;
-        outcome.gaps = kept.into();
+        dismissed += (gaps_read - outcome.gaps.len()) as u64;
     }
     if !in_source.is_empty() {
-        let mut kept = Vec::new();
-        for o in std::mem::take(&mut outcome.orphans) {
-            match in_source.get(&o.key) {
-                Some(s) => settle(spec, outcome, s, &o, &mut sources),
-                None => kept.push(o),
-            }
+        let found = outcome.orphans.take_where(|k, _| in_source.contains_key(k));
+        for o in found {
+            settle(spec, outcome, &in_source[&o.key], &o, &mut sources);
         }
-        dismissed += (orphans_read - kept.len()) as u64;
-        outcome.orphans = kept.into();
+        dismissed += (orphans_read - outcome.orphans.len()) as u64;
     }
     outcome.mismatches.sort_by(|a, b| a.key.cmp(&b.key));
     let mut notes = empty_read_notes(outcome, gaps_read, orphans_read, sides);
