@@ -240,6 +240,18 @@ async fn dry_run_apply_rerun(dialect: Dialect) {
         3,
         "{backfill}"
     );
+    // gaps.csv, written while the target was, lists the gaps the run
+    // found, each persisting since the dry run, as the dry run's did.
+    let gaps = std::fs::read_to_string(f.out("apply").join("gaps.csv")).unwrap();
+    let dry_gaps = std::fs::read_to_string(f.out("dry").join("gaps.csv")).unwrap();
+    assert_eq!(
+        ids(&f.out("apply"), "gaps.csv"),
+        ["ch_0003", "ch_0010", "ch_0020"]
+    );
+    assert_eq!(gaps.lines().next(), dry_gaps.lines().next(), "{gaps}");
+    let ending = |text: &str, state: &str| text.lines().filter(|l| l.ends_with(state)).count();
+    assert_eq!(ending(&gaps, ",persisting"), 3, "{gaps}");
+    assert_eq!(ending(&dry_gaps, ",new"), 3, "{dry_gaps}");
 
     // Rerun: nothing to backfill; the gaps are reported resolved.
     let o = f.run(&[], "rerun");

@@ -58,8 +58,12 @@ pub struct Found {
     pub copies: Vec<crate::report::copies::CopyRow>,
     /// Young source records.
     pub pending: Vec<Record>,
-    /// The history's delta.
-    pub delta: super::history::RunDelta,
+    /// The history as the reports show it.
+    pub history: std::sync::Arc<crate::report::HistoryMap>,
+    /// The discrepancies of earlier runs that are gone now.
+    pub resolved: Vec<crate::report::ResolvedRow>,
+    /// gaps.csv, when it was written beside the backfill.
+    pub gaps_written: Option<crate::report::GapsWriting>,
     /// The backfill plan.
     pub items: Vec<Item>,
     /// What the safety limits decided.
@@ -93,8 +97,8 @@ pub async fn report(
     // the written keys) is found on a thread of its own while the
     // discrepancy files are written, and the largest rows report.html
     // lists are found as the files are (not read back from them).
-    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    let top = Some((money_field, crate::report::html::TOP_PER_CURRENCY));
+    let top = top_of(schema);
+    let gaps_written = found.gaps_written.take();
     // Beside the history's write (SQLite's one writer, which the run's end
     // waits for), the files are written at a lower priority: the threads
     // they are written on yield to it ([`crate::priority`]).
@@ -106,7 +110,7 @@ pub async fn report(
                 // The threads it spawns inherit its priority.
                 crate::priority::lower_this_thread(crate::priority::REPORTS);
             }
-            write_diff_files(&mut dir, schema, &found.outcome, &extras, top)
+            write_diff_files(&mut dir, schema, &found.outcome, &extras, top, gaps_written)
         });
         let files = files
             .join()
@@ -192,6 +196,13 @@ fn plan_lines(
     }
 }
 
+/// What report.html lists of the discrepancy files: the largest rows of
+/// the money field, per currency.
+pub fn top_of(schema: &recon_core::Schema) -> Option<(Option<&str>, usize)> {
+    let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
+    Some((money_field, crate::report::html::TOP_PER_CURRENCY))
+}
+
 /// What the run adds to the diff's reports.
 fn extras(
     cx: &Context<'_>,
@@ -199,13 +210,12 @@ fn extras(
     plan: Option<PlanLines>,
     delivered: Option<&super::webhook::Delivered>,
 ) -> RunExtras {
-    let (history, resolved) = super::history::for_report(std::mem::take(&mut found.delta), cx.now);
     let mut extras = RunExtras {
         run_id: Some(cx.run_id.to_string()),
         dry_run: cx.plan.dry_run,
         pending: std::mem::take(&mut found.pending),
-        history: Some(history),
-        resolved,
+        history: Some(std::sync::Arc::clone(&found.history)),
+        resolved: std::mem::take(&mut found.resolved),
         confirmed_by_lookup: found.confirmed.dismissed,
         unplaced: std::mem::take(&mut found.unplaced),
         notes: std::mem::take(&mut found.confirmed.notes),

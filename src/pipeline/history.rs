@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::backfill::{self, Guard, Item, Ledger};
 use super::read::Sides;
 use crate::diff::{DiffOutcome, Records};
-use crate::report::{HistoryMap, ResolvedRow};
+use crate::report::{GapsFile, GapsWriting, HistoryMap, ResolvedRow};
 use crate::state::prelude::*;
 use crate::state::{Class, DeltaBuilder, DiscrepancyDelta, OpenHistory, StateError, StateStore};
 
@@ -221,6 +221,9 @@ impl Drop for Prefetch {
 /// history is written on its own task, at once; with webhook deliveries
 /// to make (`deliveries`), SQLite records it after them (their ledger
 /// needs the one writer), while the reports are rendered ([`Recording`]).
+///
+/// With a backfill, `gaps_file` (made for it, [`GapsFile`]) is written
+/// beside the writes too, once the first sightings are known.
 #[allow(clippy::too_many_arguments)]
 pub async fn update_while_applying(
     ledger: &Ledger<'_>,
@@ -231,7 +234,8 @@ pub async fn update_while_applying(
     guard: &Guard,
     now: Timestamp,
     deliveries: bool,
-) -> Result<(RunDelta, Option<Vec<WriteOutcome>>, Recording)> {
+    gaps_file: Option<GapsFile>,
+) -> Result<Applied> {
     let state = ledger.state;
     let open = open.finish().await?;
     let Some(target) = sides.writer().filter(|_| guard.write) else {
@@ -260,7 +264,19 @@ pub async fn update_while_applying(
         } else {
             recording
         };
-        return Ok((run, None, recording));
+        let (history, resolved) = for_report(run, now);
+        let history = Arc::new(history);
+        // Only a backfill makes one; written at once, should one come.
+        let gaps_written = gaps_file
+            .map(|g| g.start(Arc::clone(&history)))
+            .transpose()?;
+        return Ok(Applied {
+            history,
+            resolved,
+            outcomes: None,
+            recording,
+            gaps_written,
+        });
     };
     // Beside the backfill: on PostgreSQL at once, on SQLite (one writer)
     // once the backfill's plan is committed.
@@ -270,44 +286,71 @@ pub async fn update_while_applying(
     // (its plan, its first batches): a 200,000-gap backfill waited 60 ms
     // for it. Also when the backfill stopped before its plan: what the run
     // found is recorded either way.
+    // The reports' form of it too (a rerun's 200,000 resolved rows), and
+    // gaps.csv is started with it.
     let found = Found::of(outcome);
     let history = async {
-        let run = tokio::task::spawn_blocking(move || {
+        let (history, resolved) = tokio::task::spawn_blocking(move || {
             let Found {
                 gaps,
                 orphans,
                 mismatches,
                 duplicates,
             } = found;
-            delta(
+            let run = delta(
                 open,
                 (&gaps, &orphans),
                 mismatches.iter(),
                 duplicates.iter(),
-            )
+            );
+            for_report(run, now)
         })
         .await
         .map_err(|e| anyhow!("comparing with the discrepancy history: {e}"))?;
+        let history = Arc::new(history);
+        let gaps_written = gaps_file
+            .map(|g| g.start(Arc::clone(&history)))
+            .transpose()?;
         if !state.concurrent_writes() {
             let _ = plan_committed.await;
         }
         state
-            .write_discrepancies(ledger.job, ledger.plan_id, now, &run.delta)
+            .write_discrepancies(ledger.job, ledger.plan_id, now, &history.delta)
             .await?;
-        anyhow::Ok(run)
+        anyhow::Ok((history, resolved, gaps_written))
     };
     let (run, outcomes) = tokio::join!(history, backfill);
     // When both fail, the backfill's error names the cause (a lost run
     // lock, a refused batch); the history's is then its consequence (the
     // same state sessions terminated).
     let outcomes = outcomes?;
-    let run = match run {
+    let (history, resolved, gaps_written) = match run {
         Ok(run) => run,
         // The backfill's last batch may have finished before the sessions
         // were terminated: the lock, asked now, names the cause.
         Err(e) => return Err(lost_lock_or(ledger.lock, ledger.job, e).await),
     };
-    Ok((run, Some(outcomes), Recording(Write::Done)))
+    Ok(Applied {
+        history,
+        resolved,
+        outcomes: Some(outcomes),
+        recording: Recording(Write::Done),
+        gaps_written,
+    })
+}
+
+/// What the history and backfill stage hands the reports.
+pub struct Applied {
+    /// The history as the reports show it ([`for_report`]).
+    pub history: Arc<HistoryMap>,
+    /// The discrepancies of earlier runs that are gone now.
+    pub resolved: Vec<ResolvedRow>,
+    /// The write outcomes, when the backfill ran.
+    pub outcomes: Option<Vec<WriteOutcome>>,
+    /// The history's write, when it runs beside the reports.
+    pub recording: Recording,
+    /// gaps.csv, when it was written beside the backfill.
+    pub gaps_written: Option<GapsWriting>,
 }
 
 /// A failed history write's error, or the lost run lock that caused it

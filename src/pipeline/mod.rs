@@ -12,7 +12,7 @@
 //! | pending | `pending` | outcome → outcome, young records |
 //! | plan items | [`backfill::plan_items`] | outcome → items |
 //! | guard | [`backfill::guard`] | items → write or stop |
-//! | history ∥ apply | [`history::update_while_applying`], [`backfill::apply`] | → delta, outcomes |
+//! | history ∥ apply ∥ gaps.csv | [`history::update_while_applying`], [`backfill::apply`] | → history, outcomes |
 //! | report | [`finish`] | everything → report folder, status |
 //!
 //! `recon run` is [`execute`]; `recon apply` reuses connect, apply and
@@ -183,7 +183,7 @@ async fn run_locked(
         Some(p) => p.clone(),
         None => plan.job.reports.join(job).join(ledger.plan_id),
     };
-    let dir = ReportDir::prepare(&dir_path)?;
+    let mut dir = ReportDir::prepare(&dir_path)?;
     // Until the writes, nothing needs finishing: a stop request drops the
     // reading and diffing at once.
     let Read {
@@ -204,7 +204,20 @@ async fn run_locked(
         read_stages(plan, ledger, asked, now),
     )
     .await?;
-    let (delta, outcomes, recording) = crate::ops::progress::phase(
+    // A backfill's gaps.csv is written beside its writes.
+    let gaps_file = (guard.write && sides.writer().is_some())
+        .then(|| {
+            let schema = &plan.spec.schema;
+            crate::report::GapsFile::create(&mut dir, schema, &outcome.gaps, finish::top_of(schema))
+        })
+        .transpose()?;
+    let history::Applied {
+        history,
+        resolved,
+        outcomes,
+        recording,
+        gaps_written,
+    } = crate::ops::progress::phase(
         "backfill",
         history::update_while_applying(
             ledger,
@@ -215,6 +228,7 @@ async fn run_locked(
             &guard,
             now,
             plan.webhook.is_some(),
+            gaps_file,
         ),
     )
     .await?;
@@ -245,7 +259,9 @@ async fn run_locked(
         confirmed,
         copies,
         pending,
-        delta,
+        history,
+        resolved,
+        gaps_written,
         items,
         guard,
         outcomes,

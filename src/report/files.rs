@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use jiff::Timestamp;
 use recon_core::{format_minor, Currency, FieldKind, Record, Schema, Value};
 
@@ -17,7 +17,7 @@ use super::summary::{
     Webhook, WindowText,
 };
 use super::{neutralise, CsvReport, ReportDir};
-use crate::diff::{DiffOutcome, Totals};
+use crate::diff::{DiffOutcome, Records, Totals};
 use crate::state::{Class, DiscrepancyDelta};
 
 /// The ID column of every report CSV.
@@ -96,7 +96,7 @@ pub struct RunExtras {
     pub pending: Vec<Record>,
     /// History of the open discrepancies (first seen; new or persisting).
     /// `None` for ad-hoc diffs.
-    pub history: Option<HistoryMap>,
+    pub history: Option<Arc<HistoryMap>>,
     /// Discrepancies of earlier runs that are gone now.
     pub resolved: Vec<ResolvedRow>,
     /// The backfill plan (dry run, or a run stopped by the safety limit).
@@ -397,7 +397,7 @@ pub fn write_diff_reports(
     extras: &RunExtras,
     exit_status: u8,
 ) -> Result<()> {
-    write_diff_files(dir, schema, outcome, extras, None)?;
+    write_diff_files(dir, schema, outcome, extras, None, None)?;
     write_summary(dir, &summary_of(schema, outcome, meta, extras, exit_status))
 }
 
@@ -414,30 +414,35 @@ pub fn write_diff_files(
     outcome: &DiffOutcome,
     extras: &RunExtras,
     top: Option<(Option<&str>, usize)>,
+    gaps_written: Option<GapsWriting>,
 ) -> Result<Option<Vec<TopRow>>> {
-    let h = extras.history.as_ref();
+    let h = extras.history.as_deref();
     let top_of = |kind: TopFile, header: &[String]| {
         let (money_field, n) = top?;
-        let header: Vec<String> = header.iter().map(|c| neutralise(c).into_owned()).collect();
-        FileTop::new(kind, &header, money_field, n)
+        file_top(kind, header, money_field, n)
     };
     // gaps.csv, the longest file after an incident, and mismatches.csv
     // are written on threads of their own beside the others (a 200,000-gap
     // run spends a tenth of its time writing gaps.csv; with both on one
     // thread, a 10M-row diff's 100,000 gaps and 100,000 mismatches took
     // 60 ms after the other files were done); the folder is committed
-    // only once all are done.
-    let gaps_file = dir.file("gaps.csv")?;
+    // only once all are done. A run that backfills wrote gaps.csv while
+    // the target was written ([`GapsFile`]): it is waited for here.
+    let gaps_file = match gaps_written {
+        Some(written) => Err(written),
+        None => Ok(dir.file("gaps.csv")?),
+    };
     let mismatches_file = dir.file("mismatches.csv")?;
     let (gaps, orphans, mismatches) = std::thread::scope(|scope| {
-        let gaps = scope.spawn(|| {
-            records_into(
-                gaps_file,
+        let gaps = scope.spawn(|| match gaps_file {
+            Ok(file) => records_into(
+                file,
                 schema,
                 outcome.gaps.iter(),
                 h.map(|h| (h, Class::Gap)),
                 |header| top_of(TopFile::Gaps, header),
-            )
+            ),
+            Err(written) => written.wait(),
         });
         let mismatches = scope.spawn(|| {
             write_mismatches(mismatches_file, schema, outcome, h, |header| {
@@ -461,6 +466,93 @@ pub fn write_diff_files(
     Ok(top.map(|(_, n)| merge_largest(lists, n)))
 }
 
+/// The list of `kind`'s largest rows for a file whose header is `header`
+/// (as written, before [`neutralise`]).
+fn file_top<'m>(
+    kind: TopFile,
+    header: &[String],
+    money_field: Option<&'m str>,
+    n: usize,
+) -> Option<FileTop<'m>> {
+    let header: Vec<String> = header.iter().map(|c| neutralise(c).into_owned()).collect();
+    FileTop::new(kind, &header, money_field, n)
+}
+
+/// gaps.csv of a run that backfills, made before the writes: started
+/// ([`GapsFile::start`]) once the history's first sightings are known, it
+/// is written on a thread of its own while the target is written, at the
+/// reports' lower priority ([`crate::priority`]); the report phase waits
+/// for it ([`write_diff_files`]). Its rows depend on nothing the writes
+/// do: a 200,000-gap backfill wrote it for 150 ms after its last write.
+pub struct GapsFile {
+    file: ReportFile,
+    schema: Schema,
+    gaps: Records,
+    top: Option<(Option<String>, usize)>,
+}
+
+/// gaps.csv being written ([`GapsFile::start`]). Dropped unwaited (the
+/// run failed before its reports), the thread finishes into the staging
+/// folder the failed run removes.
+pub struct GapsWriting(std::thread::JoinHandle<Result<Option<FileTop<'static>>>>);
+
+impl GapsFile {
+    /// Creates gaps.csv in `dir` for the `gaps` of a run; `top` as
+    /// [`write_diff_files`] takes it.
+    pub fn create(
+        dir: &mut ReportDir,
+        schema: &Schema,
+        gaps: &Records,
+        top: Option<(Option<&str>, usize)>,
+    ) -> Result<GapsFile> {
+        Ok(GapsFile {
+            file: dir.file("gaps.csv")?,
+            schema: schema.clone(),
+            gaps: gaps.clone(),
+            top: top.map(|(field, n)| (field.map(str::to_string), n)),
+        })
+    }
+
+    /// Starts writing the file with the run's `history`.
+    pub fn start(self, history: Arc<HistoryMap>) -> Result<GapsWriting> {
+        let GapsFile {
+            file,
+            schema,
+            gaps,
+            top,
+        } = self;
+        let write = move || {
+            crate::priority::lower_this_thread(crate::priority::REPORTS);
+            let top = records_into(
+                file,
+                &schema,
+                gaps.iter(),
+                Some((&*history, Class::Gap)),
+                |header| {
+                    let (field, n) = top.as_ref()?;
+                    file_top(TopFile::Gaps, header, field.as_deref(), *n)
+                },
+            )?;
+            Ok(top.and_then(FileTop::detached))
+        };
+        let handle = std::thread::Builder::new()
+            .name("recon-gaps".into())
+            .spawn(write)
+            .context("cannot start the thread writing gaps.csv")?;
+        Ok(GapsWriting(handle))
+    }
+}
+
+impl GapsWriting {
+    /// Waits for the file; its list of largest rows, as [`records_into`]
+    /// returns it.
+    fn wait(self) -> Result<Option<FileTop<'static>>> {
+        self.0
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("writing gaps.csv panicked")))
+    }
+}
+
 /// Every file of [`write_diff_files`] but gaps.csv and mismatches.csv;
 /// the largest orphans when `top` makes a list for orphans.csv's header.
 fn write_other_files<'m>(
@@ -470,7 +562,7 @@ fn write_other_files<'m>(
     extras: &RunExtras,
     top: impl FnOnce(&[String]) -> Option<FileTop<'m>>,
 ) -> Result<Option<FileTop<'m>>> {
-    let h = extras.history.as_ref();
+    let h = extras.history.as_deref();
     write_summary_csv(dir, schema, outcome, extras)?;
     let orphans = records_into(
         dir.file("orphans.csv")?,

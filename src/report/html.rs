@@ -525,6 +525,29 @@ impl<'a> FileTop<'a> {
         })
     }
 
+    /// The list untied from the money field's name, for a file written on
+    /// a thread of its own; `None` for a list that keeps the name (a
+    /// mismatches.csv's, whose rows it filters by field).
+    pub fn detached(self) -> Option<FileTop<'static>> {
+        let FileTop {
+            class,
+            columns,
+            field: None,
+            top,
+            failed,
+        } = self
+        else {
+            return None;
+        };
+        Some(FileTop {
+            class,
+            columns,
+            field: None,
+            top,
+            failed,
+        })
+    }
+
     /// Offers one row, given its cells by column (as the file holds them).
     pub fn offer<'r>(&mut self, cell: impl Fn(usize) -> Result<Cow<'r, str>>) -> Result<()> {
         if let Some((i, f)) = self.field {

@@ -14,8 +14,8 @@ mod top_tests;
 
 pub use files::{
     summary_of, write_backfill_csv, write_diff_files, write_diff_reports, write_summary,
-    BackfillOutcome, BackfillRow, HistoryMap, InOrder, PlanLines, ResolvedRow, RunExtras, RunMeta,
-    UnplacedRow,
+    BackfillOutcome, BackfillRow, GapsFile, GapsWriting, HistoryMap, InOrder, PlanLines,
+    ResolvedRow, RunExtras, RunMeta, UnplacedRow,
 };
 pub use staging::ReportDir;
 pub use summary::{Class, RunSummary};

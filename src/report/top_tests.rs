@@ -7,7 +7,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use recon_core::{Currency, Field, FieldKind, Money, Record, Schema, Value};
 
-use super::files::{HistoryMap, RunExtras};
+use super::files::{GapsFile, HistoryMap, RunExtras};
 use super::html::{largest, TOP_PER_CURRENCY};
 use super::{write_diff_files, ReportDir};
 use crate::diff::{DiffEngine, DiffSpec};
@@ -147,26 +147,38 @@ proptest! {
         }
         let outcome = engine.finish();
         let extras = RunExtras {
-            history: with_history.then(|| history(&outcome)),
+            history: with_history.then(|| Arc::new(history(&outcome))),
             ..RunExtras::default()
         };
         let tmp = tempfile::tempdir().unwrap();
         let mut dir = ReportDir::prepare(&tmp.path().join("out")).unwrap();
         let money_field = Some(money_name);
-        let found = write_diff_files(
-            &mut dir,
-            &schema,
-            &outcome,
-            &extras,
-            Some((money_field, TOP_PER_CURRENCY)),
-        )
-        .unwrap()
-        .expect("a list when asked");
+        let top = Some((money_field, TOP_PER_CURRENCY));
+        let found = write_diff_files(&mut dir, &schema, &outcome, &extras, top, None)
+            .unwrap()
+            .expect("a list when asked");
         let read = largest(&dir.staged(""), money_field, TOP_PER_CURRENCY).unwrap();
         prop_assert_eq!(&found, &read);
+        // gaps.csv written on a thread of its own first (a run that
+        // backfills): the same files, the same list.
+        if let Some(h) = &extras.history {
+            let mut early = ReportDir::prepare(&tmp.path().join("early")).unwrap();
+            let gaps = GapsFile::create(&mut early, &schema, &outcome.gaps, top)
+                .unwrap()
+                .start(Arc::clone(h))
+                .unwrap();
+            let listed = write_diff_files(&mut early, &schema, &outcome, &extras, top, Some(gaps))
+                .unwrap()
+                .expect("a list when asked");
+            prop_assert_eq!(&listed, &found);
+            for name in ["gaps.csv", "orphans.csv", "mismatches.csv"] {
+                let text = |d: &ReportDir| std::fs::read_to_string(d.staged(name)).unwrap();
+                prop_assert_eq!(text(&early), text(&dir), "{}", name);
+            }
+        }
         // Not asked, none is made.
         let mut again = ReportDir::prepare(&tmp.path().join("again")).unwrap();
-        prop_assert!(write_diff_files(&mut again, &schema, &outcome, &extras, None).unwrap().is_none());
+        prop_assert!(write_diff_files(&mut again, &schema, &outcome, &extras, None, None).unwrap().is_none());
     }
 }
 
@@ -191,7 +203,7 @@ fn a_run_lists_gaps_orphans_and_mismatches_with_their_history() {
     }
     let outcome = engine.finish();
     let extras = RunExtras {
-        history: Some(history(&outcome)),
+        history: Some(Arc::new(history(&outcome))),
         ..RunExtras::default()
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -202,6 +214,7 @@ fn a_run_lists_gaps_orphans_and_mismatches_with_their_history() {
         &outcome,
         &extras,
         Some((Some("amount"), 10)),
+        None,
     )
     .unwrap()
     .unwrap();
