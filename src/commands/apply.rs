@@ -368,6 +368,7 @@ async fn write_and_report(
         money_field,
         &mut summary,
         None,
+        Some(crate::report::html::Backfill::of_rows(Some(&rows), None)),
     )
     .await?;
     crate::report::html::record_totals(&mut dir, ledger.state, &mut summary).await?;

@@ -290,7 +290,22 @@ async fn write_folder(
         save_plan(cx, state, &dir, lines.count, source_records).await?;
     }
     let money_field = schema.money_field().map(|i| schema.fields[i].name.as_str());
-    crate::report::html::write_for_run(&mut dir, state, job, money_field, summary, top).await?;
+    // backfill.csv and plan.jsonl as the page counts them, from the rows
+    // (not read back: 200,000 rows of backfill.csv).
+    let backfill = crate::report::html::Backfill::of_rows(
+        extras.backfill.as_deref(),
+        extras.plan.as_ref().map(|p| p.count),
+    );
+    crate::report::html::write_for_run(
+        &mut dir,
+        state,
+        job,
+        money_field,
+        summary,
+        top,
+        Some(backfill),
+    )
+    .await?;
     // The folder is committed only once the history it shows is recorded,
     // and only by a run that still holds its lock and was not stopped.
     if let Err(e) = recording.finish().await {

@@ -671,6 +671,39 @@ pub fn copies(folder: &Path, money_field: Option<&str>, n: usize) -> Result<(Vec
     Ok((lines, count))
 }
 
+/// How many refused items the page names.
+const FAILURES_SHOWN: usize = 20;
+
+impl Backfill {
+    /// What [`backfill`] reads back from a folder whose backfill.csv was
+    /// written from `rows` and whose plan.jsonl holds `planned` lines,
+    /// found from the rows themselves (IDs and errors as the file holds
+    /// them, neutralised): a run has them in memory, and a 200,000-item
+    /// backfill read its own backfill.csv back on its tail.
+    pub fn of_rows(rows: Option<&[super::BackfillRow]>, planned: Option<u64>) -> Backfill {
+        let mut out = Backfill {
+            planned,
+            ..Backfill::default()
+        };
+        for r in rows.unwrap_or_default() {
+            let outcome = r.outcome.as_str();
+            match out.outcomes.get_mut(outcome) {
+                Some(n) => *n += 1,
+                None => {
+                    out.outcomes.insert(outcome.to_string(), 1);
+                }
+            }
+            if outcome == "failed" && out.failures.len() < FAILURES_SHOWN {
+                out.failures.push((
+                    neutralise(&r.key).into_owned(),
+                    neutralise(&r.error).into_owned(),
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// Backfill outcomes from backfill.csv, and plan.jsonl's size.
 pub fn backfill(folder: &Path) -> Result<Backfill> {
     let mut out = Backfill::default();
@@ -683,7 +716,7 @@ pub fn backfill(folder: &Path) -> Result<Backfill> {
         {
             each_row(&path, |row| {
                 *out.outcomes.entry(row[outcome].to_string()).or_default() += 1;
-                if &row[outcome] == "failed" && out.failures.len() < 20 {
+                if &row[outcome] == "failed" && out.failures.len() < FAILURES_SHOWN {
                     out.failures
                         .push((row[key].to_string(), row[error].to_string()));
                 }
@@ -813,7 +846,7 @@ pub async fn render_folder(
         link_prefix,
         record,
         summary,
-        None,
+        (None, None),
     )
     .await
 }
@@ -831,7 +864,7 @@ async fn render_page(
     link_prefix: &str,
     record: bool,
     summary: RunSummary,
-    top: Option<Vec<TopRow>>,
+    (top, known_backfill): (Option<Vec<TopRow>>, Option<Backfill>),
 ) -> Result<String> {
     let totals = summary_totals(&summary)?;
     let run_id = summary.run.run_id.clone().unwrap_or_default();
@@ -851,7 +884,10 @@ async fn render_page(
             Some(top) => top,
             None => largest(folder, money_field, TOP_PER_CURRENCY)?,
         },
-        backfill: backfill(folder)?,
+        backfill: match known_backfill {
+            Some(b) => b,
+            None => backfill(folder)?,
+        },
         copies: copies(folder, money_field, COPIES_SHOWN)?,
         files: files(folder)?
             .into_iter()
@@ -867,7 +903,9 @@ async fn render_page(
 /// recorded in the store and the charts drawn from the job's last
 /// [`DEFAULT_RUNS`] runs. Call it after the other files are staged;
 /// `top` is what [`largest`] finds in them, when the run found it as it
-/// wrote them ([`super::write_diff_files`]).
+/// wrote them ([`super::write_diff_files`]), and `backfill` what
+/// [`backfill`] reads of them, when the run has the rows
+/// ([`Backfill::of_rows`]).
 ///
 /// The page is a view of files already staged: when it cannot be made,
 /// the run (or apply) is not failed for it. A warning is logged (scrubbed),
@@ -882,8 +920,10 @@ pub async fn write_for_run(
     money_field: Option<&str>,
     summary: &mut RunSummary,
     top: Option<Vec<TopRow>>,
+    backfill: Option<Backfill>,
 ) -> Result<()> {
-    let Err(e) = try_write_for_run(dir, state, job, money_field, summary, top).await else {
+    let known = (top, backfill);
+    let Err(e) = try_write_for_run(dir, state, job, money_field, summary, known).await else {
         return Ok(());
     };
     let _ = std::fs::remove_file(dir.staged(FILE));
@@ -915,7 +955,7 @@ async fn try_write_for_run(
     job: &str,
     money_field: Option<&str>,
     summary: &RunSummary,
-    top: Option<Vec<TopRow>>,
+    known: (Option<Vec<TopRow>>, Option<Backfill>),
 ) -> Result<()> {
     if crate::faults::html_fails() {
         anyhow::bail!("injected failure ({})", crate::faults::FAULT_HTML_FAILS);
@@ -934,7 +974,7 @@ async fn try_write_for_run(
         "",
         false,
         summary,
-        top,
+        known,
     )
     .await?;
     dir.write_all(FILE, html.as_bytes())

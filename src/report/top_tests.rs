@@ -258,3 +258,73 @@ fn a_row_that_cannot_be_offered_fails_only_the_list() {
     top.offer_written(&["ch_3".into(), "3.00".into(), "USD".into()]);
     assert!(top.failed(), "a failed list stays failed");
 }
+
+/// One backfill.csv row: an outcome of every kind, and IDs and errors a
+/// spreadsheet would read as formulas, or that need quoting.
+fn backfill_row() -> impl Strategy<Value = super::BackfillRow> {
+    use super::BackfillOutcome as O;
+    let outcome = prop::sample::select(vec![
+        O::Created,
+        O::Updated,
+        O::Unchanged,
+        O::Failed,
+        O::Skipped,
+        O::Delivered,
+        O::AlreadyDone,
+        O::DeliveredNotCreated,
+    ]);
+    let text = "[=+@a-c,\"\n -]{0,6}";
+    (text, outcome, text).prop_map(|(key, outcome, error)| super::BackfillRow {
+        key,
+        action: crate::plan::Action::Insert,
+        outcome,
+        error,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// What a run's page says of its backfill, found from the rows it has
+    /// in memory, is what the page read back from the files says:
+    /// outcome counts, the first refused IDs and errors as backfill.csv
+    /// holds them (neutralised), and plan.jsonl's lines.
+    #[test]
+    fn the_backfill_the_page_shows_is_the_files(
+        rows in prop::collection::vec(backfill_row(), 0..60),
+        planned in prop::option::of(0u64..5),
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = ReportDir::prepare(&tmp.path().join("out")).unwrap();
+        super::write_backfill_csv(&mut dir, &rows).unwrap();
+        if let Some(n) = planned {
+            let lines: String = (0..n).map(|i| format!("{{\"line\":{i}}}\n")).collect();
+            dir.write_all(crate::plan::PLAN_FILE, lines.as_bytes()).unwrap();
+        }
+        let read = super::html::backfill(&dir.staged("")).unwrap();
+        prop_assert_eq!(super::html::Backfill::of_rows(Some(&rows), planned), read);
+    }
+}
+
+/// Past twenty refused items, the page names the first twenty, read back
+/// or from the rows alike.
+#[test]
+fn the_page_names_the_first_twenty_refused_items() {
+    let rows: Vec<super::BackfillRow> = (0..30)
+        .map(|i| super::BackfillRow {
+            key: format!("=ch_{i:02}"),
+            action: crate::plan::Action::Insert,
+            outcome: super::BackfillOutcome::Failed,
+            error: format!("refused {i}"),
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = ReportDir::prepare(&tmp.path().join("out")).unwrap();
+    super::write_backfill_csv(&mut dir, &rows).unwrap();
+    let known = super::html::Backfill::of_rows(Some(&rows), None);
+    assert_eq!(known, super::html::backfill(&dir.staged("")).unwrap());
+    assert_eq!(known.failures.len(), 20);
+    assert_eq!(known.failures[19], ("'=ch_19".into(), "refused 19".into()));
+    assert_eq!(known.outcomes["failed"], 30);
+    assert_eq!(known.planned, None);
+}
