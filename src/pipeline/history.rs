@@ -222,8 +222,8 @@ impl Drop for Prefetch {
 /// to make (`deliveries`), SQLite records it after them (their ledger
 /// needs the one writer), while the reports are rendered ([`Recording`]).
 ///
-/// With a backfill, `gaps_file` (made for it, [`GapsFile`]) is written
-/// beside the writes too, once the first sightings are known.
+/// With a backfill, gaps.csv is made (`gaps_file`, [`GapsFile`]) and
+/// written beside the writes too, once the first sightings are known.
 #[allow(clippy::too_many_arguments)]
 pub async fn update_while_applying(
     ledger: &Ledger<'_>,
@@ -234,7 +234,7 @@ pub async fn update_while_applying(
     guard: &Guard,
     now: Timestamp,
     deliveries: bool,
-    gaps_file: Option<GapsFile>,
+    gaps_file: impl FnOnce() -> Result<GapsFile>,
 ) -> Result<Applied> {
     let state = ledger.state;
     let open = open.finish().await?;
@@ -265,19 +265,15 @@ pub async fn update_while_applying(
             recording
         };
         let (history, resolved) = for_report(run, now);
-        let history = Arc::new(history);
-        // Only a backfill makes one; written at once, should one come.
-        let gaps_written = gaps_file
-            .map(|g| g.start(Arc::clone(&history)))
-            .transpose()?;
         return Ok(Applied {
-            history,
+            history: Arc::new(history),
             resolved,
             outcomes: None,
             recording,
-            gaps_written,
+            gaps_written: None,
         });
     };
+    let gaps_file = gaps_file()?;
     // Beside the backfill: on PostgreSQL at once, on SQLite (one writer)
     // once the backfill's plan is committed.
     let (planned, plan_committed) = tokio::sync::oneshot::channel();
@@ -308,9 +304,7 @@ pub async fn update_while_applying(
         .await
         .map_err(|e| anyhow!("comparing with the discrepancy history: {e}"))?;
         let history = Arc::new(history);
-        let gaps_written = gaps_file
-            .map(|g| g.start(Arc::clone(&history)))
-            .transpose()?;
+        let gaps_written = gaps_file.start(Arc::clone(&history))?;
         if !state.concurrent_writes() {
             let _ = plan_committed.await;
         }
@@ -335,7 +329,7 @@ pub async fn update_while_applying(
         resolved,
         outcomes: Some(outcomes),
         recording: Recording(Write::Done),
-        gaps_written,
+        gaps_written: Some(gaps_written),
     })
 }
 

@@ -205,12 +205,9 @@ async fn run_locked(
     )
     .await?;
     // A backfill's gaps.csv is written beside its writes.
-    let gaps_file = (guard.write && sides.writer().is_some())
-        .then(|| {
-            let schema = &plan.spec.schema;
-            crate::report::GapsFile::create(&mut dir, schema, &outcome.gaps, finish::top_of(schema))
-        })
-        .transpose()?;
+    let schema = &plan.spec.schema;
+    let gaps_file =
+        || crate::report::GapsFile::create(&mut dir, schema, &outcome.gaps, finish::top_of(schema));
     let history::Applied {
         history,
         resolved,
