@@ -686,21 +686,29 @@ impl Backfill {
             ..Backfill::default()
         };
         for r in rows.unwrap_or_default() {
-            let outcome = r.outcome.as_str();
-            match out.outcomes.get_mut(outcome) {
-                Some(n) => *n += 1,
-                None => {
-                    out.outcomes.insert(outcome.to_string(), 1);
-                }
-            }
-            if outcome == "failed" && out.failures.len() < FAILURES_SHOWN {
-                out.failures.push((
+            out.count(r.outcome.as_str(), || {
+                (
                     neutralise(&r.key).into_owned(),
                     neutralise(&r.error).into_owned(),
-                ));
-            }
+                )
+            });
         }
         out
+    }
+
+    /// Counts one item of `outcome`; a refused one among the first
+    /// [`FAILURES_SHOWN`] is named by `failure` (its ID and error as
+    /// backfill.csv holds them).
+    fn count(&mut self, outcome: &str, failure: impl FnOnce() -> (String, String)) {
+        match self.outcomes.get_mut(outcome) {
+            Some(n) => *n += 1,
+            None => {
+                self.outcomes.insert(outcome.to_string(), 1);
+            }
+        }
+        if outcome == "failed" && self.failures.len() < FAILURES_SHOWN {
+            self.failures.push(failure());
+        }
     }
 }
 
@@ -715,11 +723,9 @@ pub fn backfill(folder: &Path) -> Result<Backfill> {
             (col(ID_COLUMN), col("outcome"), col("error"))
         {
             each_row(&path, |row| {
-                *out.outcomes.entry(row[outcome].to_string()).or_default() += 1;
-                if &row[outcome] == "failed" && out.failures.len() < FAILURES_SHOWN {
-                    out.failures
-                        .push((row[key].to_string(), row[error].to_string()));
-                }
+                out.count(&row[outcome], || {
+                    (row[key].to_string(), row[error].to_string())
+                });
                 Ok(())
             })?;
         }
