@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Result};
 use jiff::Timestamp;
-use recon_core::{format_timestamp, Record, Value, Window};
+use recon_core::{format_timestamp, Record, ValueRef, Window};
 
 pub use job::RunPlan;
 
@@ -349,8 +349,9 @@ fn pending(plan: &RunPlan, outcome: &mut DiffOutcome, now: Timestamp) -> Result<
             plan.job.name
         )
     })?;
-    // The gaps stay encoded: only the young ones are decoded to be kept.
+    // The gaps stay encoded: only their time is read, and only the young
+    // ones are decoded to be kept.
     Ok(outcome
         .gaps
-        .take_where(|_, values| matches!(values[t], Value::Timestamp(ts) if ts >= cutoff)))
+        .take_where_value(t, |v| matches!(v, ValueRef::Timestamp(ts) if ts >= cutoff)))
 }
