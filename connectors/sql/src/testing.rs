@@ -16,7 +16,10 @@ pub const DEFAULT_MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A database made for one test; call [`TestDb::drop_db`] at the end.
+/// A database made for one test; call [`TestDb::drop_db`] at the end. A
+/// test that fails (panics) before it does still removes its database:
+/// when the value is dropped, on a thread of its own (a test's runtime
+/// cannot be blocked on from within).
 pub struct TestDb {
     /// The dialect.
     pub dialect: Dialect,
@@ -25,6 +28,8 @@ pub struct TestDb {
     admin_url: String,
     name: String,
     _dir: Option<std::path::PathBuf>,
+    /// Removed already ([`TestDb::drop_db`]).
+    removed: bool,
 }
 
 fn unique_name(prefix: &str) -> String {
@@ -69,6 +74,7 @@ impl TestDb {
                     admin_url: String::new(),
                     name,
                     _dir: Some(dir),
+                    removed: false,
                 }
             }
             Dialect::Postgres | Dialect::MySql => {
@@ -97,6 +103,7 @@ impl TestDb {
                     admin_url,
                     name,
                     _dir: None,
+                    removed: false,
                 }
             }
         }
@@ -117,29 +124,65 @@ impl TestDb {
     }
 
     /// Removes the database.
-    pub async fn drop_db(self) {
-        match self.dialect {
-            Dialect::Sqlite => {
-                if let Some(dir) = &self._dir {
-                    let _ = std::fs::remove_dir_all(dir);
-                }
+    pub async fn drop_db(mut self) {
+        self.removed = true;
+        remove(
+            self.dialect,
+            &self.admin_url,
+            &self.name,
+            self._dir.as_deref(),
+        )
+        .await;
+    }
+
+    /// The database's name on its server (its folder's for SQLite).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        let (dialect, admin_url, name) = (self.dialect, self.admin_url.clone(), self.name.clone());
+        let dir = self._dir.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(remove(dialect, &admin_url, &name, dir.as_deref()));
+        })
+        .join();
+    }
+}
+
+/// Removes a test database (its folder for SQLite); errors are ignored.
+async fn remove(dialect: Dialect, admin_url: &str, name: &str, dir: Option<&std::path::Path>) {
+    match dialect {
+        Dialect::Sqlite => {
+            if let Some(dir) = dir {
+                let _ = std::fs::remove_dir_all(dir);
             }
-            Dialect::Postgres => {
-                if let Ok(mut conn) = sqlx::AnyConnection::connect(&self.admin_url).await {
-                    let _ = sqlx::query(&format!(
-                        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                        self.name
-                    ))
+        }
+        Dialect::Postgres => {
+            if let Ok(mut conn) = sqlx::AnyConnection::connect(admin_url).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                     .execute(&mut conn)
                     .await;
-                }
+                conn.close().await.ok();
             }
-            Dialect::MySql => {
-                if let Ok(mut conn) = sqlx::AnyConnection::connect(&self.admin_url).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name))
-                        .execute(&mut conn)
-                        .await;
-                }
+        }
+        Dialect::MySql => {
+            if let Ok(mut conn) = sqlx::AnyConnection::connect(admin_url).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+                    .execute(&mut conn)
+                    .await;
+                conn.close().await.ok();
             }
         }
     }
@@ -147,6 +190,63 @@ impl TestDb {
 
 #[cfg(test)]
 mod tests {
+    use super::{Dialect, TestDb};
+
+    /// Whether the server (or the folder, for SQLite) still holds the
+    /// test database `name`.
+    async fn exists(dialect: Dialect, name: &str) -> bool {
+        use sqlx::Connection;
+        let (url, sql) = match dialect {
+            Dialect::Sqlite => return std::env::temp_dir().join(name).exists(),
+            Dialect::Postgres => (
+                std::env::var("RECON_TEST_POSTGRES_URL")
+                    .unwrap_or_else(|_| super::DEFAULT_POSTGRES.into()),
+                format!("SELECT COUNT(*) FROM pg_database WHERE datname = '{name}'"),
+            ),
+            Dialect::MySql => (
+                std::env::var("RECON_TEST_MYSQL_URL")
+                    .unwrap_or_else(|_| super::DEFAULT_MYSQL.into()),
+                format!(
+                    "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '{name}'"
+                ),
+            ),
+        };
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let n: i64 = sqlx::query_scalar(&sql).fetch_one(&mut conn).await.unwrap();
+        conn.close().await.ok();
+        n == 1
+    }
+
+    /// A test that fails before `drop_db` leaves no database behind: the
+    /// panic drops the value, which removes it; one that calls `drop_db`
+    /// has it removed there (and the drop after it does nothing more).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_test_leaves_no_database_behind() {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres, Dialect::MySql] {
+            let db = TestDb::create(dialect).await;
+            let name = db.name().to_string();
+            db.exec("CREATE TABLE t (id INTEGER PRIMARY KEY)").await;
+            assert!(exists(dialect, &name).await, "{name} was made");
+            let failed = tokio::spawn(async move {
+                let _db = db;
+                panic!("a test fails");
+            })
+            .await;
+            assert!(failed.unwrap_err().is_panic());
+            assert!(
+                !exists(dialect, &name).await,
+                "{dialect:?}: {name} left behind"
+            );
+
+            let db = TestDb::create(dialect).await;
+            let name = db.name().to_string();
+            db.drop_db().await;
+            assert!(
+                !exists(dialect, &name).await,
+                "{dialect:?}: {name} left behind"
+            );
+        }
+    }
     #[test]
     fn database_names_replace_the_path() {
         assert_eq!(
