@@ -680,6 +680,19 @@ pub fn plain_integer(b: &[u8]) -> Option<i64> {
     Some(if negative { -v } else { v })
 }
 
+/// [`plain_integer`] for amounts in minor units, whose common lengths
+/// (four to eight digits) are read without a loop
+/// ([`crate::parse::amount_digits`]); the same values.
+#[inline]
+pub fn plain_amount(b: &[u8]) -> Option<i64> {
+    let (negative, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, b),
+    };
+    let v = crate::parse::amount_digits(digits)? as i64;
+    Some(if negative { -v } else { v })
+}
+
 #[cfg(test)]
 mod plain_integer_tests {
     use super::plain_integer;
@@ -726,6 +739,22 @@ mod plain_integer_tests {
         #[test]
         fn reads_every_i64_of_at_most_18_digits(v in -999_999_999_999_999_999i64..=999_999_999_999_999_999) {
             prop_assert_eq!(plain_integer(v.to_string().as_bytes()), Some(v));
+        }
+
+        /// Amounts read as every integer is (four to eight digits without
+        /// a loop): the same value or none, for the texts above and for
+        /// one to nine digits with a byte of any value at any place.
+        #[test]
+        fn amounts_read_as_plain_integers_do(
+            text in "-?[0-9]{0,20}|[-+ 0-9a.]{0,6}|-?[0-9]{0,9}[/:0-9 a\\x00\u{e9}][0-9]{0,9}",
+            digits in "-?[0-9]{1,9}", at in 0usize..10, byte in any::<u8>(),
+        ) {
+            prop_assert_eq!(super::plain_amount(text.as_bytes()), plain_integer(text.as_bytes()), "{:?}", text);
+            let mut b = digits.into_bytes();
+            let at = at % b.len();
+            prop_assert_eq!(super::plain_amount(&b), plain_integer(&b));
+            b[at] = byte;
+            prop_assert_eq!(super::plain_amount(&b), plain_integer(&b), "{:?}", b);
         }
     }
 }

@@ -247,7 +247,7 @@ fn from_unix(n: i64, unit: Unit) -> Result<Timestamp, jiff::Error> {
     }
 }
 
-pub use crate::money::plain_integer;
+pub use crate::money::{plain_amount, plain_integer};
 
 /// The value of each byte of `x`, when every one is an ASCII digit
 /// (0x30..=0x39: high nibble 3, and still 3 after adding 6; no byte
@@ -333,6 +333,37 @@ fn ten_digits(s: &[u8]) -> Option<u64> {
     let d = (d * 10_000 + (d >> 32)) & 0xFFFF_FFFF;
     let t = last - DIGIT_ZEROS;
     Some(d * 100 + ((t >> 48) & 0xFF) * 10 + (t >> 56))
+}
+
+/// [`ascii_digits`], the form amounts in minor units take most (four to
+/// eight digits) read without a loop ([`four_to_eight_digits`]). Apart
+/// from [`ascii_digits`], which a Unix time's ten digits take: with this
+/// path in it, the Unix-seconds read of the timestamps bench was 0.5 ns a
+/// row slower.
+#[inline]
+pub fn amount_digits(s: &[u8]) -> Option<u64> {
+    if (4..=8).contains(&s.len()) {
+        return four_to_eight_digits(s);
+    }
+    ascii_digits(s)
+}
+
+/// [`ascii_digits`] of four to eight bytes (an amount in minor units):
+/// the first four and the last four bytes (overlapping) make one word of
+/// the digits after `0`s, checked and read as eight digits; no loop
+/// whose end moves with the amount's length.
+#[inline(always)]
+fn four_to_eight_digits(s: &[u8]) -> Option<u64> {
+    let n = s.len();
+    let first = u64::from(u32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+    let last = u64::from(u32::from_le_bytes([s[n - 4], s[n - 3], s[n - 2], s[n - 1]]));
+    let pad = 8 * (8 - n) as u32;
+    let zeros = DIGIT_ZEROS & ((1u64 << pad) - 1);
+    let w = ((first << pad) & 0xFFFF_FFFF) | (last << 32) | zeros;
+    let d = digit_values(w)?;
+    let d = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let d = (d * 100 + (d >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((d * 10_000 + (d >> 32)) & 0xFFFF_FFFF)
 }
 
 /// The forms exports write most, read without the general parser: a bare

@@ -136,7 +136,7 @@ pub(crate) fn convert_fast<'a>(
         .map(ValueRef::Currency),
         FieldKind::Money if amount_format == AmountFormat::Minor => {
             let currency = row_currency?;
-            let minor = parse::plain_integer(text.as_bytes())?;
+            let minor = parse::plain_amount(text.as_bytes())?;
             Some(ValueRef::Money(recon_core::Money::from_minor(
                 minor, currency,
             )))
