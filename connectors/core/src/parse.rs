@@ -812,11 +812,11 @@ mod rfc3339_fast_tests {
 
     proptest! {
         /// A reader's memo of dates changes no instant: texts of a few
-        /// dates read in turn through one memo (so each date is met again,
-        /// in either slot's neighbour month and year), valid or not (a
+        /// dates read in turn through one memo (each date met again, and
+        /// dates of other months and years in its slot), valid or not (a
         /// 29th of February of leap and common years, a 31st of short
-        /// months, day 00, 32 and 33, month 13, a byte not a digit), read as without
-        /// it; a refused date is never taken from the memo.
+        /// months, day 00, 32 and 33, month 13, a byte not a digit), read
+        /// as without it; a refused date is never taken from the memo.
         #[test]
         fn a_memo_of_dates_reads_what_none_reads(
             texts in proptest::collection::vec(
