@@ -157,22 +157,12 @@ impl Records {
                 kinds,
                 texts,
             } => {
-                let (mut taken, mut values, mut kept) = (Vec::new(), Vec::new(), 0);
-                for i in 0..offsets.len() {
-                    prefetch_ahead(arena, offsets, i);
-                    let offset = offsets[i];
-                    let (key, at) = split_record(arena, offset as usize);
+                let mut values = Vec::new();
+                take_encoded(arena, offsets, kinds, texts, |key, at| {
                     values.clear();
                     decode_values(arena, at, kinds, texts, |v| values.push(v));
-                    if with_key_str(key, |k| take(k, &values)) {
-                        taken.push(decode(arena, offset, kinds, texts));
-                    } else {
-                        offsets[kept] = offset;
-                        kept += 1;
-                    }
-                }
-                offsets.truncate(kept);
-                taken
+                    with_key_str(key, |k| take(k, &values))
+                })
             }
         }
     }
@@ -200,23 +190,12 @@ impl Records {
         if kinds[field] == FieldKind::Text {
             return self.take_where(|_, values| take(values[field].as_ref()));
         }
-        let (mut taken, mut kept) = (Vec::new(), 0);
-        for i in 0..offsets.len() {
-            prefetch_ahead(arena, offsets, i);
-            let offset = offsets[i];
-            let (_, mut at) = split_record(arena, offset as usize);
+        take_encoded(arena, offsets, kinds, texts, |_, mut at| {
             for &kind in &kinds[..field] {
                 at = field_end(arena, at, kind);
             }
-            if take(decode_scalar(arena, at, kinds[field]).0) {
-                taken.push(decode(arena, offset, kinds, texts));
-            } else {
-                offsets[kept] = offset;
-                kept += 1;
-            }
-        }
-        offsets.truncate(kept);
-        taken
+            take(decode_scalar(arena, at, kinds[field]).0)
+        })
     }
 
     /// The record at position `i`; panics past the end, like a slice.
@@ -234,6 +213,32 @@ impl Records {
             Repr::Owned(v) => Cow::Borrowed(&v[i]),
         }
     }
+}
+
+/// Takes out of an encoded list the records `pick` picks (by their
+/// encoded key and where their values start), decoded whole and in order;
+/// the offsets of the others stay, in order.
+fn take_encoded(
+    arena: &[u8],
+    offsets: &mut Vec<u64>,
+    kinds: &[FieldKind],
+    texts: &TextDict,
+    mut pick: impl FnMut(&[u8], usize) -> bool,
+) -> Vec<Record> {
+    let (mut taken, mut kept) = (Vec::new(), 0);
+    for i in 0..offsets.len() {
+        prefetch_ahead(arena, offsets, i);
+        let offset = offsets[i];
+        let (key, at) = split_record(arena, offset as usize);
+        if pick(key, at) {
+            taken.push(decode(arena, offset, kinds, texts));
+        } else {
+            offsets[kept] = offset;
+            kept += 1;
+        }
+    }
+    offsets.truncate(kept);
+    taken
 }
 
 /// The record encoded at `offset` of `arena`, owned.

@@ -682,7 +682,10 @@ pub fn plain_integer(b: &[u8]) -> Option<i64> {
 
 /// [`plain_integer`] for amounts in minor units, whose common lengths
 /// (four to eight digits) are read without a loop
-/// ([`crate::parse::amount_digits`]); the same values.
+/// ([`crate::parse::amount_digits`]); the same values. (Its sign rule is
+/// [`plain_integer`]'s, written again: shared through a generic helper,
+/// the file reader's code moved, and its text reads of the timestamps
+/// bench were 0.5-1 ns a row slower in 6 interleaved rounds.)
 #[inline]
 pub fn plain_amount(b: &[u8]) -> Option<i64> {
     let (negative, digits) = match b {

@@ -169,17 +169,15 @@ async fn remove(dialect: Dialect, admin_url: &str, name: &str, dir: Option<&std:
                 let _ = std::fs::remove_dir_all(dir);
             }
         }
-        Dialect::Postgres => {
+        Dialect::Postgres | Dialect::MySql => {
+            // PostgreSQL ends the sessions still connected to it.
+            let force = if dialect == Dialect::Postgres {
+                " WITH (FORCE)"
+            } else {
+                ""
+            };
             if let Ok(mut conn) = sqlx::AnyConnection::connect(admin_url).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn)
-                    .await;
-                conn.close().await.ok();
-            }
-        }
-        Dialect::MySql => {
-            if let Ok(mut conn) = sqlx::AnyConnection::connect(admin_url).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}{force}"))
                     .execute(&mut conn)
                     .await;
                 conn.close().await.ok();
