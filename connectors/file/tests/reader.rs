@@ -149,6 +149,82 @@ fn csv_amount_and_currency_field_follow_each_rows_own_code() {
     assert!(err.contains("unknown currency code `xyz`"), "{err}");
 }
 
+/// Timestamps and amounts in the forms the reader reads inline: RFC 3339
+/// cells of a few dates met again and again (the reader keeps the dates
+/// it read), Unix seconds of ten digits and of other lengths, amounts of
+/// one to nine digits, each read as jiff and `str::parse` read them; then
+/// a date that shares a kept date's place (the 33rd of a month whose 1st
+/// was read, a 29 February after one of a leap year) is refused, naming
+/// its line and column.
+#[test]
+fn csv_timestamps_and_amounts_read_inline_as_the_general_parsers_do() {
+    let dir = test_dir("csv_inline_forms");
+    let dates = [
+        "2026-11-01",
+        "2026-11-30",
+        "2026-12-01",
+        "2024-02-29",
+        "2025-11-01",
+    ];
+    let mut rows = String::from("id,amount,currency,created\n");
+    let mut want = Vec::new();
+    for i in 0..500i64 {
+        let amount = (i * 7919) % 10i64.pow((i % 9 + 1) as u32);
+        let created = if i % 3 == 0 {
+            // 1 to 11 digits: ten is a Unix time's own path.
+            (i * 104_729 % 10i64.pow((i % 11 + 1) as u32)).to_string()
+        } else {
+            let offset = ["Z", "+05:30", "-08:00", "z"][(i % 4) as usize];
+            format!(
+                "{}T{:02}:{:02}:{:02}{offset}",
+                dates[(i % 5) as usize],
+                i % 24,
+                i % 60,
+                (i * 7) % 60
+            )
+        };
+        rows.push_str(&format!("r{i},{amount},usd,{created}\n"));
+        let at = match created.parse::<i64>() {
+            Ok(s) => jiff::Timestamp::from_second(s).unwrap(),
+            Err(_) => created.parse::<jiff::Timestamp>().unwrap(),
+        };
+        want.push(record(
+            &format!("r{i}"),
+            vec![money(amount, "usd"), Value::Timestamp(at)],
+        ));
+    }
+    let schema = Schema {
+        fields: vec![
+            field("amount", FieldKind::Money),
+            field("created", FieldKind::Timestamp),
+        ],
+    };
+    let columns = ["amount", "created"];
+    let path = write(&dir, "rows.csv", rows.as_bytes());
+    let got: Vec<Record> =
+        read_with_locations(spec(path, "id", &columns, AmountFormat::Minor), &schema)
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+    assert_eq!(got, want);
+
+    // Each after the date whose place it takes.
+    for (before, bad) in [
+        ("2026-11-01T00:00:00Z", "2026-11-33T00:00:00Z"),
+        ("2024-02-29T00:00:00Z", "2025-02-29T00:00:00Z"),
+    ] {
+        let mut rows = rows.clone();
+        rows.push_str(&format!("r500,5,usd,{before}\nr501,5,usd,{bad}\n"));
+        let path = write(&dir, "bad.csv", rows.as_bytes());
+        let err = read_all(spec(path, "id", &columns, AmountFormat::Minor), &schema)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 503"), "{bad}: {err}");
+        assert!(err.contains("column `created`"), "{bad}: {err}");
+        assert!(err.contains(bad), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn csv_header_with_a_utf8_byte_order_mark() {
     let dir = test_dir("bom");
